@@ -1,0 +1,15 @@
+# Every dependency comes from a Debian 12 package (scripts/install-deps.sh).
+find_package(Threads REQUIRED)
+find_package(Boost 1.81 REQUIRED CONFIG COMPONENTS json url)
+find_package(OpenSSL 3 REQUIRED)
+find_package(yaml-cpp REQUIRED)
+find_package(PkgConfig REQUIRED)
+pkg_check_modules(HIREDIS REQUIRED IMPORTED_TARGET hiredis>=0.14)
+if(ONCEPROXY_BUILD_TESTS)
+  find_package(doctest REQUIRED)
+endif()
+
+find_program(CCACHE_PROGRAM ccache)
+if(CCACHE_PROGRAM)
+  set(CMAKE_CXX_COMPILER_LAUNCHER ${CCACHE_PROGRAM})
+endif()

@@ -1,0 +1,5 @@
+if(ONCEPROXY_SANITIZE)
+  string(REPLACE ";" "," _onceproxy_san "${ONCEPROXY_SANITIZE}")
+  add_compile_options(-fsanitize=${_onceproxy_san} -fno-omit-frame-pointer -fno-sanitize-recover=all)
+  add_link_options(-fsanitize=${_onceproxy_san})
+endif()

@@ -1,0 +1,185 @@
+#pragma once
+// The validated, immutable configuration (SPEC §4). Produced once by config::load_file();
+// every other module receives std::shared_ptr<const config::config> and reads resolved values
+// only: route idempotency blocks already carry the inherited defaults.
+
+#include <bitset>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace onceproxy::config {
+
+using duration = std::chrono::milliseconds;
+
+/// host:port to bind or to connect to.
+struct endpoint {
+    std::string host = "127.0.0.1";
+    std::uint16_t port = 0;
+};
+
+/// Inbound TLS termination (cert and key are PEM files).
+struct tls_files {
+    std::string cert_file;
+    std::string key_file;
+};
+
+struct readiness_config {
+    bool require_store = false; ///< /readyz follows the store after the first answer
+};
+
+struct admin_config {
+    std::optional<endpoint> listen; ///< unset: no admin listener
+    readiness_config readiness;
+};
+
+struct limits_config {
+    std::size_t max_request_bytes = 1024 * 1024;
+    std::size_t max_header_bytes = 16 * 1024;
+    std::size_t max_response_bytes = 64 * 1024 * 1024; ///< upstream responses are buffered
+    duration header_timeout{10'000};
+    duration idle_timeout{60'000};
+    duration drain_timeout{30'000}; ///< SIGTERM: bound on finishing in-flight requests
+};
+
+struct upstream_config {
+    std::string name;
+    std::string url;  ///< as written, e.g. http://127.0.0.1:3000
+    bool tls = false; ///< https:// → TLS with verification and SNI
+    std::string host;
+    std::uint16_t port = 0;
+    duration connect_timeout{1'000};
+    duration timeout{30'000}; ///< whole-response deadline once the request is sent
+    std::size_t max_connections = 256; ///< per worker
+    duration idle_timeout{60'000};     ///< pooled connection kept this long unused
+};
+
+enum class store_type {
+    memory, ///< embedded, one process only
+    redis,  ///< shared by every replica
+};
+
+enum class maxmemory_check {
+    refuse, ///< refuse to start when Redis could evict live records (allkeys-*)
+    warn,   ///< log and go on
+};
+
+struct redis_config {
+    std::string url = "redis://127.0.0.1:6379/0";
+    std::string key_prefix = "onceproxy:";
+    duration connect_timeout{500};
+    duration command_timeout{250};
+    std::size_t connections_per_worker = 1;
+    duration health_check_interval{5'000};
+    maxmemory_check maxmemory_policy = maxmemory_check::refuse;
+    std::string tls_ca_file; ///< rediss://: CA bundle; empty = system default
+};
+
+struct memory_store_config {
+    std::size_t max_bytes = 256 * 1024 * 1024; ///< records + leases; full → claims refused
+};
+
+struct store_config {
+    store_type type = store_type::memory;
+    memory_store_config memory;
+    redis_config redis;
+};
+
+enum class idempotency_mode {
+    required, ///< a guarded request without a key → 400 idempotency.missing_key
+    optional, ///< a guarded request without a key → plain proxying
+    off,      ///< the route is plain proxying
+};
+
+enum class key_syntax {
+    lenient, ///< sf-string or bare token; "abc" and abc are the same key
+    strict,  ///< RFC 9651 sf-string only
+};
+
+enum class concurrent_policy {
+    conflict, ///< 409 idempotency.in_progress + Retry-After
+    wait,     ///< hold the duplicate until the first completes (bounded by wait_timeout)
+};
+
+enum class uncertain_policy {
+    hold,    ///< keep the lease until it expires
+    release, ///< free the key at once
+    fail,    ///< record 502 upstream.outcome_unknown; the key is consumed
+};
+
+enum class store_error_policy {
+    fail_closed, ///< 503 idempotency.store_unavailable
+    fail_open,   ///< forward unprotected, logged and counted
+};
+
+/// A set of HTTP status codes (100..599), from entries like 2xx, 404.
+using status_set = std::bitset<600>;
+
+/// Where the idempotency key comes from.
+struct key_config {
+    std::string header = "Idempotency-Key"; ///< header name (also a natural-key header)
+    std::string json_pointer;               ///< non-empty: natural key from the JSON body
+    std::size_t max_length = 255;
+    key_syntax syntax = key_syntax::lenient;
+    bool forward = true; ///< forward the key header to the upstream unchanged
+};
+
+/// Fully resolved idempotency settings of one route (defaults merged in).
+struct idempotency_config {
+    idempotency_mode mode = idempotency_mode::off;
+    std::vector<std::string> methods{"POST", "PATCH"}; ///< guarded methods (upper case)
+    key_config key;
+    std::vector<std::string> scope_headers{"Authorization"};
+    std::vector<std::string> fingerprint_headers{"Content-Type"};
+    bool json_canonical = true;
+    duration ttl{24LL * 3600 * 1000};
+    duration lease{30'000};
+    concurrent_policy concurrent = concurrent_policy::conflict;
+    duration wait_timeout{10'000};
+    unsigned mismatch_status = 422; ///< 422 or 409
+    status_set record;              ///< default 2xx, 3xx, 4xx
+    status_set release;             ///< default 408, 425, 429, 5xx; wins over record
+    uncertain_policy on_upstream_uncertain = uncertain_policy::hold;
+    store_error_policy on_store_error = store_error_policy::fail_closed;
+    std::size_t max_record_bytes = 1024 * 1024;
+    bool stripe_compat = false;                  ///< also send Idempotent-Replayed: true
+    std::vector<std::string> exclude_headers{}; ///< response headers never recorded
+};
+
+enum class path_match_kind {
+    exact,    ///< path == value
+    prefix,   ///< path starts with value
+    pattern,  ///< template with {param} segments, each matching one non-empty segment
+};
+
+struct route_match {
+    std::vector<std::string> methods; ///< empty: any method
+    path_match_kind kind = path_match_kind::prefix;
+    std::string path; ///< the exact path, prefix or template as written
+};
+
+struct route_config {
+    std::string name;
+    route_match match;
+    std::string upstream;           ///< upstream name
+    std::size_t upstream_index = 0; ///< index into config::upstreams
+    idempotency_config idempotency;
+};
+
+struct config {
+    std::string source_file;
+    endpoint listen{"0.0.0.0", 8080};
+    std::optional<tls_files> tls; ///< inbound TLS termination
+    admin_config admin;
+    unsigned workers = 0; ///< resolved: `auto` → hardware concurrency
+    limits_config limits;
+    std::vector<upstream_config> upstreams;
+    store_config store;
+    std::vector<route_config> routes;
+    bool access_log = true; ///< one JSON line per request on stdout
+};
+
+} // namespace onceproxy::config

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Installs onceproxy's build, test and bench dependencies from Debian 12 packages.
+# Idempotent: returns at once when every package is already installed.
+set -euo pipefail
+pkgs=(g++ cmake ninja-build pkg-config ccache libssl-dev openssl
+      libboost1.81-dev libboost-json1.81-dev libboost-url1.81-dev libboost-system1.81-dev
+      libhiredis-dev libyaml-cpp-dev doctest-dev redis-server redis-tools
+      curl python3 nginx-light wrk)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+echo "installing: ${missing[*]}"
+if [ "$(id -u)" -ne 0 ]; then SUDO=sudo; else SUDO=; fi
+$SUDO apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
