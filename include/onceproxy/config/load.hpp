@@ -4,8 +4,10 @@
 #include "onceproxy/config/config.hpp"
 
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace onceproxy::config {
@@ -13,8 +15,8 @@ namespace onceproxy::config {
 /// One validation problem, located in the source file.
 struct config_error {
     std::string file;
-    int line = 0;   ///< 1-based; 0 when unknown
-    int column = 0; ///< 1-based; 0 when unknown
+    int line = 0;        ///< 1-based; 0 when unknown
+    int column = 0;      ///< 1-based; 0 when unknown
     std::string path;    ///< YAML path, e.g. routes[2].idempotency.ttl
     std::string message; ///< what is wrong and what was expected
     /// "file:line:column: path: message"
@@ -41,7 +43,8 @@ std::shared_ptr<const config> load_string(const std::string& yaml, const std::st
 /// "500ms", "30s", "5m", "24h", "7d" → milliseconds. nullopt when malformed.
 std::optional<duration> parse_duration(std::string_view text);
 
-/// "512", "64KiB", "1MiB", "1GiB" (also KB/MB/GB as powers of 1000) → bytes. nullopt when malformed.
+/// "512", "64KiB", "1MiB", "1GiB" (also KB/MB/GB as powers of 1000) → bytes. nullopt when
+/// malformed.
 std::optional<std::size_t> parse_size(std::string_view text);
 
 } // namespace onceproxy::config

@@ -1,0 +1,688 @@
+#include "config/config_reader.hpp"
+
+#include "config/idempotency_block.hpp"
+#include "config/yaml_walker.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <map>
+#include <set>
+#include <string_view>
+#include <thread>
+
+namespace onceproxy::config {
+namespace {
+
+// RFC 9110 §5.6.2 tchar: header names and methods are tokens.
+bool is_tchar(char c) {
+    if (std::isalnum(static_cast<unsigned char>(c)) != 0) {
+        return true;
+    }
+    return std::string_view{"!#$%&'*+-.^_`|~"}.find(c) != std::string_view::npos;
+}
+
+bool is_token(std::string_view s) {
+    return !s.empty() && std::all_of(s.begin(), s.end(), is_tchar);
+}
+
+// Route and upstream names appear in metric labels, logs and (hashed) store keys: keep them
+// to characters that need no escaping anywhere.
+bool is_name(std::string_view s) {
+    if (s.empty() || s.size() > 64 || std::isalnum(static_cast<unsigned char>(s.front())) == 0) {
+        return false;
+    }
+    return std::all_of(s.begin(), s.end(), [](char c) {
+        return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '-' || c == '_' || c == '.';
+    });
+}
+
+bool is_identifier(std::string_view s) {
+    if (s.empty() ||
+        !(std::isalpha(static_cast<unsigned char>(s.front())) != 0 || s.front() == '_')) {
+        return false;
+    }
+    return std::all_of(s.begin(), s.end(), [](char c) {
+        return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '_';
+    });
+}
+
+std::optional<std::uint16_t> parse_port(std::string_view s, std::uint16_t min) {
+    if (s.empty() || s.size() > 5) {
+        return std::nullopt;
+    }
+    unsigned value = 0;
+    const auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), value);
+    if (ec != std::errc{} || ptr != s.data() + s.size() || value < min || value > 65535) {
+        return std::nullopt;
+    }
+    return static_cast<std::uint16_t>(value);
+}
+
+/// "host:port", "[v6]:port". The host is returned without brackets.
+std::optional<endpoint> parse_host_port(std::string_view s, std::uint16_t min_port) {
+    std::string_view host;
+    std::string_view port;
+    if (!s.empty() && s.front() == '[') {
+        const auto close = s.find(']');
+        if (close == std::string_view::npos || close + 1 >= s.size() || s[close + 1] != ':') {
+            return std::nullopt;
+        }
+        host = s.substr(1, close - 1);
+        port = s.substr(close + 2);
+    } else {
+        const auto colon = s.rfind(':');
+        if (colon == std::string_view::npos) {
+            return std::nullopt;
+        }
+        host = s.substr(0, colon);
+        port = s.substr(colon + 1);
+        if (host.find(':') != std::string_view::npos) {
+            return std::nullopt; // an IPv6 address needs brackets
+        }
+    }
+    const bool host_ok = !host.empty() && std::none_of(host.begin(), host.end(), [](char c) {
+        return std::isspace(static_cast<unsigned char>(c)) != 0 || c == '/' || c == '@' ||
+               c == '?' || c == '#' || c == '[' || c == ']';
+    });
+    const auto p = parse_port(port, min_port);
+    if (!host_ok || !p) {
+        return std::nullopt;
+    }
+    return endpoint{std::string{host}, *p};
+}
+
+std::string to_upper(std::string s) {
+    std::transform(s.begin(), s.end(), s.begin(),
+                   [](unsigned char c) { return static_cast<char>(std::toupper(c)); });
+    return s;
+}
+
+std::string format_duration(duration d) {
+    const auto ms = d.count();
+    if (ms % 1000 != 0) {
+        return std::to_string(ms) + "ms";
+    }
+    return std::to_string(ms / 1000) + "s";
+}
+
+std::vector<std::string_view> split_segments(std::string_view path) {
+    std::vector<std::string_view> out;
+    std::size_t start = 1; // skip the leading '/'
+    while (true) {
+        const auto slash = path.find('/', start);
+        if (slash == std::string_view::npos) {
+            out.push_back(path.substr(start));
+            return out;
+        }
+        out.push_back(path.substr(start, slash - start));
+        start = slash + 1;
+    }
+}
+
+/// Marks of the idempotency fields that cross-field checks may have to blame.
+struct block_marks {
+    yaml_field lease;
+};
+
+class reader {
+public:
+    reader(const std::string& file, std::vector<config_error>& errors) : w_(file, errors) {}
+
+    config read(const YAML::Node& root_node) {
+        config cfg;
+        const yaml_field root = w_.root(root_node);
+        if (root_node.IsNull()) {
+            w_.error(root, "the document is empty; expected a mapping with at least "
+                           "'upstreams' and 'routes'");
+            return cfg;
+        }
+        if (!w_.mapping(root, {"listen", "tls", "admin", "workers", "limits", "upstreams", "store",
+                               "defaults", "routes", "access_log"})) {
+            return cfg;
+        }
+        if (auto ep = read_endpoint(w_.get(root, "listen"))) {
+            cfg.listen = *ep;
+        }
+        read_tls(w_.get(root, "tls"), cfg);
+        read_admin(w_.get(root, "admin"), cfg);
+        read_workers(w_.get(root, "workers"), cfg);
+        read_limits(w_.get(root, "limits"), cfg.limits);
+        read_upstreams(w_.require(root, "upstreams"), cfg);
+        read_store(w_.get(root, "store"), cfg.store);
+        block_marks defaults_marks;
+        const yaml_field defaults = w_.get(root, "defaults");
+        idempotency_block defaults_block;
+        if (defaults.present()) {
+            defaults_block = read_idempotency(defaults, defaults_marks);
+        }
+        read_routes(w_.require(root, "routes"), defaults_block, defaults_marks, cfg);
+        if (auto b = w_.boolean(w_.get(root, "access_log"))) {
+            cfg.access_log = *b;
+        }
+        if (cfg.admin.listen && cfg.admin.listen->port != 0 &&
+            cfg.admin.listen->port == cfg.listen.port &&
+            cfg.admin.listen->host == cfg.listen.host) {
+            w_.error(admin_listen_mark_, "admin.listen must differ from listen");
+        }
+        return cfg;
+    }
+
+private:
+    std::optional<endpoint> read_endpoint(const yaml_field& f) {
+        const auto text = w_.scalar(f, "host:port");
+        if (!text) {
+            return std::nullopt;
+        }
+        auto ep = parse_host_port(*text, 0);
+        if (!ep) {
+            w_.error(f, "invalid address '" + *text +
+                            "'; expected host:port, e.g. 0.0.0.0:8080 or [::1]:8080");
+        }
+        return ep;
+    }
+
+    void read_tls(const yaml_field& f, config& cfg) {
+        if (!f.present() || !w_.mapping(f, {"cert_file", "key_file"})) {
+            return;
+        }
+        auto cert = w_.string(w_.require(f, "cert_file"));
+        auto key = w_.string(w_.require(f, "key_file"));
+        if (cert && key) {
+            cfg.tls = tls_files{std::move(*cert), std::move(*key)};
+        }
+    }
+
+    void read_admin(const yaml_field& f, config& cfg) {
+        if (!f.present() || !w_.mapping(f, {"listen", "readiness"})) {
+            return;
+        }
+        const yaml_field listen = w_.get(f, "listen");
+        admin_listen_mark_ = listen;
+        cfg.admin.listen = read_endpoint(listen);
+        const yaml_field readiness = w_.get(f, "readiness");
+        if (readiness.present() && w_.mapping(readiness, {"require_store"})) {
+            if (auto b = w_.boolean(w_.get(readiness, "require_store"))) {
+                cfg.admin.readiness.require_store = *b;
+            }
+        }
+    }
+
+    void read_workers(const yaml_field& f, config& cfg) {
+        cfg.workers = std::max(1U, std::thread::hardware_concurrency());
+        if (!f.present()) {
+            return;
+        }
+        if (f.node.IsScalar() && f.node.Scalar() == "auto") {
+            return;
+        }
+        if (auto n = w_.integer(f, 1, 1024)) {
+            cfg.workers = static_cast<unsigned>(*n);
+        }
+    }
+
+    void read_limits(const yaml_field& f, limits_config& limits) {
+        if (!f.present() ||
+            !w_.mapping(f, {"max_request_bytes", "max_header_bytes", "max_response_bytes",
+                            "header_timeout", "idle_timeout", "drain_timeout"})) {
+            return;
+        }
+        set(limits.max_request_bytes, w_.positive_size(w_.get(f, "max_request_bytes")));
+        set(limits.max_header_bytes, w_.positive_size(w_.get(f, "max_header_bytes")));
+        set(limits.max_response_bytes, w_.positive_size(w_.get(f, "max_response_bytes")));
+        set(limits.header_timeout, w_.positive_duration(w_.get(f, "header_timeout")));
+        set(limits.idle_timeout, w_.positive_duration(w_.get(f, "idle_timeout")));
+        set(limits.drain_timeout, w_.positive_duration(w_.get(f, "drain_timeout")));
+    }
+
+    void read_upstreams(const yaml_field& f, config& cfg) {
+        if (!f.present() || !w_.named_mapping(f)) {
+            return;
+        }
+        if (f.node.size() == 0) {
+            w_.error(f, "expected at least one upstream");
+        }
+        for (const auto& [name, uf] : w_.entries(f)) {
+            upstream_config up;
+            up.name = name;
+            if (!is_name(name)) {
+                w_.error(uf, "invalid upstream name '" + name +
+                                 "'; expected up to 64 letters, digits, '-', '_' or '.', "
+                                 "starting with a letter or digit");
+            }
+            if (w_.mapping(
+                    uf, {"url", "connect_timeout", "timeout", "max_connections", "idle_timeout"})) {
+                const yaml_field url = w_.require(uf, "url");
+                if (auto text = w_.string(url)) {
+                    parse_upstream_url(url, *text, up);
+                }
+                set(up.connect_timeout, w_.positive_duration(w_.get(uf, "connect_timeout")));
+                set(up.timeout, w_.positive_duration(w_.get(uf, "timeout")));
+                if (auto n = w_.integer(w_.get(uf, "max_connections"), 1, 1'000'000)) {
+                    up.max_connections = static_cast<std::size_t>(*n);
+                }
+                set(up.idle_timeout, w_.positive_duration(w_.get(uf, "idle_timeout")));
+            }
+            cfg.upstreams.push_back(std::move(up));
+        }
+    }
+
+    /// http(s)://host[:port][/]: the upstream is an origin; the request path is the client's.
+    void parse_upstream_url(const yaml_field& f, const std::string& url, upstream_config& up) {
+        up.url = url;
+        std::string_view rest = url;
+        if (rest.starts_with("http://")) {
+            up.tls = false;
+            rest.remove_prefix(7);
+        } else if (rest.starts_with("https://")) {
+            up.tls = true;
+            rest.remove_prefix(8);
+        } else {
+            w_.error(f, "invalid upstream url '" + url + "'; expected http:// or https://");
+            return;
+        }
+        if (rest.ends_with("/")) {
+            rest.remove_suffix(1);
+        }
+        const std::uint16_t default_port = up.tls ? 443 : 80;
+        const bool has_port =
+            !rest.empty() && (rest.back() != ']') &&
+            rest.find(':', rest.starts_with("[") ? rest.find(']') : 0) != std::string_view::npos;
+        std::optional<endpoint> ep;
+        if (rest.find_first_of("/?#@") == std::string_view::npos) {
+            if (has_port) {
+                ep = parse_host_port(rest, 1);
+            } else if (rest.starts_with("[") && rest.ends_with("]") && rest.size() > 2) {
+                ep = endpoint{std::string{rest.substr(1, rest.size() - 2)}, default_port};
+            } else if (!rest.empty() && rest.find_first_of("[]: \t") == std::string_view::npos) {
+                ep = endpoint{std::string{rest}, default_port};
+            }
+        }
+        if (!ep) {
+            w_.error(f, "invalid upstream url '" + url +
+                            "'; expected scheme://host[:port] with no path, query or user "
+                            "info, e.g. http://127.0.0.1:3000");
+            return;
+        }
+        up.host = ep->host;
+        up.port = ep->port;
+    }
+
+    void read_store(const yaml_field& f, store_config& store) {
+        if (!f.present() || !w_.mapping(f, {"type", "memory", "redis"})) {
+            return;
+        }
+        set(store.type,
+            w_.enumeration<store_type>(
+                w_.get(f, "type"), {{"memory", store_type::memory}, {"redis", store_type::redis}}));
+        const yaml_field memory = w_.get(f, "memory");
+        if (memory.present() && w_.mapping(memory, {"max_bytes"})) {
+            set(store.memory.max_bytes, w_.positive_size(w_.get(memory, "max_bytes")));
+        }
+        const yaml_field redis = w_.get(f, "redis");
+        if (redis.present() &&
+            w_.mapping(redis, {"url", "key_prefix", "connect_timeout", "command_timeout",
+                               "connections_per_worker", "health_check_interval",
+                               "maxmemory_policy", "tls_ca_file"})) {
+            redis_config& r = store.redis;
+            const yaml_field url = w_.get(redis, "url");
+            if (auto text = w_.string(url)) {
+                if (!text->starts_with("redis://") && !text->starts_with("rediss://")) {
+                    // The value may hold a password: do not echo it.
+                    w_.error(url, "invalid redis url; expected redis://[user:password@]host[:port]"
+                                  "[/db] or rediss:// for TLS");
+                } else {
+                    r.url = *text;
+                }
+            }
+            set(r.key_prefix, w_.scalar(w_.get(redis, "key_prefix"), "a string"));
+            set(r.connect_timeout, w_.positive_duration(w_.get(redis, "connect_timeout")));
+            set(r.command_timeout, w_.positive_duration(w_.get(redis, "command_timeout")));
+            if (auto n = w_.integer(w_.get(redis, "connections_per_worker"), 1, 64)) {
+                r.connections_per_worker = static_cast<std::size_t>(*n);
+            }
+            set(r.health_check_interval,
+                w_.positive_duration(w_.get(redis, "health_check_interval")));
+            set(r.maxmemory_policy,
+                w_.enumeration<maxmemory_check>(
+                    w_.get(redis, "maxmemory_policy"),
+                    {{"refuse", maxmemory_check::refuse}, {"warn", maxmemory_check::warn}}));
+            set(r.tls_ca_file, w_.string(w_.get(redis, "tls_ca_file")));
+        }
+    }
+
+    std::optional<std::vector<std::string>> read_header_list(const yaml_field& f) {
+        auto list = w_.string_list(f);
+        if (!list) {
+            return list;
+        }
+        for (std::size_t i = 0; i < list->size(); ++i) {
+            if (!is_token((*list)[i])) {
+                w_.error(w_.item(f, i), "invalid header name '" + (*list)[i] +
+                                            "'; expected an HTTP token such as Content-Type");
+            }
+        }
+        return list;
+    }
+
+    /// A list of methods, upper-cased. `guarded`: the list of idempotency.methods, where safe
+    /// methods are refused (they are never guarded, SPEC §1).
+    std::optional<std::vector<std::string>> read_methods(const yaml_field& f, bool guarded) {
+        auto list = w_.string_list(f);
+        if (!list) {
+            return list;
+        }
+        if (guarded && list->empty()) {
+            w_.error(f, "expected at least one method (set mode: off to guard nothing)");
+        }
+        for (std::size_t i = 0; i < list->size(); ++i) {
+            std::string& m = (*list)[i];
+            m = to_upper(m);
+            const yaml_field item = w_.item(f, i);
+            if (!is_token(m)) {
+                w_.error(item, "invalid method '" + m + "'; expected an HTTP method such as POST");
+            } else if (guarded && (m == "GET" || m == "HEAD" || m == "OPTIONS" || m == "TRACE")) {
+                w_.error(item, "method " + m +
+                                   " cannot be guarded: safe methods are always proxied as is; "
+                                   "expected POST, PUT, PATCH or DELETE");
+            }
+        }
+        return list;
+    }
+
+    std::optional<status_set> read_statuses(const yaml_field& f) {
+        if (!f.present() || !w_.sequence(f)) {
+            return std::nullopt;
+        }
+        status_set set;
+        for (std::size_t i = 0; i < f.node.size(); ++i) {
+            const yaml_field item = w_.item(f, i);
+            const auto text = w_.scalar(item, "a status class like 2xx or a status code");
+            if (!text) {
+                continue;
+            }
+            if (text->size() == 3 && (*text)[0] >= '1' && (*text)[0] <= '5' &&
+                ((*text)[1] == 'x' || (*text)[1] == 'X') &&
+                ((*text)[2] == 'x' || (*text)[2] == 'X')) {
+                const std::size_t base = static_cast<std::size_t>((*text)[0] - '0') * 100;
+                for (std::size_t s = base; s < base + 100; ++s) {
+                    set.set(s);
+                }
+                continue;
+            }
+            unsigned code = 0;
+            const auto [ptr, ec] = std::from_chars(text->data(), text->data() + text->size(), code);
+            if (ec != std::errc{} || ptr != text->data() + text->size() || code < 100 ||
+                code > 599) {
+                w_.error(item, "invalid status '" + *text +
+                                   "'; expected a class 1xx..5xx or a code from 100 to 599");
+                continue;
+            }
+            set.set(code);
+        }
+        return set;
+    }
+
+    idempotency_block read_idempotency(const yaml_field& f, block_marks& marks) {
+        idempotency_block b;
+        if (!w_.mapping(f, {"mode", "methods", "key", "scope", "fingerprint", "ttl", "lease",
+                            "concurrent", "wait_timeout", "mismatch_status", "record", "release",
+                            "on_upstream_uncertain", "on_store_error", "max_record_bytes",
+                            "stripe_compat", "exclude_headers"})) {
+            return b;
+        }
+        b.mode = w_.enumeration<idempotency_mode>(w_.get(f, "mode"),
+                                                  {{"required", idempotency_mode::required},
+                                                   {"optional", idempotency_mode::optional},
+                                                   {"off", idempotency_mode::off}});
+        b.methods = read_methods(w_.get(f, "methods"), true);
+        read_key(w_.get(f, "key"), b);
+        const yaml_field scope = w_.get(f, "scope");
+        if (scope.present() && w_.mapping(scope, {"headers"})) {
+            b.scope_headers = read_header_list(w_.get(scope, "headers"));
+        }
+        const yaml_field fp = w_.get(f, "fingerprint");
+        if (fp.present() && w_.mapping(fp, {"headers", "json_canonical"})) {
+            b.fingerprint_headers = read_header_list(w_.get(fp, "headers"));
+            b.json_canonical = w_.boolean(w_.get(fp, "json_canonical"));
+        }
+        b.ttl = w_.positive_duration(w_.get(f, "ttl"));
+        marks.lease = w_.get(f, "lease");
+        b.lease = w_.positive_duration(marks.lease);
+        b.concurrent = w_.enumeration<concurrent_policy>(
+            w_.get(f, "concurrent"),
+            {{"conflict", concurrent_policy::conflict}, {"wait", concurrent_policy::wait}});
+        b.wait_timeout = w_.positive_duration(w_.get(f, "wait_timeout"));
+        const yaml_field mismatch = w_.get(f, "mismatch_status");
+        if (auto code = w_.integer(mismatch, 100, 599)) {
+            if (*code == 409 || *code == 422) {
+                b.mismatch_status = static_cast<unsigned>(*code);
+            } else {
+                w_.error(mismatch, "invalid mismatch_status " + std::to_string(*code) +
+                                       "; expected 422 or 409");
+            }
+        }
+        b.record = read_statuses(w_.get(f, "record"));
+        b.release = read_statuses(w_.get(f, "release"));
+        b.on_upstream_uncertain = w_.enumeration<uncertain_policy>(
+            w_.get(f, "on_upstream_uncertain"), {{"hold", uncertain_policy::hold},
+                                                 {"release", uncertain_policy::release},
+                                                 {"fail", uncertain_policy::fail}});
+        b.on_store_error = w_.enumeration<store_error_policy>(
+            w_.get(f, "on_store_error"), {{"fail_closed", store_error_policy::fail_closed},
+                                          {"fail_open", store_error_policy::fail_open}});
+        b.max_record_bytes = w_.positive_size(w_.get(f, "max_record_bytes"));
+        b.stripe_compat = w_.boolean(w_.get(f, "stripe_compat"));
+        b.exclude_headers = read_header_list(w_.get(f, "exclude_headers"));
+        return b;
+    }
+
+    void read_key(const yaml_field& f, idempotency_block& b) {
+        if (!f.present() ||
+            !w_.mapping(f, {"header", "json_pointer", "max_length", "syntax", "forward"})) {
+            return;
+        }
+        const yaml_field header = w_.get(f, "header");
+        const yaml_field pointer = w_.get(f, "json_pointer");
+        if (header.present() && pointer.present()) {
+            w_.error(pointer, "key takes either 'header' or 'json_pointer', not both");
+        }
+        if (auto h = w_.string(header)) {
+            if (is_token(*h)) {
+                b.key_header = std::move(*h);
+            } else {
+                w_.error(header, "invalid header name '" + *h + "'; expected an HTTP token");
+            }
+        }
+        if (auto p = w_.string(pointer)) {
+            // RFC 6901: "/" separated tokens; "~" only as the escapes ~0 and ~1.
+            bool ok = p->front() == '/';
+            for (std::size_t i = 0; ok && i < p->size(); ++i) {
+                if ((*p)[i] == '~') {
+                    ok = i + 1 < p->size() && ((*p)[i + 1] == '0' || (*p)[i + 1] == '1');
+                }
+            }
+            if (ok) {
+                b.key_json_pointer = std::move(*p);
+            } else {
+                w_.error(pointer, "invalid JSON pointer '" + *p +
+                                      "'; expected an RFC 6901 pointer such as /id or "
+                                      "/data/object/id");
+            }
+        }
+        if (auto n = w_.integer(w_.get(f, "max_length"), 1, 8192)) {
+            b.key_max_length = static_cast<std::size_t>(*n);
+        }
+        b.key_syntax_value =
+            w_.enumeration<key_syntax>(w_.get(f, "syntax"), {{"lenient", key_syntax::lenient},
+                                                             {"strict", key_syntax::strict}});
+        b.key_forward = w_.boolean(w_.get(f, "forward"));
+    }
+
+    void read_routes(const yaml_field& f, const idempotency_block& defaults,
+                     const block_marks& defaults_marks, config& cfg) {
+        if (!f.present() || !w_.sequence(f)) {
+            return;
+        }
+        if (f.node.size() == 0) {
+            w_.error(f, "expected at least one route");
+        }
+        std::map<std::string, int, std::less<>> names;
+        for (std::size_t i = 0; i < f.node.size(); ++i) {
+            const yaml_field rf = w_.item(f, i);
+            if (!w_.mapping(rf, {"name", "match", "upstream", "idempotency"})) {
+                continue;
+            }
+            route_config route;
+            const yaml_field name = w_.require(rf, "name");
+            if (auto n = w_.string(name)) {
+                route.name = *n;
+                if (!is_name(*n)) {
+                    w_.error(name, "invalid route name '" + *n +
+                                       "'; expected up to 64 letters, digits, '-', '_' or '.', "
+                                       "starting with a letter or digit");
+                } else if (const auto prev = names.find(*n); prev != names.end()) {
+                    w_.error(name, "duplicate route name '" + *n + "' (first used at line " +
+                                       std::to_string(prev->second) + ")");
+                } else {
+                    names.emplace(*n, yaml_walker::line_of(name.mark));
+                }
+            }
+            read_match(w_.require(rf, "match"), route.match);
+            const yaml_field upstream = w_.require(rf, "upstream");
+            const upstream_config* up = nullptr;
+            if (auto u = w_.string(upstream)) {
+                route.upstream = *u;
+                const auto it =
+                    std::find_if(cfg.upstreams.begin(), cfg.upstreams.end(),
+                                 [&](const upstream_config& c) { return c.name == *u; });
+                if (it == cfg.upstreams.end()) {
+                    std::string known;
+                    for (const auto& c : cfg.upstreams) {
+                        known += known.empty() ? "" : ", ";
+                        known += c.name;
+                    }
+                    w_.error(upstream, "unknown upstream '" + *u + "'; defined upstreams: " +
+                                           (known.empty() ? "(none)" : known));
+                } else {
+                    route.upstream_index = static_cast<std::size_t>(it - cfg.upstreams.begin());
+                    up = &*it;
+                }
+            }
+            block_marks marks;
+            idempotency_block own;
+            const yaml_field idem = w_.get(rf, "idempotency");
+            if (idem.present()) {
+                own = read_idempotency(idem, marks);
+            }
+            // The one merge step: route over defaults over built-ins.
+            route.idempotency = resolve(merge(defaults, own));
+            if (up != nullptr) {
+                check_lease(route, *up, marks, defaults_marks, upstream);
+            }
+            cfg.routes.push_back(std::move(route));
+        }
+    }
+
+    // The lease must not be shorter than the upstream timeout. While the proxy lives it extends
+    // the lease every lease/3, so a short lease never expires under a slow request; but the lease
+    // is also the only bound when the proxy dies mid-request. Then nobody extends it, the
+    // upstream may still be working on the request for up to `timeout`, and a lease that lapses
+    // earlier lets a retry run concurrently with the first execution. Equal values are accepted
+    // (the built-in defaults are both 30s): by the time the lease lapses the first attempt's
+    // deadline has passed too.
+    void check_lease(const route_config& route, const upstream_config& up, const block_marks& own,
+                     const block_marks& defaults, const yaml_field& upstream_field) {
+        const idempotency_config& idem = route.idempotency;
+        if (idem.mode == idempotency_mode::off || idem.lease >= up.timeout) {
+            return;
+        }
+        const yaml_field& blame = own.lease.present()        ? own.lease
+                                  : defaults.lease.present() ? defaults.lease
+                                                             : upstream_field;
+        w_.error(blame, "lease " + format_duration(idem.lease) + " of route '" + route.name +
+                            "' is shorter than the timeout " + format_duration(up.timeout) +
+                            " of upstream '" + up.name +
+                            "'; expected a lease at least as long as the upstream timeout, so "
+                            "the key of a crashed proxy stays held until its request has ended");
+    }
+
+    void read_match(const yaml_field& f, route_match& match) {
+        if (!f.present() || !w_.mapping(f, {"methods", "path", "prefix", "template"})) {
+            return;
+        }
+        set(match.methods, read_methods(w_.get(f, "methods"), false));
+        const yaml_field path = w_.get(f, "path");
+        const yaml_field prefix = w_.get(f, "prefix");
+        const yaml_field tmpl = w_.get(f, "template");
+        const int count = int{path.present()} + int{prefix.present()} + int{tmpl.present()};
+        if (count != 1) {
+            w_.error(f, count == 0
+                            ? "match needs one of path, prefix or template"
+                            : "match takes exactly one of path, prefix or template, not several");
+            return;
+        }
+        const yaml_field& chosen = path.present() ? path : prefix.present() ? prefix : tmpl;
+        match.kind = path.present()     ? path_match_kind::exact
+                     : prefix.present() ? path_match_kind::prefix
+                                        : path_match_kind::pattern;
+        const auto text = w_.string(chosen);
+        if (!text) {
+            return;
+        }
+        match.path = *text;
+        if (text->front() != '/' || text->find_first_of("?# \t") != std::string::npos) {
+            w_.error(chosen, "invalid path '" + *text +
+                                 "'; expected an absolute path starting with / and without "
+                                 "query, fragment or spaces");
+            return;
+        }
+        if (match.kind == path_match_kind::pattern) {
+            check_template(chosen, *text);
+        }
+    }
+
+    void check_template(const yaml_field& f, const std::string& text) {
+        std::set<std::string_view> params;
+        for (const auto segment : split_segments(text)) {
+            if (segment.find_first_of("{}") == std::string_view::npos) {
+                continue;
+            }
+            const bool whole = segment.size() > 2 && segment.front() == '{' &&
+                               segment.back() == '}' &&
+                               is_identifier(segment.substr(1, segment.size() - 2));
+            if (!whole) {
+                w_.error(f, "invalid template segment '" + std::string{segment} +
+                                "'; a parameter must be a whole segment {name} with name made "
+                                "of letters, digits and _");
+                return;
+            }
+            if (!params.insert(segment.substr(1, segment.size() - 2)).second) {
+                w_.error(f, "template parameter " + std::string{segment} + " appears twice");
+                return;
+            }
+        }
+    }
+
+    template <class T>
+    static void set(T& out, std::optional<T> value) {
+        if (value) {
+            out = std::move(*value);
+        }
+    }
+
+    yaml_walker w_;
+    yaml_field admin_listen_mark_;
+};
+
+} // namespace
+
+config read_config(const YAML::Node& root, const std::string& file,
+                   std::vector<config_error>& errors) {
+    reader r{file, errors};
+    config cfg = r.read(root);
+    cfg.source_file = file;
+    return cfg;
+}
+
+} // namespace onceproxy::config
