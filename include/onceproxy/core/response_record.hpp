@@ -1,0 +1,39 @@
+#pragma once
+// The recorded upstream response that replays are made of (SPEC §3.7), and its storage
+// encoding (SPEC §5: "a versioned, binary-safe format"). The request fingerprint is not part
+// of the record: the store keeps it beside the record.
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace onceproxy::core {
+
+struct response_record {
+    unsigned status = 0; ///< HTTP status code, 100..999
+    /// End-to-end headers to replay, in order (hop-by-hop and excluded headers already
+    /// removed by the caller). Names and values may hold any bytes.
+    std::vector<std::pair<std::string, std::string>> headers;
+    std::string body; ///< exact body bytes; always empty when !replayable
+    /// False when the response exceeded max_record_bytes: the key is consumed, retries get
+    /// 409 idempotency.response_not_replayable.
+    bool replayable = true;
+};
+
+/// Format version written as the first byte of every encoding.
+inline constexpr unsigned char record_format_version = 1;
+
+/// Encodes a record: version byte, flags byte (bit 0 = replayable), status (u16), header
+/// count (u32), each header as u32 length + name and u32 length + value, then body length
+/// (u64) + body; integers big-endian. A not-replayable record is encoded without its body.
+/// Precondition: every header name and value is shorter than 4 GiB.
+[[nodiscard]] std::string encode_record(const response_record& record);
+
+/// Decodes what encode_record produced. Returns nullopt for anything else: unknown version
+/// or flags, status outside 100..999, truncated input, trailing bytes, a body on a
+/// not-replayable record. Never reads outside `data`; allocation is bounded by its size.
+[[nodiscard]] std::optional<response_record> decode_record(std::string_view data);
+
+} // namespace onceproxy::core

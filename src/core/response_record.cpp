@@ -1,0 +1,136 @@
+#include <onceproxy/core/response_record.hpp>
+
+#include <cassert>
+#include <cstdint>
+#include <limits>
+
+namespace onceproxy::core {
+
+namespace {
+
+constexpr unsigned char flag_replayable = 0x01;
+constexpr unsigned min_status = 100;
+constexpr unsigned max_status = 999;
+
+void put_uint(std::string& out, std::uint64_t v, std::size_t bytes) {
+    for (std::size_t i = bytes; i > 0; --i) {
+        out.push_back(static_cast<char>((v >> (8 * (i - 1))) & 0xffU));
+    }
+}
+
+void put_bytes32(std::string& out, std::string_view s) {
+    assert(s.size() <= std::numeric_limits<std::uint32_t>::max());
+    put_uint(out, s.size(), 4);
+    out.append(s);
+}
+
+/// Bounds-checked reader over untrusted bytes: every read fails instead of overrunning.
+class reader {
+public:
+    explicit reader(std::string_view data) : data_(data) {}
+
+    std::optional<std::uint64_t> uint(std::size_t bytes) {
+        if (remaining() < bytes) {
+            return std::nullopt;
+        }
+        std::uint64_t v = 0;
+        for (std::size_t i = 0; i < bytes; ++i) {
+            v = (v << 8) | static_cast<unsigned char>(data_[pos_ + i]);
+        }
+        pos_ += bytes;
+        return v;
+    }
+
+    std::optional<std::string_view> bytes(std::uint64_t n) {
+        if (remaining() < n) {
+            return std::nullopt;
+        }
+        const auto len = static_cast<std::size_t>(n);
+        const std::string_view s = data_.substr(pos_, len);
+        pos_ += len;
+        return s;
+    }
+
+    std::optional<std::string_view> bytes32() {
+        const auto n = uint(4);
+        if (!n) {
+            return std::nullopt;
+        }
+        return bytes(*n);
+    }
+
+    [[nodiscard]] std::size_t remaining() const noexcept { return data_.size() - pos_; }
+
+private:
+    std::string_view data_;
+    std::size_t pos_ = 0;
+};
+
+} // namespace
+
+std::string encode_record(const response_record& record) {
+    std::string out;
+    std::size_t size = 16 + (record.replayable ? record.body.size() : 0);
+    for (const auto& [name, value] : record.headers) {
+        size += 8 + name.size() + value.size();
+    }
+    out.reserve(size);
+    out.push_back(static_cast<char>(record_format_version));
+    out.push_back(static_cast<char>(record.replayable ? flag_replayable : 0));
+    put_uint(out, record.status, 2);
+    assert(record.headers.size() <= std::numeric_limits<std::uint32_t>::max());
+    put_uint(out, record.headers.size(), 4);
+    for (const auto& [name, value] : record.headers) {
+        put_bytes32(out, name);
+        put_bytes32(out, value);
+    }
+    const std::string_view body = record.replayable ? std::string_view(record.body) : "";
+    put_uint(out, body.size(), 8);
+    out.append(body);
+    return out;
+}
+
+std::optional<response_record> decode_record(std::string_view data) {
+    reader in(data);
+    const auto version = in.uint(1);
+    const auto flags = in.uint(1);
+    const auto status = in.uint(2);
+    const auto header_count = in.uint(4);
+    if (!version || !flags || !status || !header_count || *version != record_format_version ||
+        (*flags & ~std::uint64_t{flag_replayable}) != 0 || *status < min_status ||
+        *status > max_status) {
+        return std::nullopt;
+    }
+    // Each header takes at least 8 bytes: refuse a count the input cannot hold before
+    // reserving anything for it.
+    if (*header_count > in.remaining() / 8) {
+        return std::nullopt;
+    }
+    response_record record;
+    record.status = static_cast<unsigned>(*status);
+    record.replayable = (*flags & flag_replayable) != 0;
+    record.headers.reserve(static_cast<std::size_t>(*header_count));
+    for (std::uint64_t i = 0; i < *header_count; ++i) {
+        const auto name = in.bytes32();
+        if (!name) {
+            return std::nullopt;
+        }
+        const auto value = in.bytes32();
+        if (!value) {
+            return std::nullopt;
+        }
+        record.headers.emplace_back(std::string(*name), std::string(*value));
+    }
+    const auto body_size = in.uint(8);
+    if (!body_size) {
+        return std::nullopt;
+    }
+    const auto body = in.bytes(*body_size);
+    if (!body || in.remaining() != 0 || (!record.replayable && !body->empty())) {
+        return std::nullopt;
+    }
+    record.body.assign(*body);
+    return record;
+}
+
+} // namespace onceproxy::core
