@@ -1,0 +1,220 @@
+#include "request_facts.hpp"
+
+#include <boost/beast/core/string.hpp>
+
+#include <charconv>
+
+namespace onceproxy::test_upstream {
+
+namespace {
+
+using boost::beast::iequals;
+
+bool parse_u64(std::string_view text, std::uint64_t& out) {
+    auto const* end = text.data() + text.size();
+    auto [ptr, ec] = std::from_chars(text.data(), end, out);
+    return ec == std::errc{} && ptr == end && !text.empty();
+}
+
+std::string_view trim(std::string_view s) {
+    while (!s.empty() && (s.front() == ' ' || s.front() == '\t'))
+        s.remove_prefix(1);
+    while (!s.empty() && (s.back() == ' ' || s.back() == '\t'))
+        s.remove_suffix(1);
+    return s;
+}
+
+char to_lower(char c) {
+    return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c;
+}
+
+// RFC 9110 §5.6.2 token characters.
+bool is_token(std::string_view s) {
+    if (s.empty())
+        return false;
+    for (char c : s) {
+        bool ok = (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                  std::string_view("!#$%&'*+-.^_`|~").find(c) != std::string_view::npos;
+        if (!ok)
+            return false;
+    }
+    return true;
+}
+
+void append_joined(std::string& to, bool& present, std::string_view value) {
+    if (present)
+        to += ", ";
+    to += value;
+    present = true;
+}
+
+// Appends `name` (lowercase) to the comma list `list` unless it is already there.
+void add_hop(std::string& list, std::string_view name) {
+    std::size_t pos = 0;
+    while (pos <= list.size()) {
+        std::size_t end = list.find(',', pos);
+        if (end == std::string::npos)
+            end = list.size();
+        if (list.compare(pos, end - pos, name) == 0 && !list.empty())
+            return;
+        pos = end + 1;
+    }
+    if (!list.empty())
+        list += ',';
+    list += name;
+}
+
+} // namespace
+
+void request_facts::clear() {
+    method.clear();
+    target.clear();
+    version = 11;
+    body_bytes = 0;
+    expect_continue = false;
+    has_key = false;
+    key.clear();
+    has_forwarded_for = false;
+    forwarded_for.clear();
+    has_forwarded_proto = false;
+    forwarded_proto.clear();
+    has_connection = false;
+    connection.clear();
+    hop.clear();
+    all_names.assign(1, ',');
+    bad_test_header = false;
+    status = 200;
+    delay_ms.reset();
+    drop_after_ms.reset();
+    drop = false;
+    body_size.reset();
+    binary = false;
+    chunked = false;
+    extra_headers.clear();
+}
+
+void request_reader::on_request_impl(http::verb, boost::beast::string_view method_str,
+                                     boost::beast::string_view target, int version,
+                                     boost::beast::error_code&) {
+    facts_.method.assign(method_str);
+    facts_.target.assign(target);
+    facts_.version = version;
+}
+
+void request_reader::on_response_impl(int, boost::beast::string_view, int,
+                                      boost::beast::error_code&) {}
+
+void request_reader::on_field_impl(http::field name, boost::beast::string_view name_in,
+                                   boost::beast::string_view value_in, boost::beast::error_code&) {
+    std::string_view const name_string = name_in;
+    std::string_view const value = value_in;
+    auto& f = facts_;
+    std::size_t const start = f.all_names.size();
+    for (char c : name_string)
+        f.all_names += to_lower(c);
+    f.all_names += ',';
+    // Taken after the last append: an earlier view could dangle on reallocation.
+    std::string_view const lower(f.all_names.data() + start, name_string.size());
+
+    switch (name) {
+    case http::field::te:
+    case http::field::trailer:
+    case http::field::upgrade:
+    case http::field::keep_alive:
+    case http::field::proxy_authorization:
+        add_hop(f.hop, lower);
+        return;
+    case http::field::connection:
+        append_joined(f.connection, f.has_connection, value);
+        return;
+    case http::field::expect:
+        f.expect_continue = iequals(value, "100-continue");
+        return;
+    default:
+        break;
+    }
+
+    // Everything below is rare except the key; compare on the lowercase copy.
+    if (lower == "idempotency-key") {
+        f.key.assign(value);
+        f.has_key = true;
+    } else if (lower == "x-forwarded-for") {
+        append_joined(f.forwarded_for, f.has_forwarded_for, value);
+    } else if (lower == "x-forwarded-proto") {
+        append_joined(f.forwarded_proto, f.has_forwarded_proto, value);
+    } else if (lower.starts_with("x-test-")) {
+        std::uint64_t n = 0;
+        std::string_view const which = lower.substr(7);
+        if (which == "status") {
+            f.bad_test_header |= !parse_u64(value, n) || n < 200 || n > 599;
+            f.status = static_cast<unsigned>(n);
+        } else if (which == "delay-ms") {
+            f.bad_test_header |= !parse_u64(value, n);
+            f.delay_ms = n;
+        } else if (which == "drop-after-ms") {
+            f.bad_test_header |= !parse_u64(value, n);
+            f.drop_after_ms = n;
+        } else if (which == "body-bytes") {
+            f.bad_test_header |= !parse_u64(value, n) || n > (std::uint64_t{256} << 20);
+            f.body_size = n;
+        } else if (which == "drop") {
+            f.drop = value == "1";
+        } else if (which == "binary") {
+            f.binary = value == "1";
+        } else if (which == "chunked") {
+            f.chunked = value == "1";
+        } else if (which == "header") {
+            auto const colon = value.find(':');
+            std::string_view const hname = trim(value.substr(0, colon));
+            if (colon == std::string_view::npos || !is_token(hname)) {
+                f.bad_test_header = true;
+                return;
+            }
+            f.extra_headers.append(hname).append(": ");
+            f.extra_headers.append(trim(value.substr(colon + 1))).append("\r\n");
+        }
+    }
+}
+
+void request_reader::on_header_impl(boost::beast::error_code&) {
+    auto& f = facts_;
+    if (!f.has_connection)
+        return;
+    // Any field named by Connection is hop-by-hop too (RFC 9110 §7.6.1).
+    std::string_view rest = f.connection;
+    std::string token;
+    while (!rest.empty()) {
+        auto const comma = rest.find(',');
+        std::string_view const raw = trim(rest.substr(0, comma));
+        rest = comma == std::string_view::npos ? std::string_view{} : rest.substr(comma + 1);
+        token.assign(1, ',');
+        for (char c : raw)
+            token += to_lower(c);
+        token += ',';
+        if (raw.empty() || f.all_names.find(token) == std::string::npos)
+            continue;
+        add_hop(f.hop, std::string_view(token).substr(1, raw.size()));
+    }
+}
+
+void request_reader::on_body_init_impl(boost::optional<std::uint64_t> const&,
+                                       boost::beast::error_code&) {}
+
+std::size_t request_reader::on_body_impl(boost::beast::string_view body,
+                                         boost::beast::error_code&) {
+    facts_.body_bytes += body.size();
+    return body.size();
+}
+
+void request_reader::on_chunk_header_impl(std::uint64_t, boost::beast::string_view,
+                                          boost::beast::error_code&) {}
+
+std::size_t request_reader::on_chunk_body_impl(std::uint64_t, boost::beast::string_view body,
+                                               boost::beast::error_code&) {
+    facts_.body_bytes += body.size();
+    return body.size();
+}
+
+void request_reader::on_finish_impl(boost::beast::error_code&) {}
+
+} // namespace onceproxy::test_upstream

@@ -1,0 +1,81 @@
+#pragma once
+// What the test upstream needs to know about one request, captured while Beast parses it.
+//
+// A full `http::request<string_body>` would allocate every field and keep the whole body; the
+// test upstream only counts body bytes and looks at a dozen headers, so `request_reader` is a
+// `basic_parser` that records those facts into a `request_facts` reused across the requests of a
+// connection (no allocation per request once the strings have grown).
+
+#include <boost/beast/http/basic_parser.hpp>
+#include <boost/beast/http/field.hpp>
+#include <boost/beast/http/verb.hpp>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace onceproxy::test_upstream {
+
+namespace http = boost::beast::http;
+
+/// Facts about one request; `clear()` before each request keeps the strings' capacity.
+struct request_facts {
+    std::string method;
+    std::string target;
+    int version = 11;
+    std::uint64_t body_bytes = 0;
+    bool expect_continue = false;
+
+    bool has_key = false;
+    std::string key; // Idempotency-Key, raw value
+    bool has_forwarded_for = false;
+    std::string forwarded_for; // X-Forwarded-For, repeated fields joined with ", "
+    bool has_forwarded_proto = false;
+    std::string forwarded_proto;
+    bool has_connection = false;
+    std::string connection; // Connection as received, repeated fields joined with ", "
+    std::string hop;        // comma list of received hop-by-hop header names (lowercase)
+    std::string all_names;  // ",name,name," of every received field (lowercase), for Connection
+
+    // Misbehaviour requested through X-Test-* headers.
+    bool bad_test_header = false; // an X-Test-* value did not parse: answer 400
+    unsigned status = 200;
+    std::optional<std::uint64_t> delay_ms;
+    std::optional<std::uint64_t> drop_after_ms;
+    bool drop = false;
+    std::optional<std::uint64_t> body_size;
+    bool binary = false;
+    bool chunked = false;
+    std::string extra_headers; // "Name: value\r\n" lines from X-Test-Header
+
+    void clear();
+};
+
+/// Parses one request into a `request_facts`; make a new reader per request (cheap).
+class request_reader final : public http::basic_parser<true> {
+public:
+    explicit request_reader(request_facts& facts) : facts_(facts) {}
+
+private:
+    void on_request_impl(http::verb method, boost::beast::string_view method_str,
+                         boost::beast::string_view target, int version,
+                         boost::beast::error_code& ec) override;
+    void on_response_impl(int code, boost::beast::string_view reason, int version,
+                          boost::beast::error_code& ec) override;
+    void on_field_impl(http::field name, boost::beast::string_view name_string,
+                       boost::beast::string_view value, boost::beast::error_code& ec) override;
+    void on_header_impl(boost::beast::error_code& ec) override;
+    void on_body_init_impl(boost::optional<std::uint64_t> const& content_length,
+                           boost::beast::error_code& ec) override;
+    std::size_t on_body_impl(boost::beast::string_view body, boost::beast::error_code& ec) override;
+    void on_chunk_header_impl(std::uint64_t size, boost::beast::string_view extensions,
+                              boost::beast::error_code& ec) override;
+    std::size_t on_chunk_body_impl(std::uint64_t remain, boost::beast::string_view body,
+                                   boost::beast::error_code& ec) override;
+    void on_finish_impl(boost::beast::error_code& ec) override;
+
+    request_facts& facts_;
+};
+
+} // namespace onceproxy::test_upstream

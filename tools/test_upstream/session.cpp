@@ -1,0 +1,408 @@
+#include "session.hpp"
+
+#include "request_facts.hpp"
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/buffer.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/http/error.hpp>
+#include <boost/beast/http/read.hpp>
+#include <boost/beast/http/status.hpp>
+
+#include <array>
+#include <charconv>
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <exception>
+#include <optional>
+#include <string>
+#include <unistd.h>
+
+namespace onceproxy::test_upstream {
+
+namespace {
+
+namespace net = boost::asio;
+namespace beast = boost::beast;
+using tcp = net::ip::tcp;
+
+constexpr auto use_tuple = net::as_tuple(net::use_awaitable);
+
+// Large enough that tests never hit them by accident, small enough to bound memory.
+constexpr std::uint64_t body_limit = std::uint64_t{64} << 20;
+constexpr std::uint32_t header_limit = std::uint32_t{64} << 10;
+
+void append_number(std::string& out, std::uint64_t n) {
+    std::array<char, 24> buf{};
+    auto const res = std::to_chars(buf.data(), buf.data() + buf.size(), n);
+    out.append(buf.data(), res.ptr);
+}
+
+// JSON string literal (RFC 8259 §7); bytes >= 0x80 pass through unchanged.
+void append_json_string(std::string& out, std::string_view s) {
+    static constexpr char hex[] = "0123456789abcdef";
+    out += '"';
+    for (char c : s) {
+        auto const u = static_cast<unsigned char>(c);
+        if (c == '"' || c == '\\') {
+            out += '\\';
+            out += c;
+        } else if (u < 0x20) {
+            out += "\\u00";
+            out += hex[u >> 4];
+            out += hex[u & 0xf];
+        } else {
+            out += c;
+        }
+    }
+    out += '"';
+}
+
+// IMF-fixdate of the current second, cached per thread.
+std::string_view http_date() {
+    thread_local std::time_t cached_second = 0;
+    thread_local std::array<char, 64> text{};
+    thread_local std::size_t length = 0;
+    std::time_t const now = std::time(nullptr);
+    if (now != cached_second) {
+        std::tm tm{};
+        gmtime_r(&now, &tm);
+        length = std::strftime(text.data(), text.size(), "%a, %d %b %Y %H:%M:%S GMT", &tm);
+        cached_second = now;
+    }
+    return {text.data(), length};
+}
+
+std::string const& execution_id_prefix() {
+    static std::string const prefix = "ex-" + std::to_string(::getpid()) + "-";
+    return prefix;
+}
+
+// %XX-decodes a query component ('+' stays '+': keys are sent percent-encoded).
+std::string percent_decode(std::string_view s) {
+    auto const nibble = [](char c) -> int {
+        if (c >= '0' && c <= '9')
+            return c - '0';
+        if (c >= 'a' && c <= 'f')
+            return c - 'a' + 10;
+        if (c >= 'A' && c <= 'F')
+            return c - 'A' + 10;
+        return -1;
+    };
+    std::string out;
+    for (std::size_t i = 0; i < s.size(); ++i) {
+        if (s[i] == '%' && i + 2 < s.size() && nibble(s[i + 1]) >= 0 && nibble(s[i + 2]) >= 0) {
+            out += static_cast<char>(nibble(s[i + 1]) * 16 + nibble(s[i + 2]));
+            i += 2;
+        } else {
+            out += s[i];
+        }
+    }
+    return out;
+}
+
+// Value of query parameter `name` in `target`, if present.
+std::optional<std::string> query_param(std::string_view target, std::string_view name) {
+    auto const q = target.find('?');
+    if (q == std::string_view::npos)
+        return std::nullopt;
+    std::string_view rest = target.substr(q + 1);
+    while (!rest.empty()) {
+        auto const amp = rest.find('&');
+        std::string_view const pair = rest.substr(0, amp);
+        rest = amp == std::string_view::npos ? std::string_view{} : rest.substr(amp + 1);
+        auto const eq = pair.find('=');
+        if (pair.substr(0, eq) == name)
+            return percent_decode(eq == std::string_view::npos ? std::string_view{}
+                                                               : pair.substr(eq + 1));
+    }
+    return std::nullopt;
+}
+
+/// One response about to be written: `head` is built by `build_head`, `body` is sent as is.
+struct reply {
+    unsigned status = 200;
+    std::string_view content_type;
+    std::string_view execution_id; // empty: no X-Execution-Id and no echo headers
+    bool chunked = false;
+    bool keep_alive = true;
+    bool head_request = false;
+};
+
+bool status_allows_body(unsigned status) {
+    return status >= 200 && status != 204 && status != 304;
+}
+
+void build_head(std::string& head, reply const& r, request_facts const& f, std::size_t body_size) {
+    head.clear();
+    head += "HTTP/1.1 ";
+    append_number(head, r.status);
+    head += ' ';
+    auto const st = beast::http::int_to_status(r.status);
+    head += st == beast::http::status::unknown ? std::string_view("Unknown")
+                                               : std::string_view(beast::http::obsolete_reason(st));
+    head += "\r\nDate: ";
+    head += http_date();
+    head += "\r\n";
+    if (status_allows_body(r.status)) {
+        head += "Content-Type: ";
+        head += r.content_type;
+        if (r.chunked) {
+            head += "\r\nTransfer-Encoding: chunked\r\n";
+        } else {
+            head += "\r\nContent-Length: ";
+            append_number(head, body_size);
+            head += "\r\n";
+        }
+    }
+    if (!r.execution_id.empty()) {
+        head += "X-Execution-Id: ";
+        head += r.execution_id;
+        head += "\r\n";
+        auto const echo = [&](std::string_view name, bool present, std::string_view value) {
+            if (!present)
+                return;
+            head += name;
+            head += ": ";
+            head += value;
+            head += "\r\n";
+        };
+        echo("X-Echo-Forwarded-For", f.has_forwarded_for, f.forwarded_for);
+        echo("X-Echo-Forwarded-Proto", f.has_forwarded_proto, f.forwarded_proto);
+        echo("X-Echo-Connection", f.has_connection, f.connection);
+        echo("X-Echo-Hop", !f.hop.empty(), f.hop);
+        head += f.extra_headers;
+    }
+    if (!r.keep_alive)
+        head += "Connection: close\r\n";
+    else if (f.version < 11)
+        head += "Connection: keep-alive\r\n";
+    head += "\r\n";
+}
+
+/// Serialises and writes one reply; false when the connection failed.
+net::awaitable<bool> write_reply(tcp::socket& socket, reply const& r, request_facts const& f,
+                                 std::string& head, std::string_view body) {
+    if (!status_allows_body(r.status))
+        body = {};
+    build_head(head, r, f, body.size());
+    if (r.head_request)
+        body = {};
+    std::array<char, 24> chunk_size{};
+    std::size_t chunk_size_len = 0;
+    std::string_view trailer;
+    if (r.chunked && status_allows_body(r.status) && !r.head_request) {
+        // The whole body as one chunk, then the last chunk (RFC 9112 §7.1).
+        if (!body.empty()) {
+            auto const res =
+                std::to_chars(chunk_size.data(), chunk_size.data() + 20, body.size(), 16);
+            chunk_size_len = static_cast<std::size_t>(res.ptr - chunk_size.data());
+            chunk_size[chunk_size_len++] = '\r';
+            chunk_size[chunk_size_len++] = '\n';
+            trailer = "\r\n0\r\n\r\n";
+        } else {
+            trailer = "0\r\n\r\n";
+        }
+    }
+    std::array<net::const_buffer, 4> const buffers{
+        net::buffer(head), net::buffer(chunk_size.data(), chunk_size_len),
+        net::buffer(body.data(), body.size()), net::buffer(trailer.data(), trailer.size())};
+    auto [ec, n] = co_await net::async_write(socket, buffers, use_tuple);
+    co_return !ec;
+}
+
+void close_socket(tcp::socket& socket) {
+    beast::error_code ignored;
+    socket.shutdown(tcp::socket::shutdown_both, ignored);
+    socket.close(ignored);
+}
+
+// Status for a request that failed to parse, or 0 when the connection just went away.
+unsigned failure_status(beast::error_code const& ec) {
+    if (ec.category() != beast::http::make_error_code(beast::http::error::end_of_stream).category())
+        return 0;
+    if (ec == beast::http::error::end_of_stream || ec == beast::http::error::partial_message)
+        return 0;
+    if (ec == beast::http::error::body_limit)
+        return 413;
+    if (ec == beast::http::error::header_limit)
+        return 431;
+    return 400;
+}
+
+void fill_body(std::string& body, request_facts const& f, std::string_view execution_id) {
+    body.clear();
+    if (f.binary) {
+        // Every byte value 0x00..0xff in order, repeated: catches any text-mode mangling.
+        body.resize(f.body_size.value_or(256));
+        for (std::size_t i = 0; i < body.size(); ++i)
+            body[i] = static_cast<char>(static_cast<unsigned char>(i & 0xff));
+    } else if (f.body_size) {
+        // Byte i is 'a' + i % 26: easy to regenerate and compare in a test.
+        body.resize(*f.body_size);
+        for (std::size_t i = 0; i < body.size(); ++i)
+            body[i] = static_cast<char>('a' + i % 26);
+    } else {
+        body += "{\"execution_id\":";
+        append_json_string(body, execution_id);
+        body += ",\"method\":";
+        append_json_string(body, f.method);
+        body += ",\"path\":";
+        append_json_string(body, f.target);
+        body += ",\"key\":";
+        if (f.has_key)
+            append_json_string(body, f.key);
+        else
+            body += "null";
+        body += ",\"body_bytes\":";
+        append_number(body, f.body_bytes);
+        body += '}';
+    }
+}
+
+/// Answers the /__* control endpoints; false when `path` is not one of them.
+bool control_reply(std::string_view path, request_facts const& f, execution_counts& counts,
+                   reply& r, std::string& body) {
+    body.clear();
+    if (path == "/__health") {
+        r.content_type = "text/plain";
+        body = "ok";
+    } else if (path == "/__counts") {
+        r.content_type = "application/json";
+        body += "{\"total\":";
+        append_number(body, counts.total());
+        body += ",\"keys\":{";
+        bool first = true;
+        for (auto const& [key, n] : counts.keys()) {
+            if (!first)
+                body += ',';
+            first = false;
+            append_json_string(body, key);
+            body += ':';
+            append_number(body, n);
+        }
+        body += "}}";
+    } else if (path == "/__count") {
+        std::string const key = query_param(f.target, "key").value_or(std::string{});
+        r.content_type = "application/json";
+        body += "{\"key\":";
+        append_json_string(body, key);
+        body += ",\"count\":";
+        append_number(body, counts.count(key));
+        body += '}';
+    } else if (path == "/__reset") {
+        counts.reset();
+        r.status = 204;
+    } else {
+        return false;
+    }
+    return true;
+}
+
+net::awaitable<void> serve(tcp::socket& socket, execution_counts& counts) {
+    beast::error_code ignored;
+    socket.set_option(tcp::no_delay(true), ignored);
+
+    beast::flat_buffer buffer;
+    request_facts facts;
+    std::optional<request_reader> reader;
+    std::string head;
+    std::string body;
+    std::string execution_id;
+    net::steady_timer timer(socket.get_executor());
+
+    for (;;) {
+        facts.clear();
+        reader.emplace(facts);
+        reader->body_limit(body_limit);
+        reader->header_limit(header_limit);
+
+        auto [ec, n] = co_await beast::http::async_read_header(socket, buffer, *reader, use_tuple);
+        if (!ec && !reader->is_done()) {
+            if (facts.expect_continue && facts.version >= 11) {
+                static constexpr std::string_view cont = "HTTP/1.1 100 Continue\r\n\r\n";
+                auto [wec, wn] = co_await net::async_write(
+                    socket, net::buffer(cont.data(), cont.size()), use_tuple);
+                if (wec)
+                    co_return;
+            }
+            std::tie(ec, n) = co_await beast::http::async_read(socket, buffer, *reader, use_tuple);
+        }
+        if (ec) {
+            if (unsigned const status = failure_status(ec)) {
+                reply r;
+                r.status = status;
+                r.content_type = "text/plain";
+                r.keep_alive = false;
+                facts.extra_headers.clear();
+                co_await write_reply(socket, r, facts, head, ec.message());
+            }
+            close_socket(socket);
+            co_return;
+        }
+
+        reply r;
+        r.content_type = "application/json";
+        r.keep_alive = reader->keep_alive();
+        r.head_request = facts.method == "HEAD";
+        std::string_view const target = facts.target;
+        std::string_view const path = target.substr(0, target.find('?'));
+
+        if (path.starts_with("/__") && control_reply(path, facts, counts, r, body)) {
+            facts.extra_headers.clear();
+        } else if (facts.bad_test_header) {
+            r.status = 400;
+            r.content_type = "text/plain";
+            facts.extra_headers.clear();
+            body = "bad X-Test-* header value";
+        } else {
+            std::uint64_t const seq = counts.record(facts.key, facts.has_key);
+            execution_id = execution_id_prefix();
+            append_number(execution_id, seq);
+
+            if (facts.drop) {
+                close_socket(socket);
+                co_return;
+            }
+            if (facts.drop_after_ms) {
+                timer.expires_after(std::chrono::milliseconds(*facts.drop_after_ms));
+                co_await timer.async_wait(use_tuple);
+                close_socket(socket);
+                co_return;
+            }
+            if (facts.delay_ms) {
+                timer.expires_after(std::chrono::milliseconds(*facts.delay_ms));
+                co_await timer.async_wait(use_tuple);
+            }
+            r.status = facts.status;
+            r.execution_id = execution_id;
+            r.chunked = facts.chunked;
+            if (facts.binary)
+                r.content_type = "application/octet-stream";
+            else if (facts.body_size)
+                r.content_type = "text/plain";
+            fill_body(body, facts, execution_id);
+        }
+
+        if (!co_await write_reply(socket, r, facts, head, body) || !r.keep_alive) {
+            close_socket(socket);
+            co_return;
+        }
+    }
+}
+
+} // namespace
+
+net::awaitable<void> run_session(tcp::socket socket, execution_counts& counts) {
+    try {
+        co_await serve(socket, counts);
+    } catch (std::exception const& e) {
+        std::fprintf(stderr, "session failed: %s\n", e.what());
+    }
+}
+
+} // namespace onceproxy::test_upstream

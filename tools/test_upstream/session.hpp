@@ -1,0 +1,17 @@
+#pragma once
+// One keep-alive HTTP/1.1 connection of the test upstream.
+
+#include "execution_counts.hpp"
+
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/ip/tcp.hpp>
+
+namespace onceproxy::test_upstream {
+
+/// Serves requests on `socket` until the peer closes, a request asks to close, a request is
+/// malformed (answered 400/413/431, then closed) or X-Test-Drop* says to drop it. Runs on the
+/// socket's executor; `counts` must outlive the session. Never throws for network input.
+boost::asio::awaitable<void> run_session(boost::asio::ip::tcp::socket socket,
+                                         execution_counts& counts);
+
+} // namespace onceproxy::test_upstream
