@@ -1,0 +1,180 @@
+#include <onceproxy/core/fingerprint.hpp>
+
+#include <doctest/doctest.h>
+
+#include <set>
+#include <string>
+#include <vector>
+
+namespace core = onceproxy::core;
+using core::fingerprint_input;
+using core::header_view;
+
+namespace {
+
+fingerprint_input json_post(std::string_view body) {
+    fingerprint_input in;
+    in.method = "POST";
+    in.target = "/v1/payments?x=1";
+    in.headers = {{"content-type", "application/json"}};
+    in.content_type = "application/json";
+    in.body = body;
+    in.json_canonical = true;
+    return in;
+}
+
+std::string fp(const fingerprint_input& in) {
+    return core::compute_fingerprint(in);
+}
+
+} // namespace
+
+TEST_CASE("sha256 and hex against FIPS 180-2 values") {
+    CHECK(core::to_hex(core::sha256("abc")) ==
+          "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+    CHECK(core::to_hex(core::sha256("")) ==
+          "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+    CHECK(core::sha256("abc").size() == 32);
+    CHECK(core::to_hex(std::string("\x00\xff\x10", 3)) == "00ff10");
+}
+
+TEST_CASE("JSON media types") {
+    CHECK(core::is_json_media_type("application/json"));
+    CHECK(core::is_json_media_type("Application/JSON; charset=utf-8"));
+    CHECK(core::is_json_media_type(" application/problem+json"));
+    CHECK(core::is_json_media_type("application/vnd.api+json;v=2"));
+    CHECK_FALSE(core::is_json_media_type("text/plain"));
+    CHECK_FALSE(core::is_json_media_type("application/jsonx"));
+    CHECK_FALSE(core::is_json_media_type("application/+json"));
+    CHECK_FALSE(core::is_json_media_type("text/json"));
+    CHECK_FALSE(core::is_json_media_type(""));
+}
+
+TEST_CASE("the same JSON serialised differently has the same fingerprint") {
+    const auto a = fp(json_post(R"({"amount":1000,"currency":"eur","meta":{"b":1.0,"a":[1e2]}})"));
+    const auto b =
+        fp(json_post("{\n  \"meta\": {\"a\": [100], \"b\": 1},\n  \"currency\": \"\\u0065ur\",\n  "
+                     "\"amount\": 1000.0\n}\n"));
+    CHECK(a.size() == 32);
+    CHECK(a == b);
+    CHECK(a == fp(json_post(R"({"amount":1000,"currency":"eur","meta":{"b":1.0,"a":[1e2]}})")));
+
+    auto plus_json = json_post(R"({"a": 1})");
+    plus_json.content_type = "application/merge-patch+json";
+    auto compact = json_post(R"({"a":1})");
+    compact.content_type = "application/merge-patch+json";
+    CHECK(fp(plus_json) == fp(compact));
+}
+
+TEST_CASE("different requests have different fingerprints") {
+    const auto base_in = json_post(R"({"amount":1000})");
+    const auto base = fp(base_in);
+    std::set<std::string> seen{base};
+    const auto add_distinct = [&](const fingerprint_input& in, const char* what) {
+        CHECK_MESSAGE(seen.insert(fp(in)).second, what);
+    };
+
+    add_distinct(json_post(R"({"amount":1001})"), "body");
+    add_distinct(json_post(R"({"amount":9007199254740993})"), "body beyond 2^53");
+    add_distinct(json_post(R"({"amount":9007199254740992})"), "body at 2^53");
+    add_distinct(json_post(R"({"amount":0.30000000000000001})"), "17 digits");
+    add_distinct(json_post(R"({"amount":0.3})"), "the 17-digit value rounded");
+    auto in = base_in;
+    in.method = "PATCH";
+    add_distinct(in, "method");
+    in = base_in;
+    in.target = "/v1/payments?x=2";
+    add_distinct(in, "query");
+    in = base_in;
+    in.target = "/v1/orders/2/refunds";
+    add_distinct(in, "path");
+    in = base_in;
+    in.headers = {{"content-type", "application/json; charset=utf-8"}};
+    add_distinct(in, "header value");
+    in = base_in;
+    in.headers = {};
+    add_distinct(in, "header absent");
+    in = base_in;
+    in.headers = {{"content-type", ""}};
+    add_distinct(in, "header empty");
+    in = base_in;
+    in.headers = {{"content-type", "application/json"}, {"x-tenant", "a"}};
+    add_distinct(in, "extra header");
+    in = base_in;
+    in.headers = {{"content-type", "application/json"}, {"x-tenant", "b"}};
+    add_distinct(in, "extra header value");
+    in = base_in;
+    in.json_canonical = false;
+    add_distinct(in, "raw body bytes instead of the canonical form");
+
+    // Header names are case-insensitive.
+    in = base_in;
+    in.headers = {{"Content-Type", "application/json"}};
+    CHECK(fp(in) == base);
+}
+
+TEST_CASE("no collision by concatenation of fields") {
+    fingerprint_input a;
+    a.method = "POST";
+    a.target = "/ab";
+    a.content_type = "text/plain";
+    a.body = "c";
+    fingerprint_input b = a;
+    b.target = "/a";
+    b.body = "bc";
+    CHECK(fp(a) != fp(b));
+
+    fingerprint_input h1 = a;
+    h1.headers = {{"x-a", "bc"}};
+    fingerprint_input h2 = a;
+    h2.headers = {{"x-ab", "c"}};
+    CHECK(fp(h1) != fp(h2));
+    CHECK(core::principal_hash(std::vector<header_view>{{"x-a", "bc"}}) !=
+          core::principal_hash(std::vector<header_view>{{"x-ab", "c"}}));
+}
+
+TEST_CASE("invalid or non-JSON bodies are hashed raw, never an error") {
+    for (const std::string_view body : {"{not json", "", "\xff\xfe", "{\"a\":1,\"a\":2}"}) {
+        auto in = json_post(body);
+        const auto f = fp(in);
+        CHECK(f.size() == 32);
+        in.json_canonical = false;
+        CHECK_MESSAGE(f == fp(in), "raw hashing of: ", body);
+    }
+    // Whitespace matters for raw bodies.
+    auto text = json_post(R"({"a":1})");
+    text.content_type = "text/plain";
+    auto spaced = json_post(R"({"a": 1})");
+    spaced.content_type = "text/plain";
+    CHECK(fp(text) != fp(spaced));
+}
+
+TEST_CASE("principal hash and store key") {
+    const std::vector<header_view> alice{{"authorization", "Bearer alice"}};
+    const std::vector<header_view> bob{{"authorization", "Bearer bob"}};
+    const auto p_alice = core::principal_hash(alice);
+    const auto p_bob = core::principal_hash(bob);
+    CHECK(p_alice.size() == 32);
+    CHECK(p_alice != p_bob);
+    CHECK(p_alice ==
+          core::principal_hash(std::vector<header_view>{{"Authorization", "Bearer alice"}}));
+    CHECK(core::principal_hash({}) != p_alice);
+    CHECK(core::principal_hash({}) == core::principal_hash({}));
+
+    const std::string key = "order-8e03978e-secret";
+    const auto k = core::store_key("onceproxy:", "payments", p_alice, key);
+    CHECK(k.starts_with("onceproxy:"));
+    CHECK(k.size() == std::string("onceproxy:").size() + 64);
+    CHECK(k.find(key) == std::string::npos);
+    CHECK(k.find("alice") == std::string::npos);
+    CHECK(k.find("payments") == std::string::npos);
+    CHECK(k == core::store_key("onceproxy:", "payments", p_alice, key));
+
+    std::set<std::string> keys{k};
+    CHECK(keys.insert(core::store_key("onceproxy:", "orders", p_alice, key)).second);
+    CHECK(keys.insert(core::store_key("onceproxy:", "payments", p_bob, key)).second);
+    CHECK(keys.insert(core::store_key("onceproxy:", "payments", p_alice, key + "x")).second);
+    CHECK(keys.insert(core::store_key("other:", "payments", p_alice, key)).second);
+    // Field boundaries are part of the hash.
+    CHECK(core::store_key("", "ab", "c", "d") != core::store_key("", "a", "bc", "d"));
+}
