@@ -213,12 +213,19 @@ private:
         if (!f.present()) {
             return;
         }
-        if (f.node.IsScalar() && f.node.Scalar() == "auto") {
+        const auto text = w_.scalar(f, "auto or a positive integer");
+        if (!text || *text == "auto") {
             return;
         }
-        if (auto n = w_.integer(f, 1, 1024)) {
-            cfg.workers = static_cast<unsigned>(*n);
+        unsigned n = 0;
+        const auto [ptr, ec] = std::from_chars(text->data(), text->data() + text->size(), n);
+        if (text->empty() || ec != std::errc{} || ptr != text->data() + text->size() || n < 1 ||
+            n > 1024) {
+            w_.error(f, "invalid workers value '" + *text +
+                            "'; expected auto or an integer from 1 to 1024");
+            return;
         }
+        cfg.workers = n;
     }
 
     void read_limits(const yaml_field& f, limits_config& limits) {

@@ -2,9 +2,18 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <string>
+#include <thread>
+#include <vector>
 
 namespace cfg = onceproxy::config;
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
 
 namespace {
 
@@ -12,18 +21,351 @@ std::string conf_path(const char* name) {
     return std::string{ONCEPROXY_SOURCE_DIR} + "/conf/" + name;
 }
 
+std::string data_path(const std::string& name) {
+    return std::string{ONCEPROXY_TEST_DATA} + "/config/" + name;
+}
+
+/// The errors load_string/load_file threw, or an empty list when it loaded.
+template <class Load>
+std::vector<cfg::config_error> errors_of(Load load) {
+    try {
+        load();
+    } catch (const cfg::config_errors& e) {
+        return e.errors();
+    }
+    return {};
+}
+
+std::vector<cfg::config_error> errors_of_text(const std::string& yaml) {
+    return errors_of([&] { return cfg::load_string(yaml, "test.yaml"); });
+}
+
+std::string describe(const std::vector<cfg::config_error>& errors) {
+    std::string out;
+    for (const auto& e : errors) {
+        out += e.to_string() + "\n";
+    }
+    return out;
+}
+
+cfg::status_set statuses(std::initializer_list<std::pair<std::size_t, std::size_t>> ranges) {
+    cfg::status_set s;
+    for (const auto& [first, last] : ranges) {
+        for (std::size_t i = first; i <= last; ++i) {
+            s.set(i);
+        }
+    }
+    return s;
+}
+
+constexpr const char* minimal_upstream = "upstreams: { app: { url: \"http://127.0.0.1:3000\" } }\n";
+
 } // namespace
 
 TEST_CASE("conf/minimal.yaml loads with the expected resolved values") {
     const auto c = cfg::load_file(conf_path("minimal.yaml"));
+    CHECK(c->source_file == conf_path("minimal.yaml"));
     CHECK(c->listen.host == "127.0.0.1");
     CHECK(c->listen.port == 8080);
+    CHECK(c->workers == std::max(1U, std::thread::hardware_concurrency()));
     REQUIRE(c->upstreams.size() == 1);
+    CHECK(c->upstreams[0].name == "app");
     CHECK(c->upstreams[0].host == "127.0.0.1");
     CHECK(c->upstreams[0].port == 3000);
     CHECK_FALSE(c->upstreams[0].tls);
     CHECK(c->store.type == cfg::store_type::memory);
+    CHECK_FALSE(c->admin.listen.has_value());
     REQUIRE(c->routes.size() == 2);
-    CHECK(c->routes[0].idempotency.mode == cfg::idempotency_mode::required);
+    const auto& pay = c->routes[0];
+    CHECK(pay.name == "payments");
+    CHECK(pay.match.kind == cfg::path_match_kind::exact);
+    CHECK(pay.match.path == "/v1/payments");
+    CHECK(pay.match.methods == std::vector<std::string>{"POST"});
+    CHECK(pay.idempotency.mode == cfg::idempotency_mode::required);
+    // Built-in defaults fill every unset field.
+    CHECK(pay.idempotency.methods == std::vector<std::string>{"POST", "PATCH"});
+    CHECK(pay.idempotency.key.header == "Idempotency-Key");
+    CHECK(pay.idempotency.ttl == 24h);
+    CHECK(pay.idempotency.lease == 30s);
+    CHECK(pay.idempotency.mismatch_status == 422);
+    CHECK(pay.idempotency.record == statuses({{200, 499}}));
+    CHECK(pay.idempotency.release == statuses({{408, 408}, {425, 425}, {429, 429}, {500, 599}}));
     CHECK(c->routes[1].idempotency.mode == cfg::idempotency_mode::off);
+    CHECK(c->routes[1].match.kind == cfg::path_match_kind::prefix);
+}
+
+TEST_CASE("conf/example.yaml loads and shows every knob") {
+    const auto c = cfg::load_file(conf_path("example.yaml"));
+    REQUIRE(c->admin.listen.has_value());
+    CHECK(c->admin.listen->port == 9901);
+    CHECK(c->limits.max_response_bytes == 64U * 1024 * 1024);
+    CHECK(c->store.memory.max_bytes == 256U * 1024 * 1024);
+    CHECK(c->store.redis.command_timeout == 250ms);
+    REQUIRE(c->routes.size() == 4);
+    CHECK(c->routes[0].idempotency.ttl == 7 * 24h);
+    CHECK(c->routes[0].idempotency.exclude_headers == std::vector<std::string>{"Set-Cookie"});
+    CHECK(c->routes[1].idempotency.key.json_pointer == "/id");
+    CHECK(c->routes[1].idempotency.ttl == 30 * 24h);
+    CHECK(c->routes[2].match.kind == cfg::path_match_kind::pattern);
+    CHECK(c->routes[2].idempotency.ttl == 24h); // from defaults
+    CHECK(c->routes[3].idempotency.mode == cfg::idempotency_mode::off);
+}
+
+TEST_CASE("defaults are inherited by routes and overridden field by field") {
+    ::setenv("ONCEPROXY_TEST_REDIS_HOST", "redis.internal", 1);
+    const auto c = cfg::load_file(data_path("good/inheritance.yaml"));
+    ::unsetenv("ONCEPROXY_TEST_REDIS_HOST");
+
+    CHECK(c->listen.host == "::1");
+    CHECK(c->listen.port == 8443);
+    REQUIRE(c->tls.has_value());
+    CHECK(c->tls->cert_file == "/etc/tls/cert.pem");
+    CHECK(c->tls->key_file == "/etc/tls/key.pem");
+    CHECK(c->workers == 3);
+    CHECK_FALSE(c->access_log);
+    CHECK(c->admin.readiness.require_store);
+    CHECK(c->limits.max_request_bytes == 64U * 1024);
+    CHECK(c->limits.max_header_bytes == 16U * 1024); // built-in
+    CHECK(c->limits.header_timeout == 500ms);
+    CHECK(c->limits.drain_timeout == 2min);
+
+    REQUIRE(c->upstreams.size() == 2);
+    CHECK(c->upstreams[0].host == "app.internal");
+    CHECK(c->upstreams[0].port == 80);
+    CHECK(c->upstreams[1].tls);
+    CHECK(c->upstreams[1].host == "billing.example.com");
+    CHECK(c->upstreams[1].port == 8443);
+    CHECK(c->upstreams[1].connect_timeout == 250ms);
+    CHECK(c->upstreams[1].max_connections == 8);
+
+    CHECK(c->store.type == cfg::store_type::redis);
+    CHECK(c->store.redis.url == "redis://redis.internal:6379/2");
+    CHECK(c->store.redis.key_prefix == "p:${literal}");
+    CHECK(c->store.redis.command_timeout == 100ms);
+    CHECK(c->store.redis.connect_timeout == 500ms); // built-in
+    CHECK(c->store.redis.maxmemory_policy == cfg::maxmemory_check::warn);
+
+    REQUIRE(c->routes.size() == 3);
+    const auto& pay = c->routes[0].idempotency;
+    CHECK(c->routes[0].upstream_index == 1);
+    CHECK(pay.mode == cfg::idempotency_mode::required);            // route
+    CHECK(pay.methods == std::vector<std::string>{"POST", "PUT"}); // defaults, upper-cased
+    CHECK(pay.ttl == 7 * 24h);                                     // route over defaults
+    CHECK(pay.lease == 20s);                                       // defaults
+    CHECK(pay.wait_timeout == 10s);                                // built-in
+    CHECK(pay.key.json_pointer == "/data/id");                     // route's key source ...
+    CHECK(pay.key.header == "Idempotency-Key"); // ... replaces the inherited header as a whole
+    CHECK(pay.key.max_length == 64);            // other key fields still inherited
+    CHECK(pay.mismatch_status == 409);
+    CHECK(pay.concurrent == cfg::concurrent_policy::wait);
+    CHECK(pay.stripe_compat);
+    CHECK(pay.on_store_error == cfg::store_error_policy::fail_open);
+    CHECK(pay.record == statuses({{200, 299}}));
+    CHECK(pay.release == statuses({{409, 409}, {500, 599}}));
+
+    const auto& orders = c->routes[1].idempotency;
+    CHECK(c->routes[1].upstream_index == 0);
+    CHECK(orders.mode == cfg::idempotency_mode::optional); // no block: defaults' mode
+    CHECK(orders.key.header == "X-Request-Key");
+    CHECK(orders.key.json_pointer.empty());
+    CHECK(orders.ttl == 1h);
+    CHECK(orders.mismatch_status == 422);
+    CHECK_FALSE(orders.stripe_compat);
+
+    CHECK(c->routes[2].idempotency.mode == cfg::idempotency_mode::off);
+}
+
+TEST_CASE("a route without an idempotency block is off unless defaults set a mode") {
+    const auto c = cfg::load_string(std::string{minimal_upstream} +
+                                        "defaults: { ttl: 1h }\n"
+                                        "routes:\n"
+                                        "  - { name: all, match: { prefix: / }, upstream: app }\n",
+                                    "inline.yaml");
+    CHECK(c->routes[0].idempotency.mode == cfg::idempotency_mode::off);
+    CHECK(c->routes[0].idempotency.ttl == 1h);
+}
+
+TEST_CASE("bad files: each error names its line and what was expected") {
+    // Every file in bad/ carries its expectations as comments: `# expect: LINE: text`, where
+    // text is a substring of "path: message". The file must produce exactly those errors.
+    std::vector<fs::path> files;
+    for (const auto& entry : fs::directory_iterator(data_path("bad"))) {
+        if (entry.path().extension() == ".yaml") {
+            files.push_back(entry.path());
+        }
+    }
+    std::sort(files.begin(), files.end());
+    REQUIRE(files.size() >= 25);
+
+    for (const auto& file : files) {
+        CAPTURE(file.filename().string());
+        struct expectation {
+            int line;
+            std::string text;
+        };
+        std::vector<expectation> expected;
+        std::ifstream in(file);
+        std::string line;
+        while (std::getline(in, line)) {
+            const std::string tag = "# expect: ";
+            if (line.rfind(tag, 0) == 0) {
+                const auto colon = line.find(": ", tag.size());
+                expected.push_back({std::stoi(line.substr(tag.size(), colon - tag.size())),
+                                    line.substr(colon + 2)});
+            }
+        }
+        REQUIRE_FALSE(expected.empty());
+
+        const auto errors = errors_of([&] { return cfg::load_file(file.string()); });
+        CAPTURE(describe(errors));
+        CHECK(errors.size() == expected.size());
+        for (const auto& want : expected) {
+            CAPTURE(want.line);
+            CAPTURE(want.text);
+            const bool found = std::any_of(errors.begin(), errors.end(), [&](const auto& e) {
+                const std::string text = e.path.empty() ? e.message : e.path + ": " + e.message;
+                return e.line == want.line && e.column > 0 && e.file == file.string() &&
+                       text.find(want.text) != std::string::npos;
+            });
+            CHECK(found);
+        }
+    }
+}
+
+TEST_CASE("all errors are reported at once, in file order") {
+    const auto file = data_path("bad/many_errors.yaml");
+    const auto errors = errors_of([&] { return cfg::load_file(file); });
+    REQUIRE(errors.size() == 5);
+    for (std::size_t i = 1; i < errors.size(); ++i) {
+        CHECK(errors[i - 1].line <= errors[i].line);
+    }
+    CHECK(errors[0].to_string() ==
+          file + ":7:1: listn: unknown key 'listn'; allowed keys: listen, tls, admin, workers, "
+                 "limits, upstreams, store, defaults, routes, access_log");
+    try {
+        cfg::load_file(file);
+        FAIL("expected config_errors");
+    } catch (const cfg::config_errors& e) {
+        const std::string what = e.what();
+        CHECK(what.find("5 configuration errors") == 0);
+        CHECK(what.find(file + ":17:") != std::string::npos);
+    }
+}
+
+TEST_CASE("a missing file is one error naming the file") {
+    const auto errors = errors_of([] { return cfg::load_file("/nonexistent/onceproxy.yaml"); });
+    REQUIRE(errors.size() == 1);
+    CHECK(errors[0].file == "/nonexistent/onceproxy.yaml");
+    CHECK(errors[0].message.find("cannot open the file") != std::string::npos);
+    CHECK(errors[0].to_string().find("/nonexistent/onceproxy.yaml: cannot open") == 0);
+}
+
+TEST_CASE("empty and multi-document files are rejected") {
+    CHECK(errors_of_text("").size() == 1);
+    CHECK(errors_of_text("# only a comment\n").size() == 1);
+    const auto errors =
+        errors_of_text(std::string{minimal_upstream} +
+                       "routes: [{ name: a, match: { prefix: / }, upstream: app }]\n"
+                       "---\n"
+                       "listen: 1.2.3.4:5\n");
+    REQUIRE(errors.size() == 1);
+    CHECK(errors[0].message.find("single YAML document") != std::string::npos);
+}
+
+TEST_CASE("${VAR} substitution from the environment") {
+    const std::string routes = "routes: [{ name: a, match: { prefix: / }, upstream: app }]\n";
+    ::setenv("ONCEPROXY_TEST_PORT", "4000", 1);
+    ::setenv("ONCEPROXY_TEST_TTL", "90s", 1);
+    ::setenv("ONCEPROXY_TEST_TRICKY", "a: b # c", 1);
+
+    SUBCASE("in strings, durations and partial values") {
+        const auto c = cfg::load_string(
+            "upstreams: { app: { url: \"http://127.0.0.1:${ONCEPROXY_TEST_PORT}\" } }\n"
+            "defaults: { ttl: \"${ONCEPROXY_TEST_TTL}\" }\n"
+            "store: { redis: { key_prefix: \"${ONCEPROXY_TEST_TRICKY}\" } }\n" +
+                routes,
+            "env.yaml");
+        CHECK(c->upstreams[0].port == 4000);
+        CHECK(c->routes[0].idempotency.ttl == 90s);
+        // The value is substituted after parsing: YAML syntax in it stays text.
+        CHECK(c->store.redis.key_prefix == "a: b # c");
+    }
+    SUBCASE("$${ is a literal ${ and a lone $ stays") {
+        const auto c =
+            cfg::load_string(std::string{minimal_upstream} +
+                                 "store: { redis: { key_prefix: \"$${X}$a$\" } }\n" + routes,
+                             "env.yaml");
+        CHECK(c->store.redis.key_prefix == "${X}$a$");
+    }
+    SUBCASE("an unset variable or a malformed reference is an error on its line") {
+        ::unsetenv("ONCEPROXY_TEST_UNSET");
+        const auto errors = errors_of_text(std::string{minimal_upstream} +
+                                           "defaults:\n"
+                                           "  ttl: ${ONCEPROXY_TEST_UNSET}\n"
+                                           "  lease: ${1BAD}\n"
+                                           "  wait_timeout: ${OPEN\n" +
+                                           routes);
+        REQUIRE(errors.size() == 3);
+        CHECK(errors[0].line == 3);
+        CHECK(errors[0].path == "defaults.ttl");
+        CHECK(errors[0].message.find("ONCEPROXY_TEST_UNSET is not set") != std::string::npos);
+        CHECK(errors[1].line == 4);
+        CHECK(errors[1].message.find("invalid variable reference") != std::string::npos);
+        CHECK(errors[2].line == 5);
+        CHECK(errors[2].message.find("unterminated") != std::string::npos);
+    }
+    ::unsetenv("ONCEPROXY_TEST_PORT");
+    ::unsetenv("ONCEPROXY_TEST_TTL");
+    ::unsetenv("ONCEPROXY_TEST_TRICKY");
+}
+
+TEST_CASE("lease equal to the upstream timeout is accepted; off routes are not checked") {
+    const std::string up = "upstreams: { app: { url: \"http://h\", timeout: 30s } }\n";
+    CHECK(errors_of_text(up + "routes: [{ name: a, match: { prefix: / }, upstream: app,\n"
+                              "  idempotency: { mode: required, lease: 30s } }]\n")
+              .empty());
+    CHECK(errors_of_text(up + "routes: [{ name: a, match: { prefix: / }, upstream: app,\n"
+                              "  idempotency: { mode: off, lease: 1s } }]\n")
+              .empty());
+    // Inherited from defaults: the defaults' lease is blamed.
+    const auto errors =
+        errors_of_text(up + "defaults: { lease: 10s }\n"
+                            "routes: [{ name: a, match: { prefix: / }, upstream: app,\n"
+                            "  idempotency: { mode: optional } }]\n");
+    REQUIRE(errors.size() == 1);
+    CHECK(errors[0].line == 2);
+    CHECK(errors[0].path == "defaults.lease");
+}
+
+TEST_CASE("upstream urls") {
+    const auto load_url = [](const std::string& url) {
+        return cfg::load_string(
+            "upstreams: { app: { url: \"" + url +
+                "\" } }\nroutes: [{ name: a, match: { prefix: / }, upstream: app }]\n",
+            "u.yaml");
+    };
+    auto c = load_url("https://api.example.com");
+    CHECK(c->upstreams[0].tls);
+    CHECK(c->upstreams[0].port == 443);
+    c = load_url("http://[::1]:3000/");
+    CHECK(c->upstreams[0].host == "::1");
+    CHECK(c->upstreams[0].port == 3000);
+    c = load_url("http://[fd00::1]");
+    CHECK(c->upstreams[0].host == "fd00::1");
+    CHECK(c->upstreams[0].port == 80);
+    for (const char* bad : {"ftp://h", "http://", "http://h:0", "http://h:70000", "http://u@h",
+                            "http://h/x", "http://h?q", "http://h:abc", "127.0.0.1:3000"}) {
+        CAPTURE(bad);
+        const auto errors = errors_of([&] { return load_url(bad); });
+        REQUIRE(errors.size() == 1);
+        CHECK(errors[0].path == "upstreams.app.url");
+    }
+}
+
+TEST_CASE("key_prefix may be empty but route names are restricted") {
+    const auto errors =
+        errors_of_text(std::string{minimal_upstream} +
+                       "routes: [{ name: \"a b\", match: { prefix: / }, upstream: app }]\n");
+    REQUIRE(errors.size() == 1);
+    CHECK(errors[0].message.find("invalid route name") != std::string::npos);
 }
