@@ -1,0 +1,305 @@
+#pragma once
+// The idempotency exchange state machine (SPEC §1-§3): what one guarded request does with its key.
+//
+// Pure: no sockets, no store, no clock reads. The session feeds it events, each with `now`, and
+// carries out the action it returns; the model is Boost.Redis's exec_fsm. Typical driver:
+//
+//   exchange_fsm fsm(route.idempotency);
+//   action a = fsm.start(facts, now());
+//   while (a.kind != action_kind::done) {
+//     switch (a.kind) {
+//     claim:        a = fsm.on_claim(event_of(co_await store.async_claim(...)), now());
+//     forward:      start the upstream call; then as wait_until
+//     wait_until:   wait for the pending upstream call (if any) or a.wake_at, then
+//                   a = fsm.on_upstream(...) or a = fsm.on_tick(now())
+//     extend_lease: a = fsm.on_extend(event_of(co_await store.async_extend(...)), now());
+//     complete:     a = fsm.on_complete(event_of(co_await store.async_complete(...)), now());
+//     release:      a = fsm.on_release(event_of(co_await store.async_release(...)), now());
+//     replay, respond, reject, passthrough:
+//                   answer the client; a = fsm.on_responded(now());
+//     }
+//   }
+//   metrics.count(*fsm.outcome());
+//
+// Driving rules (the contract):
+//   - Exactly one store operation is outstanding at a time: after claim, extend_lease, complete
+//     or release, the next event must be that operation's result.
+//   - The upstream call started by `forward` is the only operation that may be pending across
+//     other actions: while it runs the fsm may ask for extend_lease (await it, feed on_extend,
+//     then go on waiting). Its outcome is fed with on_upstream once, in state forwarding.
+//   - `wake_at` of forward / wait_until: call on_tick(now) at or after that time unless another
+//     event comes first. time_point::max() means "no timer: wait for the pending upstream call".
+//     An early tick is harmless: the same wait_until comes back.
+//   - After a client-facing action (replay, respond, reject, passthrough) call on_responded,
+//     whether or not the client could be written to. When on_responded does not return done,
+//     the remaining actions are store-only (background completion retry): the session may move
+//     the fsm into a detached coroutine and go on serving the connection.
+//   - on_client_gone() may be called at any time. The exchange still records or releases what
+//     the upstream answered; client-facing actions are skipped from then on, and a duplicate
+//     waiting for the first attempt (concurrent: wait) stops waiting.
+//   - Events that do not fit the current state are driver bugs (asserted).
+
+#include <onceproxy/config/config.hpp>
+
+#include <chrono>
+#include <cstddef>
+#include <optional>
+#include <string_view>
+
+namespace onceproxy::core {
+
+using time_point = std::chrono::steady_clock::time_point;
+using duration = std::chrono::milliseconds;
+
+/// Where the exchange is.
+enum class state {
+    idle,       ///< start() not called yet
+    claiming,   ///< claim issued, waiting for on_claim
+    waiting,    ///< concurrent: wait, backing off before the next claim of a busy key
+    forwarding, ///< lease held, request at the upstream; ticks extend the lease
+    extending,  ///< extend_lease issued while forwarding, waiting for on_extend
+    completing, ///< complete issued, waiting for on_complete
+    releasing,  ///< release issued, waiting for on_release
+    answering,  ///< client-facing action issued, waiting for on_responded
+    retry_wait, ///< answered unrecorded; backing off before retrying the completion
+    finished,   ///< done; outcome() is final
+};
+
+/// What the session must do next.
+enum class action_kind {
+    claim,        ///< claim the key in the store with `lease`; feed on_claim
+    forward,      ///< send the request upstream; then as wait_until (lease ticks at `wake_at`)
+    extend_lease, ///< extend the lease by `lease`; feed on_extend
+    complete,     ///< record `record` (with `replayable`, `ttl`) under the lease; feed on_complete
+    release,      ///< delete the lease so a retry may run; feed on_release
+    replay,       ///< answer with the record the claim returned, Idempotency-Status: replayed
+    respond,      ///< pass the upstream response on, with `status_header`
+    reject,       ///< answer the problem `problem` (status, code, Retry-After), `status_header`
+    passthrough,  ///< plain proxying: forward unprotected and pass the answer on
+    wait_until,   ///< nothing to do until `wake_at` or the pending upstream outcome
+    done,         ///< the exchange is over; outcome() is final
+};
+
+/// Stable problem codes of the errors the exchange produces (SPEC §3.2).
+enum class problem_code {
+    missing_key,             ///< 400 idempotency.missing_key
+    invalid_key,             ///< 400 idempotency.invalid_key
+    payload_mismatch,        ///< 422 or 409 idempotency.payload_mismatch
+    in_progress,             ///< 409 idempotency.in_progress, Retry-After
+    store_unavailable,       ///< 503 idempotency.store_unavailable, Retry-After
+    response_not_replayable, ///< 409 idempotency.response_not_replayable
+    upstream_unavailable,    ///< 502 upstream.unavailable
+    upstream_timeout,        ///< 504 upstream.timeout
+    upstream_outcome_unknown ///< 502 upstream.outcome_unknown (recorded under `fail`)
+};
+
+/// The Idempotency-Status header of a respond or reject.
+enum class idempotency_status {
+    none,       ///< no header: nothing recorded (released, held, or not an idempotent answer)
+    stored,     ///< the answer is recorded and will be replayed
+    unrecorded, ///< the effect happened but could not be recorded (store error, lost lease)
+};
+
+/// What a complete action records.
+enum class record_kind {
+    upstream_response,       ///< the upstream response just received
+    outcome_unknown_problem, ///< the 502 upstream.outcome_unknown problem (uncertain: fail)
+};
+
+/// The one final result of an exchange, for metrics and logs.
+enum class exchange_outcome {
+    stored,          ///< executed once, response recorded
+    replayed,        ///< answered from a record
+    in_progress,     ///< duplicate of an attempt still in flight (409, or waiting gave up)
+    mismatch,        ///< same key, different fingerprint
+    missing_key,     ///< required key absent (400)
+    invalid_key,     ///< key malformed (400)
+    released,        ///< executed or failed, key freed for a retry (not recordable, connect
+                     ///< failure, uncertain outcome with `release`)
+    held,            ///< uncertain outcome, lease kept until it lapses (`hold`)
+    outcome_unknown, ///< uncertain outcome recorded as the 502 problem (`fail`)
+    not_replayable,  ///< response too large to record, or such a record was found (409)
+    lease_lost,      ///< the lease was taken over: the answer could not be recorded
+    record_failed,   ///< the store refused every completion until the lease ended
+    store_error,     ///< the store failed at claim or release (503, or fail-open passthrough)
+    passthrough,     ///< not guarded, or optional route without a key: plain proxying
+};
+
+/// Whether a key was found in the request.
+enum class key_presence {
+    missing, ///< no key (header absent, natural key absent)
+    invalid, ///< malformed, too long, repeated, empty
+    present, ///< a valid key; the scoped store key and fingerprint are computed
+};
+
+/// What the session knows about the request before the exchange starts.
+struct request_facts {
+    bool guarded = true; ///< route mode is not off and the method is guarded (guards_method)
+    key_presence key = key_presence::present;
+};
+
+/// Result of a claim, as the store reported it.
+enum class claim_result_kind {
+    acquired,    ///< the key was free, the lease is ours
+    in_flight,   ///< another attempt holds the lease (same fingerprint)
+    completed,   ///< a record exists (same fingerprint)
+    mismatch,    ///< a lease or record with another fingerprint
+    store_error, ///< the store failed (unreachable, timeout, full)
+};
+
+struct claim_event {
+    claim_result_kind kind = claim_result_kind::acquired;
+    duration remaining_lease{0}; ///< in_flight: time until the other lease lapses
+    bool replayable = true;      ///< completed: the record can be replayed (decoded by the session)
+};
+
+/// Result of a fenced store operation (extend, complete, release).
+enum class fence_event {
+    ok,          ///< done, we owned the lease
+    not_owner,   ///< the lease is lost: expired or taken over
+    store_error, ///< the store failed; whether it took effect is unknown
+};
+
+/// How the upstream call ended.
+enum class upstream_result {
+    response,  ///< a complete response arrived (`status`, `body_bytes`)
+    not_sent,  ///< failed before anything was sent (connect failure): certainly no effect
+    timed_out, ///< outcome unknown: the request was sent, no complete response in time
+    reset,     ///< outcome unknown: the request was sent, the connection broke before a response
+};
+
+struct upstream_event {
+    upstream_result kind = upstream_result::response;
+    unsigned status = 0;        ///< response: HTTP status
+    std::size_t body_bytes = 0; ///< response: body size, compared with max_record_bytes
+};
+
+/// Backoffs; the defaults are the product's, tests may shorten them.
+struct exchange_timing {
+    duration wait_backoff_initial{10};  ///< concurrent: wait, first re-claim delay
+    duration wait_backoff_max{250};     ///< ... doubling up to this
+    duration retry_backoff_initial{50}; ///< failed completion or extension: first retry delay
+    duration retry_backoff_max{1'000};  ///< ... doubling up to this
+    std::chrono::seconds store_unavailable_retry_after{1}; ///< Retry-After of the 503
+};
+
+struct action {
+    action_kind kind = action_kind::done;
+    /// forward, wait_until: tick at this time (time_point::max(): no timer).
+    time_point wake_at = time_point::max();
+    /// claim, extend_lease: lease length to ask for.
+    duration lease{0};
+    /// complete: what to record, whether it is replayable, and how long to keep it.
+    record_kind record = record_kind::upstream_response;
+    bool replayable = true;
+    duration ttl{0};
+    /// respond, reject: the Idempotency-Status header.
+    idempotency_status status_header = idempotency_status::none;
+    /// reject: the problem; retry_after 0 = no Retry-After header.
+    problem_code problem = problem_code::missing_key;
+    unsigned http_status = 0;
+    std::chrono::seconds retry_after{0};
+};
+
+/// True when `policy` protects requests with `method` (upper case): the mode is not off, the
+/// method is listed, and it is not GET, HEAD or OPTIONS (never guarded, SPEC §1).
+bool guards_method(const config::idempotency_config& policy, std::string_view method) noexcept;
+
+class exchange_fsm {
+public:
+    /// Copies what it needs from `policy` (a config reload cannot pull it away mid-exchange).
+    explicit exchange_fsm(const config::idempotency_config& policy, exchange_timing timing = {});
+
+    /// First event. Returns passthrough, reject (missing/invalid key) or claim.
+    action start(const request_facts& facts, time_point now);
+
+    /// Result of the claim action.
+    action on_claim(const claim_event& ev, time_point now);
+
+    /// How the upstream call started by forward ended (state forwarding only).
+    action on_upstream(const upstream_event& ev, time_point now);
+
+    /// Result of extend_lease.
+    action on_extend(fence_event ev, time_point now);
+
+    /// Result of complete (first attempt or background retry).
+    action on_complete(fence_event ev, time_point now);
+
+    /// Result of release.
+    action on_release(fence_event ev, time_point now);
+
+    /// A timer fired (see wake_at). Drives lease extension, wait re-claims, completion retries.
+    action on_tick(time_point now);
+
+    /// The client-facing action was carried out (or skipped because the client left).
+    action on_responded(time_point now);
+
+    /// The client went away; see the driving rules above.
+    void on_client_gone() noexcept { client_gone_ = true; }
+
+    state current_state() const noexcept { return state_; }
+    /// Set once the exchange is done.
+    std::optional<exchange_outcome> outcome() const noexcept { return outcome_; }
+    /// Our conservative view of when the lease ends (issue time of the last successful claim or
+    /// extension + lease); time_point::min() before a lease is held.
+    time_point lease_deadline() const noexcept { return lease_deadline_; }
+    bool lease_lost() const noexcept { return lease_lost_; }
+    bool client_gone() const noexcept { return client_gone_; }
+
+private:
+    struct policy_values {
+        config::idempotency_mode mode;
+        duration ttl;
+        duration lease;
+        config::concurrent_policy concurrent;
+        duration wait_timeout;
+        unsigned mismatch_status;
+        config::status_set record;
+        config::status_set release;
+        config::uncertain_policy on_upstream_uncertain;
+        config::store_error_policy on_store_error;
+        std::size_t max_record_bytes;
+    };
+
+    action issue_claim(time_point now);
+    action answer(action a, time_point now);
+    action reject(problem_code code, unsigned http_status, idempotency_status header,
+                  std::chrono::seconds retry_after = std::chrono::seconds{0});
+    action finish(exchange_outcome o);
+    action wait(time_point wake_at);
+    action schedule_completion_retry(time_point now);
+    action complete_action() const;
+    action unexpected(const char* event);
+
+    policy_values policy_;
+    exchange_timing timing_;
+    state state_ = state::idle;
+    std::optional<exchange_outcome> outcome_;
+
+    time_point issued_at_{};     ///< when the outstanding claim or extend was issued
+    time_point wait_deadline_{}; ///< concurrent: wait gives up here
+    duration wait_backoff_{0};
+    time_point lease_deadline_ = time_point::min();
+    time_point next_extend_ = time_point::max();
+    duration extend_backoff_{0};
+    duration retry_backoff_{0};
+    time_point wake_at_ = time_point::max();
+    bool lease_lost_ = false;
+    bool client_gone_ = false;
+    bool background_ = false; ///< the client was answered; completing in the background
+
+    // What the exchange answers once its store step (complete/release) is done.
+    action pending_answer_{};
+    exchange_outcome pending_outcome_ = exchange_outcome::stored;
+    record_kind pending_record_ = record_kind::upstream_response;
+    bool pending_replayable_ = true;
+};
+
+std::string_view to_string(state s) noexcept;
+std::string_view to_string(action_kind k) noexcept;
+std::string_view to_string(exchange_outcome o) noexcept;
+std::string_view to_string(idempotency_status s) noexcept;
+/// The stable `code` of the problem document, e.g. "idempotency.in_progress".
+std::string_view to_string(problem_code c) noexcept;
+
+} // namespace onceproxy::core

@@ -1,0 +1,566 @@
+#include <onceproxy/core/exchange_fsm.hpp>
+
+#include <algorithm>
+#include <cassert>
+
+namespace onceproxy::core {
+
+namespace {
+
+using std::chrono::seconds;
+
+/// Retry-After from a remaining time: whole seconds rounded up, at least 1 (RFC 9110 §10.2.3
+/// has no sub-second values, and 0 would invite an immediate retry into the same lease).
+seconds retry_after_from(duration remaining) {
+    return std::max(std::chrono::ceil<seconds>(remaining), seconds{1});
+}
+
+duration doubled(duration d, duration cap) {
+    return std::min(d * 2, cap);
+}
+
+bool in_set(const config::status_set& set, unsigned status) {
+    return status < set.size() && set.test(status);
+}
+
+} // namespace
+
+bool guards_method(const config::idempotency_config& policy, std::string_view method) noexcept {
+    if (policy.mode == config::idempotency_mode::off) {
+        return false;
+    }
+    // Safe methods never take effect, so there is nothing to protect (SPEC §1).
+    if (method == "GET" || method == "HEAD" || method == "OPTIONS") {
+        return false;
+    }
+    return std::find(policy.methods.begin(), policy.methods.end(), method) != policy.methods.end();
+}
+
+exchange_fsm::exchange_fsm(const config::idempotency_config& policy, exchange_timing timing)
+    : policy_{policy.mode,
+              policy.ttl,
+              policy.lease,
+              policy.concurrent,
+              policy.wait_timeout,
+              policy.mismatch_status,
+              policy.record,
+              policy.release,
+              policy.on_upstream_uncertain,
+              policy.on_store_error,
+              policy.max_record_bytes},
+      timing_(timing), wait_backoff_(timing.wait_backoff_initial),
+      extend_backoff_(timing.retry_backoff_initial), retry_backoff_(timing.retry_backoff_initial) {}
+
+action exchange_fsm::finish(exchange_outcome o) {
+    state_ = state::finished;
+    outcome_ = o;
+    return action{};
+}
+
+action exchange_fsm::wait(time_point wake_at) {
+    wake_at_ = wake_at;
+    action a;
+    a.kind = action_kind::wait_until;
+    a.wake_at = wake_at;
+    return a;
+}
+
+action exchange_fsm::reject(problem_code code, unsigned http_status, idempotency_status header,
+                            seconds retry_after) {
+    action a;
+    a.kind = action_kind::reject;
+    a.problem = code;
+    a.http_status = http_status;
+    a.status_header = header;
+    a.retry_after = retry_after;
+    return a;
+}
+
+// Every client-facing action goes through here: once the client is gone there is nobody to
+// answer, and the exchange goes straight to what follows the answer.
+action exchange_fsm::answer(action a, time_point now) {
+    if (client_gone_) {
+        state_ = state::answering;
+        return on_responded(now);
+    }
+    state_ = state::answering;
+    return a;
+}
+
+action exchange_fsm::issue_claim(time_point now) {
+    state_ = state::claiming;
+    issued_at_ = now;
+    action a;
+    a.kind = action_kind::claim;
+    a.lease = policy_.lease;
+    return a;
+}
+
+action exchange_fsm::complete_action() const {
+    action a;
+    a.kind = action_kind::complete;
+    a.record = pending_record_;
+    a.replayable = pending_replayable_;
+    a.ttl = policy_.ttl;
+    return a;
+}
+
+action exchange_fsm::unexpected([[maybe_unused]] const char* event) {
+    // A driver bug: the event does not belong to this state. Never reached from network input.
+    assert(false && "exchange_fsm: event does not fit the current state");
+    // Without asserts, end the exchange rather than act twice on the store.
+    return finish(exchange_outcome::store_error);
+}
+
+action exchange_fsm::start(const request_facts& facts, time_point now) {
+    if (state_ != state::idle) {
+        return unexpected("start");
+    }
+    if (!facts.guarded || policy_.mode == config::idempotency_mode::off) {
+        pending_outcome_ = exchange_outcome::passthrough;
+        action a;
+        a.kind = action_kind::passthrough;
+        return answer(a, now);
+    }
+    switch (facts.key) {
+    case key_presence::invalid:
+        pending_outcome_ = exchange_outcome::invalid_key;
+        return answer(reject(problem_code::invalid_key, 400, idempotency_status::none), now);
+    case key_presence::missing:
+        if (policy_.mode == config::idempotency_mode::optional) {
+            pending_outcome_ = exchange_outcome::passthrough;
+            action a;
+            a.kind = action_kind::passthrough;
+            return answer(a, now);
+        }
+        pending_outcome_ = exchange_outcome::missing_key;
+        return answer(reject(problem_code::missing_key, 400, idempotency_status::none), now);
+    case key_presence::present:
+        break;
+    }
+    wait_deadline_ = now + policy_.wait_timeout;
+    return issue_claim(now);
+}
+
+action exchange_fsm::on_claim(const claim_event& ev, time_point now) {
+    if (state_ != state::claiming) {
+        return unexpected("on_claim");
+    }
+    switch (ev.kind) {
+    case claim_result_kind::acquired: {
+        // The store set its expiry no earlier than when we asked: counting from the issue time
+        // keeps our view of the lease end on the safe (early) side.
+        lease_deadline_ = issued_at_ + policy_.lease;
+        next_extend_ = issued_at_ + policy_.lease / 3;
+        state_ = state::forwarding;
+        wake_at_ = next_extend_;
+        action a;
+        a.kind = action_kind::forward;
+        a.wake_at = next_extend_;
+        return a;
+    }
+    case claim_result_kind::in_flight: {
+        const duration remaining = std::max(ev.remaining_lease, duration{1});
+        const bool may_wait = policy_.concurrent == config::concurrent_policy::wait &&
+                              !client_gone_ && now < wait_deadline_;
+        if (!may_wait) {
+            pending_outcome_ = exchange_outcome::in_progress;
+            return answer(reject(problem_code::in_progress, 409, idempotency_status::none,
+                                 retry_after_from(remaining)),
+                          now);
+        }
+        // Re-claim after the backoff, or as soon as the other lease lapses, and once more at
+        // the deadline; SPEC §3.6: bounded backoff, never a tight loop on the store.
+        const time_point wake = std::min({now + wait_backoff_, now + remaining, wait_deadline_});
+        wait_backoff_ = doubled(wait_backoff_, timing_.wait_backoff_max);
+        state_ = state::waiting;
+        return wait(wake);
+    }
+    case claim_result_kind::completed:
+        if (ev.replayable) {
+            pending_outcome_ = exchange_outcome::replayed;
+            action a;
+            a.kind = action_kind::replay;
+            return answer(a, now);
+        }
+        pending_outcome_ = exchange_outcome::not_replayable;
+        return answer(reject(problem_code::response_not_replayable, 409, idempotency_status::none),
+                      now);
+    case claim_result_kind::mismatch:
+        pending_outcome_ = exchange_outcome::mismatch;
+        return answer(reject(problem_code::payload_mismatch, policy_.mismatch_status,
+                             idempotency_status::none),
+                      now);
+    case claim_result_kind::store_error:
+        pending_outcome_ = exchange_outcome::store_error;
+        if (policy_.on_store_error == config::store_error_policy::fail_open) {
+            action a;
+            a.kind = action_kind::passthrough;
+            return answer(a, now);
+        }
+        return answer(reject(problem_code::store_unavailable, 503, idempotency_status::none,
+                             timing_.store_unavailable_retry_after),
+                      now);
+    }
+    return unexpected("on_claim");
+}
+
+action exchange_fsm::on_upstream(const upstream_event& ev, time_point now) {
+    if (state_ != state::forwarding) {
+        return unexpected("on_upstream");
+    }
+    wake_at_ = time_point::max();
+
+    // The answer for the client and the store step that must happen first.
+    enum class step { none, complete, release };
+    step next = step::none;
+
+    switch (ev.kind) {
+    case upstream_result::response: {
+        action respond;
+        respond.kind = action_kind::respond;
+        pending_answer_ = respond;
+        const bool recordable =
+            in_set(policy_.record, ev.status) && !in_set(policy_.release, ev.status);
+        if (!recordable) {
+            // Not recordable (release list wins over record): free the key, a retry runs again.
+            pending_outcome_ = exchange_outcome::released;
+            next = step::release;
+        } else {
+            // Too large to keep: the first caller gets it, retries get 409, never a re-run.
+            pending_replayable_ = ev.body_bytes <= policy_.max_record_bytes;
+            pending_record_ = record_kind::upstream_response;
+            pending_outcome_ =
+                pending_replayable_ ? exchange_outcome::stored : exchange_outcome::not_replayable;
+            next = step::complete;
+        }
+        break;
+    }
+    case upstream_result::not_sent:
+        // Nothing reached the upstream: no effect, the key must not be consumed.
+        pending_answer_ = reject(problem_code::upstream_unavailable, 502, idempotency_status::none);
+        pending_outcome_ = exchange_outcome::released;
+        next = step::release;
+        break;
+    case upstream_result::timed_out:
+    case upstream_result::reset: {
+        // Outcome unknown: the effect may have happened (SPEC §2).
+        const bool timed_out = ev.kind == upstream_result::timed_out;
+        pending_answer_ =
+            timed_out ? reject(problem_code::upstream_timeout, 504, idempotency_status::none)
+                      : reject(problem_code::upstream_unavailable, 502, idempotency_status::none);
+        switch (policy_.on_upstream_uncertain) {
+        case config::uncertain_policy::hold:
+            // Keep the lease: retries see 409 until it lapses; tell this client when.
+            if (!lease_lost_) {
+                pending_answer_.retry_after =
+                    retry_after_from(std::chrono::ceil<duration>(lease_deadline_ - now));
+            }
+            pending_outcome_ = exchange_outcome::held;
+            next = step::none;
+            break;
+        case config::uncertain_policy::release:
+            pending_outcome_ = exchange_outcome::released;
+            next = step::release;
+            break;
+        case config::uncertain_policy::fail:
+            // Consume the key with the problem; this client gets what retries will replay.
+            pending_answer_ =
+                reject(problem_code::upstream_outcome_unknown, 502, idempotency_status::none);
+            pending_record_ = record_kind::outcome_unknown_problem;
+            pending_replayable_ = true;
+            pending_outcome_ = exchange_outcome::outcome_unknown;
+            next = step::complete;
+            break;
+        }
+        break;
+    }
+    }
+
+    if (lease_lost_ && next != step::none) {
+        // An extension already told us the lease is someone else's: touching the key could
+        // only fail (fencing) or, worse, act on the new owner's behalf.
+        pending_outcome_ = exchange_outcome::lease_lost;
+        pending_answer_.status_header =
+            next == step::complete ? idempotency_status::unrecorded : idempotency_status::none;
+        return answer(pending_answer_, now);
+    }
+    if (lease_lost_) {
+        pending_outcome_ = exchange_outcome::lease_lost;
+    }
+    switch (next) {
+    case step::complete:
+        state_ = state::completing;
+        return complete_action();
+    case step::release: {
+        state_ = state::releasing;
+        action a;
+        a.kind = action_kind::release;
+        return a;
+    }
+    case step::none:
+        break;
+    }
+    return answer(pending_answer_, now);
+}
+
+action exchange_fsm::on_extend(fence_event ev, time_point now) {
+    if (state_ != state::extending) {
+        return unexpected("on_extend");
+    }
+    state_ = state::forwarding;
+    switch (ev) {
+    case fence_event::ok:
+        lease_deadline_ = issued_at_ + policy_.lease;
+        next_extend_ = issued_at_ + policy_.lease / 3;
+        extend_backoff_ = timing_.retry_backoff_initial;
+        break;
+    case fence_event::not_owner:
+        // Lost: the upstream call goes on (it may have taken effect), but the key is not ours.
+        lease_lost_ = true;
+        next_extend_ = time_point::max();
+        break;
+    case fence_event::store_error:
+        // Maybe extended, maybe not: try again soon; the lease still has two thirds to run
+        // when the first extension is due.
+        next_extend_ = now + extend_backoff_;
+        extend_backoff_ = doubled(extend_backoff_, timing_.retry_backoff_max);
+        break;
+    }
+    return wait(next_extend_);
+}
+
+action exchange_fsm::on_complete(fence_event ev, time_point now) {
+    if (state_ != state::completing) {
+        return unexpected("on_complete");
+    }
+    if (background_) {
+        switch (ev) {
+        case fence_event::ok:
+            return finish(pending_outcome_);
+        case fence_event::not_owner:
+            return finish(exchange_outcome::lease_lost);
+        case fence_event::store_error:
+            return schedule_completion_retry(now);
+        }
+    }
+    switch (ev) {
+    case fence_event::ok:
+        pending_answer_.status_header = idempotency_status::stored;
+        return answer(pending_answer_, now);
+    case fence_event::not_owner:
+        pending_outcome_ = exchange_outcome::lease_lost;
+        pending_answer_.status_header = idempotency_status::unrecorded;
+        return answer(pending_answer_, now);
+    case fence_event::store_error:
+        // The client must learn the effect happened; the record is retried in the background
+        // until the lease ends (SPEC §1.5). Until then retries see 409, never a second run.
+        background_ = true;
+        pending_answer_.status_header = idempotency_status::unrecorded;
+        return answer(pending_answer_, now);
+    }
+    return unexpected("on_complete");
+}
+
+action exchange_fsm::on_release(fence_event ev, time_point now) {
+    if (state_ != state::releasing) {
+        return unexpected("on_release");
+    }
+    switch (ev) {
+    case fence_event::ok:
+        break;
+    case fence_event::not_owner:
+        pending_outcome_ = exchange_outcome::lease_lost;
+        break;
+    case fence_event::store_error:
+        // The lease stays until it lapses: retries see 409 meanwhile, then run again.
+        pending_outcome_ = exchange_outcome::store_error;
+        break;
+    }
+    pending_answer_.status_header = idempotency_status::none;
+    return answer(pending_answer_, now);
+}
+
+action exchange_fsm::schedule_completion_retry(time_point now) {
+    const time_point wake = now + retry_backoff_;
+    retry_backoff_ = doubled(retry_backoff_, timing_.retry_backoff_max);
+    // Past the lease end the key may belong to someone else: a late record would be refused by
+    // fencing anyway, and the key must not stay blocked by our retries.
+    if (wake >= lease_deadline_) {
+        return finish(exchange_outcome::record_failed);
+    }
+    state_ = state::retry_wait;
+    return wait(wake);
+}
+
+action exchange_fsm::on_responded(time_point now) {
+    if (state_ != state::answering) {
+        return unexpected("on_responded");
+    }
+    if (background_) {
+        return schedule_completion_retry(now);
+    }
+    return finish(pending_outcome_);
+}
+
+action exchange_fsm::on_tick(time_point now) {
+    switch (state_) {
+    case state::waiting:
+        if (client_gone_) {
+            return finish(exchange_outcome::in_progress);
+        }
+        if (now < wake_at_) {
+            return wait(wake_at_);
+        }
+        return issue_claim(now);
+    case state::forwarding:
+        if (now < next_extend_) {
+            return wait(next_extend_);
+        }
+        {
+            state_ = state::extending;
+            issued_at_ = now;
+            action a;
+            a.kind = action_kind::extend_lease;
+            a.lease = policy_.lease;
+            return a;
+        }
+    case state::retry_wait:
+        if (now < wake_at_) {
+            return wait(wake_at_);
+        }
+        if (now >= lease_deadline_) {
+            return finish(exchange_outcome::record_failed);
+        }
+        state_ = state::completing;
+        return complete_action();
+    default:
+        return unexpected("on_tick");
+    }
+}
+
+std::string_view to_string(state s) noexcept {
+    switch (s) {
+    case state::idle:
+        return "idle";
+    case state::claiming:
+        return "claiming";
+    case state::waiting:
+        return "waiting";
+    case state::forwarding:
+        return "forwarding";
+    case state::extending:
+        return "extending";
+    case state::completing:
+        return "completing";
+    case state::releasing:
+        return "releasing";
+    case state::answering:
+        return "answering";
+    case state::retry_wait:
+        return "retry_wait";
+    case state::finished:
+        return "finished";
+    }
+    return "?";
+}
+
+std::string_view to_string(action_kind k) noexcept {
+    switch (k) {
+    case action_kind::claim:
+        return "claim";
+    case action_kind::forward:
+        return "forward";
+    case action_kind::extend_lease:
+        return "extend_lease";
+    case action_kind::complete:
+        return "complete";
+    case action_kind::release:
+        return "release";
+    case action_kind::replay:
+        return "replay";
+    case action_kind::respond:
+        return "respond";
+    case action_kind::reject:
+        return "reject";
+    case action_kind::passthrough:
+        return "passthrough";
+    case action_kind::wait_until:
+        return "wait_until";
+    case action_kind::done:
+        return "done";
+    }
+    return "?";
+}
+
+std::string_view to_string(exchange_outcome o) noexcept {
+    switch (o) {
+    case exchange_outcome::stored:
+        return "stored";
+    case exchange_outcome::replayed:
+        return "replayed";
+    case exchange_outcome::in_progress:
+        return "in_progress";
+    case exchange_outcome::mismatch:
+        return "mismatch";
+    case exchange_outcome::missing_key:
+        return "missing_key";
+    case exchange_outcome::invalid_key:
+        return "invalid_key";
+    case exchange_outcome::released:
+        return "released";
+    case exchange_outcome::held:
+        return "held";
+    case exchange_outcome::outcome_unknown:
+        return "outcome_unknown";
+    case exchange_outcome::not_replayable:
+        return "not_replayable";
+    case exchange_outcome::lease_lost:
+        return "lease_lost";
+    case exchange_outcome::record_failed:
+        return "record_failed";
+    case exchange_outcome::store_error:
+        return "store_error";
+    case exchange_outcome::passthrough:
+        return "passthrough";
+    }
+    return "?";
+}
+
+std::string_view to_string(idempotency_status s) noexcept {
+    switch (s) {
+    case idempotency_status::none:
+        return "";
+    case idempotency_status::stored:
+        return "stored";
+    case idempotency_status::unrecorded:
+        return "unrecorded";
+    }
+    return "";
+}
+
+std::string_view to_string(problem_code c) noexcept {
+    switch (c) {
+    case problem_code::missing_key:
+        return "idempotency.missing_key";
+    case problem_code::invalid_key:
+        return "idempotency.invalid_key";
+    case problem_code::payload_mismatch:
+        return "idempotency.payload_mismatch";
+    case problem_code::in_progress:
+        return "idempotency.in_progress";
+    case problem_code::store_unavailable:
+        return "idempotency.store_unavailable";
+    case problem_code::response_not_replayable:
+        return "idempotency.response_not_replayable";
+    case problem_code::upstream_unavailable:
+        return "upstream.unavailable";
+    case problem_code::upstream_timeout:
+        return "upstream.timeout";
+    case problem_code::upstream_outcome_unknown:
+        return "upstream.outcome_unknown";
+    }
+    return "?";
+}
+
+} // namespace onceproxy::core
