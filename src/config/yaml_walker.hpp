@@ -63,6 +63,7 @@ public:
     std::optional<std::string> scalar(const yaml_field& field, std::string_view expected);
     /// A non-empty string.
     std::optional<std::string> string(const yaml_field& field);
+    /// true/false; yes/no and on/off too, in any case, as YAML 1.1 files commonly write them.
     std::optional<bool> boolean(const yaml_field& field);
     std::optional<std::uint64_t> integer(const yaml_field& field, std::uint64_t min,
                                          std::uint64_t max);
