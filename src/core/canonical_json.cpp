@@ -169,7 +169,14 @@ std::string canonical_number(std::string_view lit, number_form form) {
 void append_string(std::string& out, std::string_view s) {
     static constexpr char hex[] = "0123456789abcdef";
     out.push_back('"');
-    for (const char c : s) {
+    std::size_t run = 0; // start of the bytes copied as they are
+    for (std::size_t i = 0; i < s.size(); ++i) {
+        const auto c = static_cast<unsigned char>(s[i]);
+        if (c >= 0x20 && c != '"' && c != '\\') {
+            continue;
+        }
+        out.append(s, run, i - run);
+        run = i + 1;
         switch (c) {
         case '"':
             out += "\\\"";
@@ -193,57 +200,40 @@ void append_string(std::string& out, std::string_view s) {
             out += "\\t";
             break;
         default:
-            if (static_cast<unsigned char>(c) < 0x20) {
-                out += "\\u00";
-                out.push_back(hex[(static_cast<unsigned char>(c) >> 4) & 0xf]);
-                out.push_back(hex[static_cast<unsigned char>(c) & 0xf]);
-            } else {
-                out.push_back(c);
-            }
+            out += "\\u00";
+            out.push_back(hex[(c >> 4) & 0xfU]);
+            out.push_back(hex[c & 0xfU]);
         }
     }
+    out.append(s, run, s.size() - run);
     out.push_back('"');
 }
 
-/// UTF-16 code units of valid UTF-8 (the parser has validated it): RFC 8785 §3.2.3 sorts
-/// member names by them, which differs from code point order above U+FFFF.
-std::u16string utf16_sort_key(std::string_view s) {
-    std::u16string out;
-    out.reserve(s.size());
-    std::size_t i = 0;
-    while (i < s.size()) {
-        const auto b0 = static_cast<unsigned char>(s[i]);
-        std::uint32_t cp = 0;
-        std::size_t len = 1;
-        if (b0 < 0x80) {
-            cp = b0;
-        } else if (b0 < 0xe0) {
-            cp = b0 & 0x1fU;
-            len = 2;
-        } else if (b0 < 0xf0) {
-            cp = b0 & 0x0fU;
-            len = 3;
-        } else {
-            cp = b0 & 0x07U;
-            len = 4;
+/// RFC 8785 §3.2.3 sorts member names by their UTF-16 code units. For valid UTF-8 (the
+/// parser has validated it) that is byte order, except that a supplementary character (4-byte
+/// sequence, a surrogate pair 0xD800-0xDBFF in UTF-16) sorts before U+E000-U+FFFF (3-byte
+/// sequences led by 0xEE or 0xEF). Both strings agree up to the first differing byte, so
+/// that byte starts a character in both, or continues characters with the same lead byte.
+bool utf16_less(std::string_view a, std::string_view b) noexcept {
+    const std::size_t n = std::min(a.size(), b.size());
+    for (std::size_t i = 0; i < n; ++i) {
+        const auto x = static_cast<unsigned char>(a[i]);
+        const auto y = static_cast<unsigned char>(b[i]);
+        if (x == y) {
+            continue;
         }
-        for (std::size_t j = 1; j < len && i + j < s.size(); ++j) {
-            cp = (cp << 6) | (static_cast<unsigned char>(s[i + j]) & 0x3fU);
+        if (x >= 0xf0 && (y == 0xee || y == 0xef)) {
+            return true;
         }
-        i += len;
-        if (cp >= 0x10000) {
-            cp -= 0x10000;
-            out.push_back(static_cast<char16_t>(0xd800 + (cp >> 10)));
-            out.push_back(static_cast<char16_t>(0xdc00 + (cp & 0x3ff)));
-        } else {
-            out.push_back(static_cast<char16_t>(cp));
+        if (y >= 0xf0 && (x == 0xee || x == 0xef)) {
+            return false;
         }
+        return x < y;
     }
-    return out;
+    return a.size() < b.size();
 }
 
 struct member {
-    std::u16string sort_key;
     std::string name;  ///< raw UTF-8
     std::string value; ///< canonical text
 };
@@ -274,47 +264,41 @@ public:
     bool on_document_end(error_code&) { return true; }
 
     bool on_array_begin(error_code&) {
-        frame f;
-        f.text.push_back('[');
-        stack_.push_back(std::move(f));
+        open_frame(false).text.push_back('[');
         return true;
     }
     bool on_array_end(std::size_t, error_code&) {
-        std::string text = std::move(stack_.back().text);
-        stack_.pop_back();
-        text.push_back(']');
-        add_value(std::move(text));
+        frame& f = stack_[--depth_];
+        f.text.push_back(']');
+        add_value(f.text);
         return true;
     }
 
     bool on_object_begin(error_code&) {
-        frame f;
-        f.is_object = true;
-        stack_.push_back(std::move(f));
+        open_frame(true);
         return true;
     }
     bool on_object_end(std::size_t, error_code& ec) {
-        std::vector<member> members = std::move(stack_.back().members);
-        stack_.pop_back();
-        std::sort(members.begin(), members.end(),
-                  [](const member& a, const member& b) { return a.sort_key < b.sort_key; });
-        std::string text = "{";
-        for (std::size_t i = 0; i < members.size(); ++i) {
+        frame& f = stack_[--depth_];
+        std::sort(f.members.begin(), f.members.end(),
+                  [](const member& a, const member& b) { return utf16_less(a.name, b.name); });
+        f.text.push_back('{');
+        for (std::size_t i = 0; i < f.members.size(); ++i) {
             // Duplicate names make the document ambiguous (RFC 8785 §3.1 requires unique
             // names): which value would the upstream use?
-            if (i > 0 && members[i].name == members[i - 1].name) {
+            if (i > 0 && f.members[i].name == f.members[i - 1].name) {
                 ec = boost::json::error::syntax;
                 return false;
             }
             if (i > 0) {
-                text.push_back(',');
+                f.text.push_back(',');
             }
-            append_string(text, members[i].name);
-            text.push_back(':');
-            text += members[i].value;
+            append_string(f.text, f.members[i].name);
+            f.text.push_back(':');
+            f.text += f.members[i].value;
         }
-        text.push_back('}');
-        add_value(std::move(text));
+        f.text.push_back('}');
+        add_value(f.text);
         return true;
     }
 
@@ -324,7 +308,7 @@ public:
     }
     bool on_key(boost::json::string_view s, std::size_t, error_code&) {
         part_.append(s.data(), s.size());
-        stack_.back().key = std::move(part_);
+        stack_[depth_ - 1].key.swap(part_);
         part_.clear();
         return true;
     }
@@ -335,10 +319,10 @@ public:
     }
     bool on_string(boost::json::string_view s, std::size_t, error_code&) {
         part_.append(s.data(), s.size());
-        std::string text;
-        append_string(text, part_);
+        scratch_.clear();
+        append_string(scratch_, part_);
         part_.clear();
-        add_value(std::move(text));
+        add_value(scratch_);
         return true;
     }
 
@@ -364,25 +348,35 @@ public:
 private:
     bool on_number(boost::json::string_view s) {
         part_.append(s.data(), s.size());
-        std::string text = canonical_number(part_, form_);
+        const std::string text = canonical_number(part_, form_);
         part_.clear();
-        add_value(std::move(text));
+        add_value(text);
         return true;
     }
 
-    void add_value(std::string text) {
-        if (stack_.empty()) {
-            result_ = std::move(text);
+    /// Frames are reused across siblings so their buffers keep their capacity.
+    frame& open_frame(bool is_object) {
+        if (depth_ == stack_.size()) {
+            stack_.emplace_back();
+        }
+        frame& f = stack_[depth_++];
+        f.is_object = is_object;
+        f.text.clear();
+        f.members.clear();
+        f.key.clear();
+        return f;
+    }
+
+    /// Adds a finished value to the innermost open container (or makes it the document).
+    void add_value(std::string_view text) {
+        if (depth_ == 0) {
+            result_.assign(text);
             return;
         }
-        frame& top = stack_.back();
+        frame& top = stack_[depth_ - 1];
         if (top.is_object) {
-            member m;
-            m.sort_key = utf16_sort_key(top.key);
-            m.name = std::move(top.key);
-            m.value = std::move(text);
+            top.members.push_back(member{std::move(top.key), std::string(text)});
             top.key.clear();
-            top.members.push_back(std::move(m));
         } else {
             if (top.text.size() > 1) {
                 top.text.push_back(',');
@@ -392,8 +386,10 @@ private:
     }
 
     number_form form_;
-    std::vector<frame> stack_;
+    std::vector<frame> stack_; ///< [0, depth_) are open; the rest are kept for reuse
+    std::size_t depth_ = 0;
     std::string part_;
+    std::string scratch_;
     std::string result_;
 };
 

@@ -1,5 +1,7 @@
 #include <onceproxy/core/idempotency_key.hpp>
 
+#include <onceproxy/core/canonical_json.hpp>
+
 #include <boost/json/parse.hpp>
 #include <boost/json/value.hpp>
 
@@ -111,6 +113,12 @@ key_parse_result parse_idempotency_key(std::span<const std::string_view> header_
 }
 
 std::optional<std::string> extract_json_pointer(std::string_view body, std::string_view pointer) {
+    // boost::json::parse keeps the last of duplicate member names while other parsers keep
+    // the first: with duplicates, the upstream might read another id than the one we key on.
+    // canonicalize_json refuses duplicates (and whatever else is not JSON).
+    if (!canonicalize_json(body)) {
+        return std::nullopt;
+    }
     boost::json::error_code ec;
     const boost::json::value doc = boost::json::parse(body, ec);
     if (ec) {

@@ -46,7 +46,8 @@ struct key_parse_result {
 
 /// Natural key (SPEC §3.4): the value at RFC 6901 JSON Pointer `pointer` (with `~0`/`~1`
 /// escapes) in the JSON document `body`. A string value is returned as is, an integer as its
-/// decimal text; any other value, a missing member, a bad pointer or an invalid body give
+/// decimal text; any other value, a missing member, a bad pointer or an invalid body
+/// (including duplicate member names anywhere, which make the document ambiguous) give
 /// nullopt. The caller still applies its own length limits to the result.
 [[nodiscard]] std::optional<std::string> extract_json_pointer(std::string_view body,
                                                               std::string_view pointer);

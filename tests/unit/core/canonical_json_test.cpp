@@ -2,10 +2,12 @@
 
 #include <doctest/doctest.h>
 
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 namespace core = onceproxy::core;
 using core::canonicalize_json;
@@ -151,4 +153,41 @@ TEST_CASE("invalid JSON gives nullopt") {
     // Nesting beyond the limit is refused (then hashed raw by the fingerprint).
     const std::string too_deep = std::string(200, '[') + std::string(200, ']');
     CHECK_FALSE(canonicalize_json(too_deep));
+}
+
+TEST_CASE("canonical form is a fixed point, also for mutated inputs") {
+    const std::filesystem::path dir =
+        std::filesystem::path(ONCEPROXY_TEST_DATA) / "vectors" / "json-canonicalization" / "input";
+    std::vector<std::string> seeds{R"([9007199254740993,1e400,0.30000000000000001,-0.0,1E21])"};
+    for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+        seeds.push_back(read_file(entry.path()));
+    }
+    // Deterministic byte mutations (a small linear congruential generator).
+    std::uint32_t state = 12345;
+    const auto next = [&state] {
+        state = state * 1103515245U + 12345U;
+        return state >> 8;
+    };
+    std::size_t valid = 0;
+    std::size_t checked = 0;
+    for (const auto& seed : seeds) {
+        for (int round = 0; round < 400; ++round) {
+            std::string input = seed;
+            if (round > 0) {
+                const char alphabet[] = "{}[],:\"\\0123456789.eE+-tfn \x80\xff";
+                input[next() % input.size()] = alphabet[next() % (sizeof alphabet - 1)];
+            }
+            for (const auto form : {number_form::rfc8785, number_form::distinct}) {
+                const auto once = canonicalize_json(input, form);
+                ++checked;
+                if (!once) {
+                    continue;
+                }
+                ++valid;
+                CHECK_MESSAGE(canonicalize_json(*once, form) == once, "input: ", input);
+            }
+        }
+    }
+    CHECK(checked == seeds.size() * 400 * 2);
+    CHECK(valid > seeds.size() * 2); // at least the unmutated seeds
 }

@@ -169,4 +169,9 @@ TEST_CASE("natural key from a JSON Pointer") {
     CHECK_FALSE(core::extract_json_pointer(body, "/m~2n"));         // bad escape
     CHECK_FALSE(core::extract_json_pointer(R"({"id":"x")", "/id")); // invalid JSON
     CHECK_FALSE(core::extract_json_pointer("", "/id"));
+    // Ambiguous documents: which id would the upstream read?
+    CHECK_FALSE(core::extract_json_pointer(R"({"id":"a","id":"b"})", "/id"));
+    CHECK_FALSE(core::extract_json_pointer(R"({"id":"a","x":{"k":1,"k":2}})", "/id"));
+    CHECK(core::extract_json_pointer(R"({"":"empty name"})", "/") == "empty name");
+    CHECK(core::extract_json_pointer(R"("top")", "") == "top"); // "" is the whole document
 }
