@@ -15,7 +15,8 @@ namespace onceproxy::core {
 /// lower case) and value (hashed as is).
 using header_view = std::pair<std::string_view, std::string_view>;
 
-/// SHA-256 of `data`: 32 raw bytes.
+/// SHA-256 of `data`: 32 raw bytes. Like every hashing function here, throws
+/// std::runtime_error only if OpenSSL cannot provide SHA-256 at all (allocation failure).
 [[nodiscard]] std::string sha256(std::string_view data);
 
 /// Lower-case hexadecimal of arbitrary bytes (64 characters for a SHA-256).
