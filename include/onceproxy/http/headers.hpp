@@ -1,0 +1,35 @@
+#pragma once
+// Header rules of a proxy hop (RFC 9110 §7.6.1): hop-by-hop removal, X-Forwarded-*, framing
+// checks against request smuggling. Pure functions on Beast field sets.
+
+#include <boost/beast/http/fields.hpp>
+#include <boost/beast/http/message.hpp>
+
+#include <string_view>
+
+namespace onceproxy::http {
+
+using fields = boost::beast::http::fields;
+
+/// Removes Connection and every header it names, Keep-Alive, TE, Trailer, Transfer-Encoding,
+/// Upgrade and every Proxy-* header. Content-Length is left alone (the caller re-frames).
+void strip_hop_by_hop(fields& f);
+
+/// Appends the client address to X-Forwarded-For and sets X-Forwarded-Proto.
+void add_forwarded(fields& f, std::string_view client_ip, std::string_view proto);
+
+/// Why a request's framing is refused (request smuggling shapes, RFC 9112 §6.3).
+enum class framing_error {
+    none,
+    content_length_and_transfer_encoding, ///< both present
+    repeated_content_length,              ///< more than one Content-Length line or list
+    bad_transfer_encoding,                ///< anything but a single final `chunked`
+};
+
+/// Checks the framing headers of a request header block.
+framing_error check_framing(const fields& f);
+
+/// Number of header lines named `name` (case-insensitive).
+std::size_t count_lines(const fields& f, std::string_view name);
+
+} // namespace onceproxy::http

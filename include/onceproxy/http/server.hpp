@@ -1,0 +1,49 @@
+#pragma once
+// The client-facing side of one worker: accept loop and one session coroutine per connection
+// (read with limits and deadlines, hand the request to the handler, write the response).
+
+#include "onceproxy/config/config.hpp"
+#include "onceproxy/http/handler.hpp"
+#include "onceproxy/metrics/registry.hpp"
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+
+#include <memory>
+
+namespace onceproxy::http {
+
+/// One worker's listener and sessions. Created, run and drained on the worker's io_context.
+class server {
+public:
+    server(boost::asio::io_context& ioc, std::shared_ptr<const config::config> cfg, handler& h,
+           metrics::registry& reg);
+    ~server();
+
+    /// Opens the listening socket (SO_REUSEPORT, so every worker binds the same port and the
+    /// kernel spreads connections; a connection then stays on its worker). Throws on failure.
+    /// `port_override` replaces the configured port (the port worker 0 got for port 0).
+    void listen(unsigned short port_override = 0);
+
+    /// The bound port (useful when the config says port 0).
+    unsigned short port() const;
+
+    /// Starts accepting. Call once, after listen().
+    void start();
+
+    /// Stops accepting, closes idle keep-alive connections, and lets in-flight requests finish;
+    /// their connections close after the response. Call on the worker's executor.
+    void drain();
+
+    /// Sessions still open.
+    std::size_t active_sessions() const;
+
+    /// Force-closes every connection (drain deadline passed).
+    void close_all();
+
+private:
+    struct impl;
+    std::shared_ptr<impl> impl_;
+};
+
+} // namespace onceproxy::http

@@ -1,0 +1,152 @@
+#include "app/admin.hpp"
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/core/tcp_stream.hpp>
+#include <boost/beast/http/read.hpp>
+#include <boost/beast/http/string_body.hpp>
+#include <boost/beast/http/write.hpp>
+
+namespace onceproxy::app {
+
+namespace net = boost::asio;
+namespace beast = boost::beast;
+namespace bhttp = beast::http;
+using tcp = net::ip::tcp;
+
+namespace {
+constexpr auto use_tuple = net::as_tuple(net::use_awaitable);
+}
+
+struct admin_server::impl : std::enable_shared_from_this<impl> {
+    impl(net::io_context& c, std::shared_ptr<const config::config> cf, metrics::registry& r,
+         std::shared_ptr<store::store> s)
+        : ioc(c), cfg(std::move(cf)), reg(r), st(std::move(s)), acceptor(c) {}
+
+    net::io_context& ioc;
+    std::shared_ptr<const config::config> cfg;
+    metrics::registry& reg;
+    std::shared_ptr<store::store> st;
+    tcp::acceptor acceptor;
+    bool store_answered = false; ///< the store has answered at least once
+    bool store_ok = false;       ///< the last probe succeeded
+    bool stopped = false;
+
+    net::awaitable<void> probe_store() {
+        auto self = shared_from_this();
+        net::steady_timer t(ioc);
+        while (!stopped) {
+            if (!st) {
+                store_answered = store_ok = true;
+            } else {
+                auto r = co_await st->async_ping();
+                store_ok = r.has_value();
+                store_answered = store_answered || store_ok;
+            }
+            t.expires_after(store_answered ? std::chrono::seconds(2)
+                                           : std::chrono::milliseconds(200));
+            co_await t.async_wait(use_tuple);
+        }
+    }
+
+    bhttp::response<bhttp::string_body> answer(const bhttp::request<bhttp::string_body>& req) {
+        bhttp::response<bhttp::string_body> res{bhttp::status::ok, req.version()};
+        res.set(bhttp::field::content_type, "text/plain; charset=utf-8");
+        const auto target = req.target();
+        const auto path = target.substr(0, target.find('?'));
+        if (path == "/metrics") {
+            res.set(bhttp::field::content_type, "text/plain; version=0.0.4; charset=utf-8");
+            res.body() = reg.render();
+        } else if (path == "/healthz") {
+            res.body() = "ok\n";
+        } else if (path == "/readyz") {
+            const bool require = cfg->admin.readiness.require_store;
+            const bool ready = store_answered && (!require || store_ok);
+            res.result(ready ? bhttp::status::ok : bhttp::status::service_unavailable);
+            res.body() =
+                std::string("config: loaded\nlisteners: up\nstore: ") +
+                (store_ok ? "answering"
+                          : (store_answered ? "not answering (was up)" : "not answered yet")) +
+                (require ? " (required)\n" : "\n") + (ready ? "ready\n" : "not ready\n");
+        } else {
+            res.result(bhttp::status::not_found);
+            res.body() = "not found\n";
+        }
+        res.prepare_payload();
+        res.keep_alive(req.keep_alive());
+        return res;
+    }
+
+    net::awaitable<void> session(tcp::socket sock) {
+        beast::tcp_stream stream(std::move(sock));
+        beast::flat_buffer buffer;
+        for (;;) {
+            bhttp::request_parser<bhttp::string_body> parser;
+            parser.header_limit(16 * 1024);
+            parser.body_limit(64 * 1024);
+            stream.expires_after(std::chrono::seconds(30));
+            auto [ec, n] = co_await bhttp::async_read(stream, buffer, parser, use_tuple);
+            (void)n;
+            if (ec) {
+                co_return;
+            }
+            auto res = answer(parser.get());
+            auto [wec, wn] = co_await bhttp::async_write(stream, res, use_tuple);
+            (void)wn;
+            if (wec || !res.keep_alive()) {
+                co_return;
+            }
+        }
+    }
+
+    net::awaitable<void> accept_loop() {
+        auto self = shared_from_this();
+        while (acceptor.is_open()) {
+            auto [ec, sock] = co_await acceptor.async_accept(use_tuple);
+            if (ec) {
+                co_return;
+            }
+            net::co_spawn(ioc, session(std::move(sock)), net::detached);
+        }
+    }
+};
+
+admin_server::admin_server(net::io_context& ioc, std::shared_ptr<const config::config> cfg,
+                           metrics::registry& reg, std::shared_ptr<store::store> st)
+    : impl_(std::make_shared<impl>(ioc, std::move(cfg), reg, std::move(st))) {}
+
+admin_server::~admin_server() = default;
+
+unsigned short admin_server::listen() {
+    const auto& l = impl_->cfg->admin.listen;
+    if (!l) {
+        return 0;
+    }
+    tcp::endpoint ep(net::ip::make_address(l->host), l->port);
+    auto& a = impl_->acceptor;
+    a.open(ep.protocol());
+    a.set_option(tcp::acceptor::reuse_address(true));
+    a.bind(ep);
+    a.listen();
+    return a.local_endpoint().port();
+}
+
+void admin_server::start() {
+    net::co_spawn(impl_->ioc, impl_->probe_store(), net::detached);
+    if (impl_->acceptor.is_open()) {
+        net::co_spawn(impl_->ioc, impl_->accept_loop(), net::detached);
+    }
+}
+
+void admin_server::stop() {
+    impl_->stopped = true;
+    boost::system::error_code ec;
+    impl_->acceptor.close(ec);
+}
+
+} // namespace onceproxy::app

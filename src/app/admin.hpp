@@ -1,0 +1,31 @@
+#pragma once
+// The admin listener: /metrics (Prometheus), /healthz (alive), /readyz (SPEC §6).
+
+#include "onceproxy/config/config.hpp"
+#include "onceproxy/metrics/registry.hpp"
+#include "onceproxy/store/store.hpp"
+
+#include <boost/asio/io_context.hpp>
+
+#include <memory>
+
+namespace onceproxy::app {
+
+class admin_server {
+public:
+    admin_server(boost::asio::io_context& ioc, std::shared_ptr<const config::config> cfg,
+                 metrics::registry& reg, std::shared_ptr<store::store> st);
+    ~admin_server();
+
+    /// Binds the admin address; returns the bound port (0 when no admin listener is configured).
+    unsigned short listen();
+    /// Starts serving, and probes the store until it has answered once.
+    void start();
+    void stop();
+
+private:
+    struct impl;
+    std::shared_ptr<impl> impl_;
+};
+
+} // namespace onceproxy::app

@@ -1,0 +1,110 @@
+#include "app/cli.hpp"
+
+#include "app/runtime.hpp"
+#include "onceproxy/config/load.hpp"
+
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#ifndef ONCEPROXY_VERSION
+#define ONCEPROXY_VERSION "dev"
+#endif
+
+namespace onceproxy::app {
+
+namespace {
+
+constexpr const char* usage = R"(usage: onceproxy [--config FILE] [--port-file PATH]
+       onceproxy --check-config FILE...
+       onceproxy --version | --help
+
+A reverse proxy that makes retries safe: for the routes its YAML config guards, a request with
+the same idempotency key takes effect at most once and every retry gets the first answer.
+
+  --config FILE        configuration to serve with (default: conf/example.yaml)
+  --check-config FILE  validate one or more files, print every error, and exit
+  --port-file PATH     write "LISTEN_PORT ADMIN_PORT" to PATH once the listeners are bound
+  --version            print the version
+  --help               print this text
+)";
+
+void print_errors(const config::config_errors& e) {
+    for (const auto& err : e.errors()) {
+        std::fprintf(stderr, "%s\n", err.to_string().c_str());
+    }
+    std::fprintf(stderr, "%zu error%s\n", e.errors().size(), e.errors().size() == 1 ? "" : "s");
+}
+
+} // namespace
+
+int run_cli(int argc, char** argv) {
+    std::string config_file = "conf/example.yaml";
+    run_options opts;
+    std::vector<std::string> check;
+    bool checking = false;
+    for (int i = 1; i < argc; ++i) {
+        const std::string a = argv[i];
+        auto next = [&](const char* what) -> const char* {
+            if (i + 1 >= argc) {
+                std::fprintf(stderr, "onceproxy: %s needs a value\n%s", what, usage);
+                return nullptr;
+            }
+            return argv[++i];
+        };
+        if (a == "--help" || a == "-h") {
+            std::fputs(usage, stdout);
+            return 0;
+        } else if (a == "--version") {
+            std::printf("onceproxy %s\n", ONCEPROXY_VERSION);
+            return 0;
+        } else if (a == "--config" || a == "-c") {
+            const char* v = next("--config");
+            if (!v) {
+                return 2;
+            }
+            config_file = v;
+        } else if (a == "--port-file") {
+            const char* v = next("--port-file");
+            if (!v) {
+                return 2;
+            }
+            opts.port_file = v;
+        } else if (a == "--check-config") {
+            checking = true;
+        } else if (checking && !a.starts_with("-")) {
+            check.push_back(a);
+        } else {
+            std::fprintf(stderr, "onceproxy: unknown argument '%s'\n%s", a.c_str(), usage);
+            return 2;
+        }
+    }
+    if (checking) {
+        if (check.empty()) {
+            std::fprintf(stderr, "onceproxy: --check-config needs at least one file\n");
+            return 2;
+        }
+        int status = 0;
+        for (const auto& f : check) {
+            try {
+                config::load_file(f);
+                std::printf("%s: ok\n", f.c_str());
+            } catch (const config::config_errors& e) {
+                print_errors(e);
+                status = 1;
+            }
+        }
+        return status;
+    }
+    std::shared_ptr<const config::config> cfg;
+    try {
+        cfg = config::load_file(config_file);
+    } catch (const config::config_errors& e) {
+        print_errors(e);
+        return 1;
+    }
+    return run(cfg, opts);
+}
+
+} // namespace onceproxy::app

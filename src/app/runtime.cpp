@@ -1,0 +1,141 @@
+#include "app/runtime.hpp"
+
+#include "app/admin.hpp"
+#include "app/store_factory.hpp"
+#include "onceproxy/http/handler.hpp"
+#include "onceproxy/http/server.hpp"
+#include "onceproxy/metrics/registry.hpp"
+#include "onceproxy/upstream/forwarder.hpp"
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+#include <csignal>
+#include <cstdio>
+#include <fstream>
+#include <thread>
+
+namespace onceproxy::app {
+
+namespace net = boost::asio;
+using clock = std::chrono::steady_clock;
+
+namespace {
+
+/// One event loop with everything a connection needs; a connection never leaves its worker.
+struct worker {
+    worker(std::shared_ptr<const config::config> cfg, std::shared_ptr<store::store> st,
+           metrics::registry& reg)
+        : ioc(1), guard(net::make_work_guard(ioc)), fwd(ioc.get_executor(), cfg),
+          h(cfg, fwd, std::move(st), reg), srv(ioc, cfg, h, reg) {}
+
+    net::io_context ioc;
+    net::executor_work_guard<net::io_context::executor_type> guard;
+    upstream::forwarder fwd;
+    http::handler h;
+    http::server srv;
+    std::thread thread;
+};
+
+/// Runs on the worker: stop accepting, wait for in-flight requests up to the deadline, then
+/// close what is left and stop the loop.
+net::awaitable<void> drain_worker(worker& w, clock::time_point deadline) {
+    w.srv.drain();
+    w.fwd.close_idle();
+    net::steady_timer t(w.ioc);
+    while (w.srv.active_sessions() > 0 && clock::now() < deadline) {
+        t.expires_after(std::chrono::milliseconds(10));
+        co_await t.async_wait(net::as_tuple(net::use_awaitable));
+    }
+    w.srv.close_all();
+    w.ioc.stop();
+}
+
+} // namespace
+
+int run(std::shared_ptr<const config::config> cfg, const run_options& opts) {
+    std::signal(SIGPIPE, SIG_IGN);
+    std::vector<std::string> route_names;
+    for (const auto& r : cfg->routes) {
+        route_names.push_back(r.name);
+    }
+    metrics::registry reg(route_names);
+
+    net::io_context main_ioc(1);
+    const unsigned n = cfg->workers == 0 ? 1 : cfg->workers;
+    std::vector<std::unique_ptr<worker>> workers;
+
+    std::shared_ptr<store::store> st;
+    try {
+        st = make_store(*cfg);
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "onceproxy: store: %s\n", e.what());
+        return 1;
+    }
+
+    unsigned short port = 0;
+    try {
+        for (unsigned i = 0; i < n; ++i) {
+            workers.push_back(std::make_unique<worker>(cfg, st, reg));
+            workers.back()->srv.listen(port);
+            port = workers.back()->srv.port();
+        }
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "onceproxy: cannot listen on %s:%u: %s\n", cfg->listen.host.c_str(),
+                     cfg->listen.port, e.what());
+        return 1;
+    }
+
+    admin_server admin(main_ioc, cfg, reg, st);
+    unsigned short admin_port = 0;
+    try {
+        admin_port = admin.listen();
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "onceproxy: cannot listen on the admin address: %s\n", e.what());
+        return 1;
+    }
+
+    for (auto& w : workers) {
+        w->srv.start();
+        w->thread = std::thread([&ioc = w->ioc] { ioc.run(); });
+    }
+    admin.start();
+
+    std::fprintf(stderr, "onceproxy: listening on %s:%u (admin %u), %u worker%s, %s store\n",
+                 cfg->listen.host.c_str(), port, admin_port, n, n == 1 ? "" : "s",
+                 cfg->store.type == config::store_type::memory ? "memory" : "redis");
+    if (!opts.port_file.empty()) {
+        const auto tmp = opts.port_file + ".tmp";
+        std::ofstream(tmp) << port << ' ' << admin_port << '\n';
+        std::rename(tmp.c_str(), opts.port_file.c_str());
+    }
+
+    net::signal_set signals(main_ioc, SIGTERM, SIGINT);
+    signals.async_wait([&](const boost::system::error_code& ec, int sig) {
+        if (ec) {
+            return;
+        }
+        std::fprintf(stderr, "onceproxy: signal %d: draining (up to %lld ms)\n", sig,
+                     static_cast<long long>(cfg->limits.drain_timeout.count()));
+        admin.stop();
+        const auto deadline = clock::now() + cfg->limits.drain_timeout;
+        for (auto& w : workers) {
+            net::co_spawn(w->ioc, drain_worker(*w, deadline), net::detached);
+        }
+        main_ioc.stop();
+    });
+    main_ioc.run();
+    for (auto& w : workers) {
+        w->thread.join();
+    }
+    std::fprintf(stderr, "onceproxy: drained, exiting\n");
+    return 0;
+}
+
+} // namespace onceproxy::app

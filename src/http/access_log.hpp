@@ -1,0 +1,30 @@
+#pragma once
+// One JSON line per request on stdout (SPEC §6). Never the raw key or Authorization.
+
+#include "onceproxy/http/handler.hpp"
+#include "onceproxy/metrics/registry.hpp"
+
+#include <string>
+#include <string_view>
+
+namespace onceproxy::http {
+
+struct access_log_entry {
+    std::string_view route;
+    std::string_view method;
+    std::string_view target;
+    unsigned status = 0;
+    metrics::outcome outcome = metrics::outcome::passthrough;
+    std::string_view key_hash; ///< hex store key, empty when unguarded
+    std::string_view request_id;
+    double upstream_ms = -1; ///< negative: no upstream call
+    double store_ms = -1;    ///< negative: no store call
+};
+
+/// Returns the request's X-Request-Id, generating (and setting) one when absent.
+std::string ensure_request_id(request& req);
+
+/// Writes the line (one write(2), so lines from several workers never interleave).
+void write_access_log(const access_log_entry& e, const request_context& ctx, const request& req);
+
+} // namespace onceproxy::http

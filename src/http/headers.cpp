@@ -1,0 +1,107 @@
+#include "onceproxy/http/headers.hpp"
+
+#include <boost/beast/core/string.hpp>
+#include <boost/beast/http/field.hpp>
+#include <boost/beast/http/rfc7230.hpp>
+
+#include <string>
+#include <vector>
+
+namespace onceproxy::http {
+
+namespace bhttp = boost::beast::http;
+namespace beast = boost::beast;
+
+namespace {
+
+bool starts_with_icase(std::string_view s, std::string_view prefix) {
+    return s.size() >= prefix.size() && beast::iequals(s.substr(0, prefix.size()), prefix);
+}
+
+std::string_view trim(std::string_view s) {
+    while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) {
+        s.remove_prefix(1);
+    }
+    while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) {
+        s.remove_suffix(1);
+    }
+    return s;
+}
+
+} // namespace
+
+void strip_hop_by_hop(fields& f) {
+    // Headers named by Connection are hop-by-hop too (RFC 9110 §7.6.1).
+    std::vector<std::string> named;
+    for (auto it = f.find(bhttp::field::connection);
+         it != f.end() && it->name() == bhttp::field::connection; ++it) {
+        for (auto token : bhttp::token_list{it->value()}) {
+            named.emplace_back(token);
+        }
+    }
+    for (const auto& n : named) {
+        f.erase(n);
+    }
+    f.erase(bhttp::field::connection);
+    f.erase(bhttp::field::keep_alive);
+    f.erase(bhttp::field::te);
+    f.erase(bhttp::field::trailer);
+    f.erase(bhttp::field::transfer_encoding);
+    f.erase(bhttp::field::upgrade);
+    for (auto it = f.begin(); it != f.end();) {
+        if (starts_with_icase(it->name_string(), "proxy-")) {
+            it = f.erase(it);
+        } else {
+            ++it;
+        }
+    }
+}
+
+void add_forwarded(fields& f, std::string_view client_ip, std::string_view proto) {
+    auto it = f.find("X-Forwarded-For");
+    if (it == f.end()) {
+        f.set("X-Forwarded-For", client_ip);
+    } else {
+        std::string v(it->value());
+        v += ", ";
+        v += client_ip;
+        f.set("X-Forwarded-For", v);
+    }
+    f.set("X-Forwarded-Proto", proto);
+}
+
+std::size_t count_lines(const fields& f, std::string_view name) {
+    std::size_t n = 0;
+    for (const auto& field : f) {
+        if (beast::iequals(field.name_string(), name)) {
+            ++n;
+        }
+    }
+    return n;
+}
+
+framing_error check_framing(const fields& f) {
+    const auto cl = count_lines(f, "content-length");
+    const auto te = count_lines(f, "transfer-encoding");
+    if (cl > 0 && te > 0) {
+        return framing_error::content_length_and_transfer_encoding;
+    }
+    if (cl > 1) {
+        return framing_error::repeated_content_length;
+    }
+    if (cl == 1) {
+        const auto v = trim(f[bhttp::field::content_length]);
+        if (v.empty() || v.find_first_not_of("0123456789") != std::string_view::npos) {
+            return framing_error::repeated_content_length; // a list "5, 5" or garbage
+        }
+    }
+    if (te > 1) {
+        return framing_error::bad_transfer_encoding;
+    }
+    if (te == 1 && !beast::iequals(trim(f[bhttp::field::transfer_encoding]), "chunked")) {
+        return framing_error::bad_transfer_encoding;
+    }
+    return framing_error::none;
+}
+
+} // namespace onceproxy::http

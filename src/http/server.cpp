@@ -1,0 +1,267 @@
+#include "onceproxy/http/server.hpp"
+
+#include "onceproxy/http/headers.hpp"
+#include "onceproxy/http/problem.hpp"
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/core/tcp_stream.hpp>
+#include <boost/beast/http/read.hpp>
+#include <boost/beast/http/write.hpp>
+
+#include <sys/socket.h>
+
+#include <cstdio>
+#include <list>
+
+namespace onceproxy::http {
+
+namespace net = boost::asio;
+namespace beast = boost::beast;
+namespace bhttp = beast::http;
+using tcp = net::ip::tcp;
+
+namespace {
+
+constexpr auto use_tuple = net::as_tuple(net::use_awaitable);
+
+bool is_disconnect(const boost::system::error_code& ec) {
+    return ec == beast::error::timeout || ec == bhttp::error::end_of_stream ||
+           ec == net::error::eof || ec == net::error::connection_reset ||
+           ec == net::error::operation_aborted || ec == net::error::broken_pipe ||
+           ec == bhttp::error::partial_message;
+}
+
+} // namespace
+
+struct server::impl : std::enable_shared_from_this<impl> {
+    struct session_entry {
+        beast::tcp_stream* stream = nullptr;
+        bool busy = false; ///< a request is being read or answered
+    };
+
+    impl(net::io_context& c, std::shared_ptr<const config::config> cf, handler& hd,
+         metrics::registry& r)
+        : ioc(c), cfg(std::move(cf)), h(hd), reg(r), acceptor(c) {}
+
+    net::io_context& ioc;
+    std::shared_ptr<const config::config> cfg;
+    handler& h;
+    metrics::registry& reg;
+    tcp::acceptor acceptor;
+    bool draining = false;
+    std::list<session_entry> sessions;
+
+    net::awaitable<void> accept_loop() {
+        auto self = shared_from_this();
+        while (acceptor.is_open()) {
+            auto [ec, sock] = co_await acceptor.async_accept(use_tuple);
+            if (ec) {
+                if (ec == net::error::operation_aborted || !acceptor.is_open()) {
+                    co_return;
+                }
+                // Out of descriptors or a transient error: back off instead of spinning.
+                net::steady_timer t(ioc, std::chrono::milliseconds(20));
+                co_await t.async_wait(use_tuple);
+                continue;
+            }
+            net::co_spawn(ioc, session(std::move(sock)), [](std::exception_ptr e) {
+                if (e) {
+                    try {
+                        std::rethrow_exception(e);
+                    } catch (const std::exception& ex) {
+                        std::fprintf(stderr, "onceproxy: session failed: %s\n", ex.what());
+                    }
+                }
+            });
+        }
+    }
+
+    net::awaitable<void> send_problem_and_close(beast::tcp_stream& stream, problem_code code,
+                                                std::string_view detail) {
+        auto res = make_problem(code, detail);
+        res.keep_alive(false);
+        stream.expires_after(cfg->limits.idle_timeout);
+        co_await bhttp::async_write(stream, res, use_tuple);
+        reg.unrouted().outcomes[static_cast<std::size_t>(metrics::outcome::rejected)].fetch_add(
+            1, std::memory_order_relaxed);
+    }
+
+    net::awaitable<void> session(tcp::socket sock) {
+        auto self = shared_from_this();
+        reg.open_connections.fetch_add(1, std::memory_order_relaxed);
+        request_context ctx;
+        ctx.tls = false;
+        {
+            boost::system::error_code ec;
+            auto ep = sock.remote_endpoint(ec);
+            ctx.client_ip = ec ? "unknown" : ep.address().to_string();
+            sock.set_option(tcp::no_delay(true), ec);
+        }
+        beast::tcp_stream stream(std::move(sock));
+        auto entry = sessions.insert(sessions.end(), session_entry{&stream, false});
+        struct cleanup {
+            impl* self;
+            std::list<session_entry>::iterator it;
+            ~cleanup() {
+                self->sessions.erase(it);
+                self->reg.open_connections.fetch_sub(1, std::memory_order_relaxed);
+            }
+        } guard{this, entry};
+
+        const auto& limits = cfg->limits;
+        beast::flat_buffer buffer;
+        bool first = true;
+        while (!draining) {
+            entry->busy = false;
+            if (buffer.size() == 0) {
+                // Waiting for the next request: the idle deadline (header deadline for the
+                // first request of a connection).
+                stream.expires_after(first ? limits.header_timeout : limits.idle_timeout);
+                auto [ec, n] = co_await stream.async_read_some(buffer.prepare(4096), use_tuple);
+                if (ec) {
+                    break;
+                }
+                buffer.commit(n);
+            }
+            entry->busy = true;
+            first = false;
+            ctx.received = std::chrono::steady_clock::now();
+
+            bhttp::request_parser<bhttp::string_body> parser;
+            parser.header_limit(static_cast<std::uint32_t>(limits.max_header_bytes));
+            parser.body_limit(limits.max_request_bytes);
+            stream.expires_after(limits.header_timeout);
+            auto [hec, hn] = co_await bhttp::async_read_header(stream, buffer, parser, use_tuple);
+            (void)hn;
+            if (hec) {
+                if (hec == bhttp::error::header_limit) {
+                    co_await send_problem_and_close(stream, problem_code::header_too_large,
+                                                    "request header exceeds max_header_bytes");
+                } else if (hec == bhttp::error::body_limit) {
+                    co_await send_problem_and_close(stream, problem_code::request_too_large,
+                                                    "request body exceeds max_request_bytes");
+                } else if (!is_disconnect(hec)) {
+                    co_await send_problem_and_close(stream, problem_code::bad_request,
+                                                    "malformed request: " + hec.message());
+                }
+                break;
+            }
+            if (check_framing(parser.get()) != framing_error::none) {
+                co_await send_problem_and_close(
+                    stream, problem_code::bad_request,
+                    "ambiguous message framing (Content-Length / Transfer-Encoding)");
+                break;
+            }
+            if (!parser.is_done()) {
+                const auto expect = parser.get()[bhttp::field::expect];
+                if (!expect.empty()) {
+                    if (!beast::iequals(expect, "100-continue")) {
+                        auto res = make_problem(problem_code::bad_request,
+                                                "unsupported Expect value", 11, 417u);
+                        res.keep_alive(false);
+                        co_await bhttp::async_write(stream, res, use_tuple);
+                        break;
+                    }
+                    if (parser.get().version() >= 11) {
+                        static constexpr std::string_view cont = "HTTP/1.1 100 Continue\r\n\r\n";
+                        auto [wec, wn] = co_await net::async_write(
+                            stream, net::buffer(cont.data(), cont.size()), use_tuple);
+                        (void)wn;
+                        if (wec) {
+                            break;
+                        }
+                    }
+                }
+                stream.expires_after(limits.idle_timeout);
+                auto [bec, bn] = co_await bhttp::async_read(stream, buffer, parser, use_tuple);
+                (void)bn;
+                if (bec) {
+                    if (bec == bhttp::error::body_limit) {
+                        co_await send_problem_and_close(stream, problem_code::request_too_large,
+                                                        "request body exceeds max_request_bytes");
+                    } else if (!is_disconnect(bec)) {
+                        co_await send_problem_and_close(stream, problem_code::bad_request,
+                                                        "malformed request body: " + bec.message());
+                    }
+                    break;
+                }
+            }
+            auto req = parser.release();
+            const bool keep_alive = req.keep_alive();
+            auto res = co_await h.async_handle(req, ctx);
+            const bool keep = keep_alive && !draining;
+            res.keep_alive(keep);
+            stream.expires_after(limits.idle_timeout); // a client that reads nothing is dropped
+            auto [wec, wn] = co_await bhttp::async_write(stream, res, use_tuple);
+            (void)wn;
+            if (wec || !keep) {
+                break;
+            }
+        }
+        boost::system::error_code ignored;
+        stream.socket().shutdown(tcp::socket::shutdown_send, ignored);
+    }
+};
+
+server::server(net::io_context& ioc, std::shared_ptr<const config::config> cfg, handler& h,
+               metrics::registry& reg)
+    : impl_(std::make_shared<impl>(ioc, std::move(cfg), h, reg)) {}
+
+server::~server() = default;
+
+void server::listen(unsigned short port_override) {
+    auto& a = impl_->acceptor;
+    const auto& l = impl_->cfg->listen;
+    tcp::endpoint ep(net::ip::make_address(l.host), port_override ? port_override : l.port);
+    a.open(ep.protocol());
+    a.set_option(tcp::acceptor::reuse_address(true));
+    int one = 1;
+    ::setsockopt(a.native_handle(), SOL_SOCKET, SO_REUSEPORT, &one, sizeof one);
+    a.bind(ep);
+    a.listen(net::socket_base::max_listen_connections);
+}
+
+unsigned short server::port() const {
+    return impl_->acceptor.local_endpoint().port();
+}
+
+void server::start() {
+    net::co_spawn(impl_->ioc, impl_->accept_loop(), [](std::exception_ptr e) {
+        if (e) {
+            try {
+                std::rethrow_exception(e);
+            } catch (const std::exception& ex) {
+                std::fprintf(stderr, "onceproxy: accept loop failed: %s\n", ex.what());
+            }
+        }
+    });
+}
+
+void server::drain() {
+    impl_->draining = true;
+    boost::system::error_code ec;
+    impl_->acceptor.close(ec);
+    for (auto& s : impl_->sessions) {
+        if (!s.busy) {
+            s.stream->socket().cancel(ec); // idle keep-alive connection: close it now
+        }
+    }
+}
+
+std::size_t server::active_sessions() const {
+    return impl_->sessions.size();
+}
+
+void server::close_all() {
+    boost::system::error_code ec;
+    for (auto& s : impl_->sessions) {
+        s.stream->socket().close(ec);
+    }
+}
+
+} // namespace onceproxy::http

@@ -1,0 +1,217 @@
+#include "onceproxy/upstream/forwarder.hpp"
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/core/tcp_stream.hpp>
+#include <boost/beast/http/read.hpp>
+#include <boost/beast/http/write.hpp>
+
+#include <sys/socket.h>
+
+#include <cerrno>
+#include <chrono>
+#include <deque>
+#include <list>
+#include <vector>
+
+namespace onceproxy::upstream {
+
+namespace net = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = net::ip::tcp;
+using clock = std::chrono::steady_clock;
+
+namespace {
+
+constexpr auto use_tuple = net::as_tuple(net::use_awaitable);
+constexpr std::size_t response_header_limit = 64 * 1024;
+
+struct connection {
+    explicit connection(net::any_io_executor ex) : stream(std::move(ex)) {}
+    beast::tcp_stream stream;
+    beast::flat_buffer buffer;
+    clock::time_point idle_since{};
+};
+
+// A pooled connection the upstream closed while it sat idle shows EOF (or an error) to a
+// non-blocking peek. Unexpected bytes (a stray response) also make it unusable.
+bool looks_alive(connection& c) {
+    if (c.buffer.size() != 0) {
+        return false;
+    }
+    char byte = 0;
+    const auto n = ::recv(c.stream.socket().native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
+}
+
+} // namespace
+
+struct forwarder::impl {
+    struct pool {
+        const config::upstream_config* cfg = nullptr;
+        std::vector<std::unique_ptr<connection>> idle;
+        std::size_t open = 0; ///< idle + in use
+        std::list<net::steady_timer*> waiters;
+        tcp::resolver::results_type endpoints;
+    };
+
+    impl(net::any_io_executor ex, std::shared_ptr<const config::config> c)
+        : executor(std::move(ex)), cfg(std::move(c)) {
+        for (const auto& u : cfg->upstreams) {
+            pools.emplace_back().cfg = &u;
+        }
+    }
+
+    net::any_io_executor executor;
+    std::shared_ptr<const config::config> cfg;
+    std::deque<pool> pools; ///< a deque: pools are never moved once made
+
+    void give_back(pool& p, std::unique_ptr<connection> c, bool reusable) {
+        if (reusable && c->buffer.size() == 0) {
+            c->idle_since = clock::now();
+            p.idle.push_back(std::move(c));
+        } else {
+            --p.open;
+        }
+        if (!p.waiters.empty()) {
+            p.waiters.front()->cancel(); // wake the oldest waiter: a slot or connection is free
+        }
+    }
+
+    struct acquired {
+        std::unique_ptr<connection> conn;
+        bool reused = false;
+        forward_status failure = forward_status::ok;
+    };
+
+    net::awaitable<acquired> acquire(pool& p) {
+        const auto deadline = clock::now() + p.cfg->connect_timeout;
+        for (;;) {
+            while (!p.idle.empty()) {
+                auto c = std::move(p.idle.back());
+                p.idle.pop_back();
+                if (clock::now() - c->idle_since < p.cfg->idle_timeout && looks_alive(*c)) {
+                    co_return acquired{std::move(c), true, forward_status::ok};
+                }
+                --p.open;
+            }
+            if (p.open < p.cfg->max_connections) {
+                ++p.open;
+                auto c = co_await connect(p, deadline);
+                if (!c) {
+                    --p.open;
+                    if (!p.waiters.empty()) {
+                        p.waiters.front()->cancel();
+                    }
+                    co_return acquired{nullptr, false, forward_status::connect_failed};
+                }
+                co_return acquired{std::move(c), false, forward_status::ok};
+            }
+            if (clock::now() >= deadline) {
+                co_return acquired{nullptr, false, forward_status::pool_exhausted};
+            }
+            net::steady_timer timer(executor, deadline);
+            auto it = p.waiters.insert(p.waiters.end(), &timer);
+            co_await timer.async_wait(use_tuple);
+            p.waiters.erase(it);
+        }
+    }
+
+    net::awaitable<std::unique_ptr<connection>> connect(pool& p, clock::time_point deadline) {
+        if (p.endpoints.empty()) {
+            tcp::resolver resolver(executor);
+            auto [ec, results] = co_await resolver.async_resolve(
+                p.cfg->host, std::to_string(p.cfg->port), use_tuple);
+            if (ec) {
+                co_return nullptr;
+            }
+            p.endpoints = std::move(results);
+        }
+        auto c = std::make_unique<connection>(executor);
+        c->stream.expires_at(deadline);
+        auto [ec, ep] = co_await c->stream.async_connect(p.endpoints, use_tuple);
+        if (ec) {
+            p.endpoints = {}; // resolve again next time: the address may have moved
+            co_return nullptr;
+        }
+        c->stream.socket().set_option(tcp::no_delay(true), ec);
+        co_return c;
+    }
+};
+
+forwarder::forwarder(net::any_io_executor ex, std::shared_ptr<const config::config> cfg)
+    : impl_(std::make_unique<impl>(std::move(ex), std::move(cfg))) {}
+
+forwarder::~forwarder() = default;
+
+void forwarder::close_idle() {
+    for (auto& p : impl_->pools) {
+        p.open -= p.idle.size();
+        p.idle.clear();
+    }
+}
+
+net::awaitable<forward_result> forwarder::async_forward(std::size_t upstream_index, request& req) {
+    auto& p = impl_->pools.at(upstream_index);
+    const bool head = req.method() == http::verb::head;
+    for (int attempt = 0;; ++attempt) {
+        auto a = co_await impl_->acquire(p);
+        if (!a.conn) {
+            co_return forward_result{a.failure, {}};
+        }
+        auto& c = *a.conn;
+        c.stream.expires_after(p.cfg->timeout);
+        auto [wec, written] = co_await http::async_write(c.stream, req, use_tuple);
+        if (wec) {
+            impl_->give_back(p, std::move(a.conn), false);
+            if (written == 0) {
+                // Nothing of the request left this process: a pooled connection that turned out
+                // closed gets one fresh replacement; a fresh connection failing counts as down.
+                if (a.reused && attempt == 0) {
+                    continue;
+                }
+                co_return forward_result{forward_status::connect_failed, {}};
+            }
+            co_return forward_result{wec == beast::error::timeout
+                                         ? forward_status::timeout_after_send
+                                         : forward_status::reset_after_send,
+                                     {}};
+        }
+        for (;;) {
+            http::response_parser<http::string_body> parser;
+            parser.header_limit(response_header_limit);
+            parser.body_limit(impl_->cfg->limits.max_response_bytes);
+            parser.skip(head);
+            auto [rec, n] = co_await http::async_read(c.stream, c.buffer, parser, use_tuple);
+            (void)n;
+            if (rec) {
+                impl_->give_back(p, std::move(a.conn), false);
+                forward_status s = forward_status::reset_after_send;
+                if (rec == beast::error::timeout) {
+                    s = forward_status::timeout_after_send;
+                } else if (rec == http::error::body_limit) {
+                    s = forward_status::response_too_large;
+                } else if (rec != http::error::end_of_stream &&
+                           rec.category() ==
+                               http::make_error_code(http::error::bad_version).category()) {
+                    s = forward_status::bad_response;
+                }
+                co_return forward_result{s, {}};
+            }
+            const unsigned code = parser.get().result_int();
+            if (code >= 100 && code < 200 && code != 101) {
+                continue; // interim response (RFC 9110 §15.2): the final one follows
+            }
+            const bool reusable = parser.keep_alive() && !parser.need_eof();
+            forward_result out{forward_status::ok, parser.release()};
+            impl_->give_back(p, std::move(a.conn), reusable);
+            co_return out;
+        }
+    }
+}
+
+} // namespace onceproxy::upstream
