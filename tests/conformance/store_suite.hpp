@@ -26,7 +26,7 @@
 //
 // Leases and TTLs in the suite are a few hundred milliseconds with 100 ms margins, so a backend
 // with real time (Redis PX expiry) can pass with `advance` = std::this_thread::sleep_for.
-// A whole suite run sleeps about 4 s of store time in total.
+// A whole suite run lets about 3 s of store time pass in total.
 //
 // The contract checked here, beyond store.hpp:
 //   - An expired lease or record is absent: a claim acquires it, with any fingerprint.
