@@ -1,0 +1,199 @@
+#!/usr/bin/env python3
+"""Report step of bench/run.sh (stdlib only): parses wrk outputs, takes the median over rounds,
+prints the table and the SPEC §7 ratios, and writes summary.json next to the inputs.
+
+  report.py RESULTS_DIR
+
+RESULTS_DIR holds r<round>-<scenario>.txt (wrk --latency output), meta.json (run parameters)
+and, optionally, engine.txt (first line "available" or the reason the idempotency scenarios
+were not measured) and, with --commandstats, commandstats-{first,replay}.txt (INFO commandstats
+after N sequential requests of each kind) or commandstats-unavailable.txt.
+"""
+import json
+import pathlib
+import re
+import statistics
+import sys
+
+SCENARIOS = [
+    ("direct", "upstream directly, GET"),
+    ("nginx", "nginx proxy_pass, GET"),
+    ("proxy", "onceproxy plain route, GET"),
+    ("proxy_post", "onceproxy plain route, POST+key (Lua)"),
+    ("replay", "onceproxy guarded, replay"),
+    ("first", "onceproxy guarded, first execution"),
+    ("half_direct", "upstream directly, GET, c/2"),
+    ("half_proxy", "onceproxy plain route, GET, c/2"),
+]
+UNITS = {"us": 1e-3, "ms": 1.0, "s": 1e3, "m": 60e3, "h": 3600e3}
+
+
+def to_ms(text: str) -> float:
+    m = re.fullmatch(r"([0-9.]+)(us|ms|s|m|h)", text)
+    if not m:
+        raise ValueError(f"unknown latency '{text}'")
+    return float(m.group(1)) * UNITS[m.group(2)]
+
+
+def parse_wrk(text: str) -> dict:
+    """Requests/sec, p50/p99 in ms, request count, non-2xx/3xx count, socket errors."""
+    out = {}
+    m = re.search(r"Requests/sec:\s+([0-9.]+)", text)
+    if not m:
+        raise ValueError("no Requests/sec line")
+    out["rps"] = float(m.group(1))
+    for pct in ("50", "99"):
+        m = re.search(rf"^\s+{pct}(?:\.000)?%\s+(\S+)", text, re.M)
+        out[f"p{pct}"] = to_ms(m.group(1)) if m else float("nan")
+    m = re.search(r"(\d+) requests in", text)
+    out["requests"] = int(m.group(1)) if m else 0
+    m = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", text)
+    out["non2xx"] = int(m.group(1)) if m else 0
+    m = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", text)
+    out["errors"] = sum(int(g) for g in m.groups()) if m else 0
+    return out
+
+
+# Commands that are not part of a request: connection set-up, health checks, this script's own.
+NOT_PER_REQUEST = {"info", "config", "ping", "client", "hello", "select", "auth", "command"}
+
+
+def parse_commandstats(text: str) -> dict:
+    """INFO commandstats -> {command: calls}."""
+    calls = {}
+    for m in re.finditer(r"^cmdstat_([^:]+):calls=(\d+)", text, re.M):
+        calls[m.group(1)] = int(m.group(2))
+    return calls
+
+
+def commandstats(d: pathlib.Path, meta: dict, summary: dict) -> None:
+    unavailable = d / "commandstats-unavailable.txt"
+    if unavailable.exists():
+        print()
+        print(f"Redis commands per request: engine not available "
+              f"({unavailable.read_text().strip()})")
+        summary["commandstats"] = "engine not available"
+        return
+    n = meta["commandstats_requests"]
+    rows = []
+    for path, target in (("replay", 1), ("first", 2)):
+        f = d / f"commandstats-{path}.txt"
+        if not f.exists():
+            return
+        calls = parse_commandstats(f.read_text())
+        counted = {k: v for k, v in calls.items() if k not in NOT_PER_REQUEST}
+        per_request = sum(counted.values()) / n if n else float("nan")
+        summary.setdefault("commandstats", {})[path] = {"per_request": per_request, "calls": calls}
+        detail = ", ".join(f"{k} {v}" for k, v in sorted(calls.items()))
+        rows.append(f"  {path:<7} {per_request:5.2f} commands/request  [target {target}]  "
+                    f"({n} sequential requests; calls: {detail or 'none'})")
+    print()
+    print("Redis round trips per request (INFO commandstats; info/config/ping/client not counted)")
+    print("\n".join(rows))
+
+
+def fmt(v: float, unit: str = "") -> str:
+    if v != v:  # NaN
+        return "n/a"
+    return f"{v:.2f}{unit}" if unit else f"{v:,.0f}"
+
+
+def main() -> int:
+    d = pathlib.Path(sys.argv[1])
+    meta = json.loads((d / "meta.json").read_text())
+    engine_file = d / "engine.txt"
+    engine = engine_file.read_text().strip() if engine_file.exists() else "available"
+    engine_ok = engine.splitlines()[0] == "available" if engine else False
+
+    runs: dict = {}
+    problems = []
+    for f in sorted(d.glob("r*-*.txt")):
+        m = re.fullmatch(r"r(\d+)-(\w+)\.txt", f.name)
+        if not m:
+            continue
+        try:
+            parsed = parse_wrk(f.read_text())
+            runs.setdefault(m.group(2), []).append(parsed)
+        except ValueError as e:
+            problems.append(f"{f.name}: {e}")
+
+    med = {}
+    for name, rs in runs.items():
+        med[name] = {k: statistics.median(r[k] for r in rs) for k in ("rps", "p50", "p99")}
+        med[name]["non2xx"] = sum(r["non2xx"] for r in rs)
+        med[name]["errors"] = sum(r["errors"] for r in rs)
+        med[name]["rounds_rps"] = [r["rps"] for r in rs]
+
+    print()
+    print(f"onceproxy bench: {meta['rounds']} round(s) x {meta['duration']}s, wrk -t1 "
+          f"-c{meta['connections']} (half load -c{meta['half_connections']}), "
+          f"onceproxy workers={meta['workers']}, nginx worker_processes={meta['nginx_workers']}, "
+          f"upstream threads={meta['upstream_threads']}, store={meta['store']}, "
+          f"{meta['cpus']} CPUs shared by everything")
+    print(f"{'scenario':<40} {'req/s':>10} {'p50 ms':>8} {'p99 ms':>8} {'non-2xx':>8} "
+          f"{'errors':>7}  req/s per round")
+    for name, label in SCENARIOS:
+        if name in med:
+            r = med[name]
+            per_round = " ".join(fmt(x) for x in r["rounds_rps"])
+            print(f"{label:<40} {fmt(r['rps']):>10} {r['p50']:>8.2f} "
+                  f"{r['p99']:>8.2f} {r['non2xx']:>8} {r['errors']:>7}  {per_round}")
+        elif name in ("replay", "first") and not engine_ok and name in meta["scenarios"]:
+            print(f"{label:<40} {'engine not available':>10}")
+
+    summary: dict = {"meta": meta, "median": med, "engine": engine, "figures": {}}
+    fig = summary["figures"]
+
+    def ratio(a: str, b: str, key: str):
+        if a in med and b in med and med[b][key] > 0:
+            return med[a][key] / med[b][key]
+        return None
+
+    print()
+    print("figures (median over rounds; SPEC section 7 targets in brackets)")
+    r = ratio("proxy", "nginx", "rps")
+    if r is not None:
+        fig["plain_rps_vs_nginx"] = r
+        print(f"  plain proxying throughput onceproxy/nginx    {r:6.2f}x  [>= 1.0x]")
+    r = ratio("proxy", "nginx", "p99")
+    if r is not None:
+        fig["plain_p99_vs_nginx"] = r
+        print(f"  plain proxying p99 onceproxy/nginx           {r:6.2f}x  (lower is better)")
+    for name, target in (("replay", "0.8"), ("first", "0.6")):
+        if name not in meta["scenarios"]:
+            continue
+        label = f"{name} path throughput / plain proxying"
+        if not engine_ok:
+            print(f"  {label:<44} engine not available ({engine.splitlines()[0]})")
+            fig[f"{name}_vs_plain"] = "engine not available"
+            continue
+        r = ratio(name, "proxy", "rps")
+        r2 = ratio(name, "proxy_post", "rps")
+        if r is None:
+            print(f"  {label:<44} not measured")
+            continue
+        fig[f"{name}_vs_plain_get"] = r
+        extra = ""
+        if r2 is not None:
+            fig[f"{name}_vs_plain_post"] = r2
+            extra = f", {r2:.2f}x vs the same POST on the plain route"
+        bad = med[name]["non2xx"] + med[name]["errors"]
+        warn = ""
+        if bad > 0.01 * max(1.0, med[name]["rps"]):
+            warn = f"  WARNING: {bad} non-2xx/errors, figure not meaningful"
+        print(f"  {label:<44} {r:6.2f}x  [>= {target}x, store {meta['store']}]{extra}{warn}")
+    if "half_direct" in med and "half_proxy" in med:
+        added = med["half_proxy"]["p99"] - med["half_direct"]["p99"]
+        fig["half_load_p99_added_ms"] = added
+        print(f"  p99 added at half load (-c{meta['half_connections']}): direct "
+              f"{med['half_direct']['p99']:.2f} ms, onceproxy {med['half_proxy']['p99']:.2f} ms, "
+              f"added {added:.2f} ms  [<= 1 ms]")
+    commandstats(d, meta, summary)
+    for p in problems:
+        print(f"  unparsable wrk output: {p}")
+    (d / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

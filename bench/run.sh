@@ -1,0 +1,250 @@
+#!/usr/bin/env bash
+# onceproxy end-to-end benchmark: the test upstream, nginx and onceproxy side by side on this
+# machine, under the same wrk load, in one run. See bench/README.md for what each figure means.
+#
+#   bench/run.sh [--duration 10s] [--connections 64] [--rounds 2] [--workers auto]
+#                [--upstream-threads 1] [--store memory|redis] [--keys 1000]
+#                [--scenarios direct,nginx,proxy,proxy_post,replay,first,half]
+#                [--commandstats] [--commandstats-requests 1000] [--warmup 1]
+#                [--build-dir build/rel] [--out DIR]
+#
+# Every option also reads an environment variable (BENCH_DURATION, BENCH_CONNECTIONS,
+# BENCH_ROUNDS, BENCH_WORKERS, BENCH_UPSTREAM_THREADS, BENCH_STORE, BENCH_KEYS, BENCH_SCENARIOS,
+# BENCH_BUILD_DIR). Exits non-zero when a component fails to start or dies during the run.
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+duration=${BENCH_DURATION:-10s}
+connections=${BENCH_CONNECTIONS:-64}
+rounds=${BENCH_ROUNDS:-2}
+workers=${BENCH_WORKERS:-auto}
+upstream_threads=${BENCH_UPSTREAM_THREADS:-1}
+store=${BENCH_STORE:-memory}
+keys=${BENCH_KEYS:-1000}
+scenarios=${BENCH_SCENARIOS:-direct,nginx,proxy,proxy_post,replay,first,half}
+build_dir=${BENCH_BUILD_DIR:-$repo_dir/build/rel}
+commandstats=0
+commandstats_requests=1000
+warmup=1
+out_dir=""
+
+usage() { sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
+while [ $# -gt 0 ]; do
+    case "$1" in
+    --duration) duration=$2; shift 2 ;;
+    --connections) connections=$2; shift 2 ;;
+    --rounds) rounds=$2; shift 2 ;;
+    --workers) workers=$2; shift 2 ;;
+    --upstream-threads) upstream_threads=$2; shift 2 ;;
+    --store) store=$2; shift 2 ;;
+    --keys) keys=$2; shift 2 ;;
+    --scenarios) scenarios=$2; shift 2 ;;
+    --commandstats) commandstats=1; shift ;;
+    --commandstats-requests) commandstats_requests=$2; shift 2 ;;
+    --warmup) warmup=$2; shift 2 ;;
+    --build-dir) build_dir=$2; shift 2 ;;
+    --out) out_dir=$2; shift 2 ;;
+    -h | --help) usage 0 ;;
+    *) echo "unknown option: $1" >&2; usage 2 ;;
+    esac
+done
+
+seconds=$(duration_seconds "$duration")
+[ "$seconds" -ge 1 ] || die "--duration must be at least 1s"
+[[ "$connections" =~ ^[0-9]+$ ]] && [ "$connections" -ge 2 ] || die "--connections must be >= 2"
+[[ "$rounds" =~ ^[0-9]+$ ]] && [ "$rounds" -ge 1 ] || die "--rounds must be >= 1"
+[[ "$keys" =~ ^[0-9]+$ ]] && [ "$keys" -ge 1 ] || die "--keys must be >= 1"
+[[ "$workers" == auto || "$workers" =~ ^[1-9][0-9]*$ ]] || die "--workers must be auto or N >= 1"
+case "$store" in memory | redis) ;; *) die "--store must be memory or redis" ;; esac
+if [ "$commandstats" -eq 1 ] && [ "$store" != redis ]; then
+    die "--commandstats counts Redis commands: use it with --store redis"
+fi
+for tool in wrk nginx curl python3; do
+    command -v "$tool" >/dev/null || die "$tool is not installed (scripts/install-deps.sh)"
+done
+find_binaries "$build_dir"
+
+want() { [[ ",$scenarios," == *",$1,"* ]]; }
+half_connections=$((connections / 2))
+cpus=$(nproc)
+nginx_workers=$workers
+[ "$workers" = auto ] && nginx_workers=$cpus
+run_id="$(date +%s)-$$"
+
+make_work_dir
+results="$work_dir/results"
+if [ -n "$out_dir" ]; then
+    mkdir -p "$out_dir"
+    results=$(cd "$out_dir" && pwd)
+fi
+mkdir -p "$results"
+
+# ---- components -------------------------------------------------------------------------
+start_upstream "$upstream_threads"
+log "test upstream on 127.0.0.1:$upstream_port ($upstream_threads thread(s))"
+if [ "$store" = redis ]; then
+    start_redis
+    log "redis-server on 127.0.0.1:$redis_port"
+fi
+write_proxy_config "$workers" "$store"
+start_proxy
+log "onceproxy on 127.0.0.1:$proxy_port (admin $admin_port), workers=$workers, store=$store"
+
+nginx_port=$(free_port)
+user_line=""
+# As root, nginx workers would switch to `nobody`, which cannot enter the private work dir.
+[ "$(id -u)" -eq 0 ] && user_line="user root root;"
+sed -e "s|@USER@|$user_line|" -e "s|@WORKERS@|$nginx_workers|" -e "s|@DIR@|$work_dir|g" \
+    -e "s|@UPSTREAM_PORT@|$upstream_port|" -e "s|@PORT@|$nginx_port|" \
+    "$bench_dir/nginx.conf.in" >"$work_dir/nginx.conf"
+nginx -c "$work_dir/nginx.conf" -p "$work_dir" -e "$work_dir/nginx-error.log" \
+    >"$work_dir/nginx.log" 2>&1 &
+nginx_pid=$!
+started_pids+=($nginx_pid)
+started_names[$nginx_pid]="nginx"
+wait_tcp "$nginx_port" $nginx_pid "nginx"
+log "nginx on 127.0.0.1:$nginx_port (worker_processes $nginx_workers)"
+
+direct_url="http://127.0.0.1:$upstream_port/bench"
+nginx_url="http://127.0.0.1:$nginx_port/bench"
+proxy_url="http://127.0.0.1:$proxy_port/bench"
+for url in "$direct_url" "$nginx_url" "$proxy_url"; do
+    code=$(curl -s -o /dev/null -w '%{http_code}' --max-time 5 "$url" || true)
+    [ "$code" = 200 ] || die "GET $url answered '$code', expected 200"
+done
+
+# ---- idempotency engine check -----------------------------------------------------------
+# A guarded route answers even without the engine (it is proxied), so a replay figure would
+# silently measure plain proxying. Prove a replay first.
+engine="available"
+if want replay || want first || [ "$commandstats" -eq 1 ]; then
+    probe() {
+        curl -s -o /dev/null -D - --max-time 5 -X POST -H 'Content-Type: application/json' \
+            -H "Idempotency-Key: probe-$run_id" --data '{"probe":1}' \
+            "http://127.0.0.1:$proxy_port/pay/probe" | tr -d '\r'
+    }
+    first_headers=$(probe || true)
+    second_headers=$(probe || true)
+    executions=$(curl -s --max-time 5 "http://127.0.0.1:$upstream_port/__count?key=probe-$run_id" || true)
+    if ! grep -qi '^idempotency-status: *replayed' <<<"$second_headers"; then
+        status_line=$(head -n1 <<<"$second_headers")
+        engine="not available: a repeated key was not replayed (second answer: '${status_line:-none}', no 'Idempotency-Status: replayed'; upstream counts $executions)"
+    elif [ "$keys" -gt 0 ] && want replay; then
+        log "recording the replay key pool ($keys keys)"
+        if ! python3 "$bench_dir/http_loop.py" --port "$proxy_port" --path /pay/replay \
+            --prefix "rp-$run_id-" --count "$keys" --expect stored --time-limit 120 \
+            >"$work_dir/warmup.txt" 2>&1; then
+            engine="not available: recording the key pool failed ($(tail -n1 "$work_dir/warmup.txt"))"
+        fi
+    fi
+    log "idempotency engine: $engine"
+    check_alive "while checking the idempotency engine"
+fi
+printf '%s\n' "$engine" >"$results/engine.txt"
+engine_ok=0
+[ "$engine" = available ] && engine_ok=1
+
+# ---- load -------------------------------------------------------------------------------
+# run_wrk ROUND NAME CONNECTIONS URL [SCRIPT ARGS...]: one bounded wrk run into the results.
+run_wrk() {
+    local round=$1 name=$2 conns=$3 url=$4 script=${5:-}
+    shift 4 || true
+    [ $# -gt 0 ] && shift
+    local cmd=(wrk -t1 "-c$conns" "-d${seconds}s" --latency --timeout 5s)
+    [ -n "$script" ] && cmd+=(-s "$bench_dir/lua/$script")
+    cmd+=("$url")
+    [ $# -gt 0 ] && cmd+=(-- "$@")
+    check_alive "before the $name load"
+    local out="$results/r$round-$name.txt"
+    [ "$round" = warmup ] && out="$work_dir/warmup-$name.txt"
+    if ! timeout $((seconds + 30)) "${cmd[@]}" >"$out" 2>&1; then
+        log "wrk failed for $name (round $round): $(tail -n1 "$out")"
+    fi
+    check_alive "during the $name load"
+    if [ "$round" != warmup ]; then
+        log "round $round $name: $(grep -E 'Requests/sec' "$out" | tr -s ' ' || echo 'no result')"
+    fi
+}
+
+# run_scenario ROUND NAME
+run_scenario() {
+    local round=$1 name=$2
+    case "$name" in
+    direct) run_wrk "$round" direct "$connections" "$direct_url" ;;
+    nginx) run_wrk "$round" nginx "$connections" "$nginx_url" ;;
+    proxy) run_wrk "$round" proxy "$connections" "$proxy_url" ;;
+    proxy_post)
+        run_wrk "$round" proxy_post "$connections" "http://127.0.0.1:$proxy_port/plain" \
+            fresh.lua "pp-$run_id-$round" ;;
+    replay)
+        [ "$engine_ok" -eq 1 ] || return 0
+        run_wrk "$round" replay "$connections" "http://127.0.0.1:$proxy_port/pay/replay" \
+            replay.lua "rp-$run_id-" "$keys" ;;
+    first)
+        [ "$engine_ok" -eq 1 ] || return 0
+        run_wrk "$round" first "$connections" "http://127.0.0.1:$proxy_port/pay/first" \
+            fresh.lua "fe-$run_id-$round" ;;
+    half)
+        run_wrk "$round" half_direct "$half_connections" "$direct_url"
+        run_wrk "$round" half_proxy "$half_connections" "$proxy_url" ;;
+    *) die "unknown scenario '$name'" ;;
+    esac
+}
+
+IFS=, read -r -a scenario_list <<<"$scenarios"
+for s in "${scenario_list[@]}"; do
+    case "$s" in direct | nginx | proxy | proxy_post | replay | first | half) ;;
+    *) die "unknown scenario '$s' (direct,nginx,proxy,proxy_post,replay,first,half)" ;; esac
+done
+
+n_warm=0
+if [ "$warmup" -gt 0 ]; then
+    saved=$seconds
+    seconds=$warmup
+    for url in "$direct_url" "$nginx_url" "$proxy_url"; do
+        run_wrk warmup "w$((++n_warm))" "$connections" "$url"
+    done
+    seconds=$saved
+fi
+
+for ((round = 1; round <= rounds; round++)); do
+    # The machine is shared: alternate the order so drift does not favour one contender.
+    order=("${scenario_list[@]}")
+    if ((round % 2 == 0)); then
+        order=()
+        for ((i = ${#scenario_list[@]} - 1; i >= 0; i--)); do order+=("${scenario_list[i]}"); done
+    fi
+    for s in "${order[@]}"; do run_scenario "$round" "$s"; done
+done
+
+# ---- Redis commands per request ---------------------------------------------------------
+if [ "$commandstats" -eq 1 ]; then
+    if [ "$engine_ok" -eq 1 ]; then
+        rcli() { timeout 10 redis-cli -p "$redis_port" "$@"; }
+        prefix="cs-$run_id-"
+        rcli CONFIG RESETSTAT >/dev/null
+        python3 "$bench_dir/http_loop.py" --port "$proxy_port" --path /pay/cs --prefix "$prefix" \
+            --count "$commandstats_requests" --expect stored >"$results/cs-first-requests.txt" 2>&1 ||
+            log "commandstats: first executions were not all stored: $(cat "$results/cs-first-requests.txt")"
+        rcli INFO commandstats >"$results/commandstats-first.txt"
+        rcli CONFIG RESETSTAT >/dev/null
+        python3 "$bench_dir/http_loop.py" --port "$proxy_port" --path /pay/cs --prefix "$prefix" \
+            --count "$commandstats_requests" --expect replayed >"$results/cs-replay-requests.txt" 2>&1 ||
+            log "commandstats: replays were not all replayed: $(cat "$results/cs-replay-requests.txt")"
+        rcli INFO commandstats >"$results/commandstats-replay.txt"
+    else
+        printf '%s\n' "$engine" >"$results/commandstats-unavailable.txt"
+    fi
+fi
+
+# ---- report -----------------------------------------------------------------------------
+cat >"$results/meta.json" <<JSON
+{"duration": $seconds, "connections": $connections, "half_connections": $half_connections,
+ "rounds": $rounds, "workers": "$workers", "nginx_workers": $nginx_workers,
+ "upstream_threads": $upstream_threads, "store": "$store", "keys": $keys, "cpus": $cpus,
+ "scenarios": "$scenarios", "commandstats_requests": $commandstats_requests}
+JSON
+status=0
+python3 "$bench_dir/report.py" "$results" || status=1
+[ -n "$out_dir" ] && log "raw wrk outputs and summary.json in $results"
+exit $status
