@@ -1,3 +1,4 @@
+# shellcheck shell=bash disable=SC2034  # variables are used by the sourcing scripts
 # Shared by bench/run.sh and bench/memory.sh (sourced, not executed): process start-up on
 # free loopback ports, bounded readiness waits, and a cleanup that kills everything started.
 # Every server is bound to 127.0.0.1; every wait is bounded in time.
@@ -84,7 +85,7 @@ start_upstream() {
     local threads=$1
     "$upstream_bin" --listen 127.0.0.1:0 --threads "$threads" \
         --port-file "$work_dir/upstream.port" >"$work_dir/upstream.log" 2>&1 &
-    started_pids+=($!)
+    started_pids+=("$!")
     started_names[$!]="the test upstream"
     wait_file "$work_dir/upstream.port" $! "test upstream"
     upstream_port=$(cat "$work_dir/upstream.port")
@@ -97,7 +98,7 @@ start_redis() {
     redis_port=$(free_port)
     redis-server --port "$redis_port" --bind 127.0.0.1 --save '' --appendonly no \
         --dir "$work_dir" --logfile "$work_dir/redis.log" &
-    started_pids+=($!)
+    started_pids+=("$!")
     started_names[$!]="redis-server"
     wait_tcp "$redis_port" $! "redis-server"
 }
@@ -119,7 +120,7 @@ start_proxy() {
     "$onceproxy_bin" --config "$work_dir/onceproxy.yaml" --port-file "$work_dir/onceproxy.port" \
         >"$work_dir/onceproxy.log" 2>&1 &
     proxy_pid=$!
-    started_pids+=($proxy_pid)
+    started_pids+=("$proxy_pid")
     started_names[$proxy_pid]="onceproxy"
     wait_file "$work_dir/onceproxy.port" $proxy_pid "onceproxy"
     read -r proxy_port admin_port <"$work_dir/onceproxy.port"

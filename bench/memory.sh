@@ -10,6 +10,7 @@
 # (the memory store grows by one record per request, by design); replay = a fixed pool of
 # recorded keys. Every phase is bounded in time.
 set -euo pipefail
+# shellcheck source=bench/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 idle=5
@@ -79,7 +80,7 @@ peak_kib=$idle_kib
 timeout $((load + 30)) wrk -t1 "-c$connections" "-d${load}s" --timeout 5s "${wrk_args[@]}" \
     >"$work_dir/wrk.txt" 2>&1 &
 wrk_pid=$!
-started_pids+=($wrk_pid)
+started_pids+=("$wrk_pid")
 started_names[$wrk_pid]="wrk"
 samples=()
 deadline=$((SECONDS + load + 30))

@@ -12,6 +12,7 @@
 # BENCH_ROUNDS, BENCH_WORKERS, BENCH_UPSTREAM_THREADS, BENCH_STORE, BENCH_KEYS, BENCH_SCENARIOS,
 # BENCH_BUILD_DIR). Exits non-zero when a component fails to start or dies during the run.
 set -euo pipefail
+# shellcheck source=bench/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 duration=${BENCH_DURATION:-10s}
@@ -51,9 +52,13 @@ done
 
 seconds=$(duration_seconds "$duration")
 [ "$seconds" -ge 1 ] || die "--duration must be at least 1s"
-[[ "$connections" =~ ^[0-9]+$ ]] && [ "$connections" -ge 2 ] || die "--connections must be >= 2"
-[[ "$rounds" =~ ^[0-9]+$ ]] && [ "$rounds" -ge 1 ] || die "--rounds must be >= 1"
-[[ "$keys" =~ ^[0-9]+$ ]] && [ "$keys" -ge 1 ] || die "--keys must be >= 1"
+require_int() { [[ "$2" =~ ^[0-9]+$ && "$2" -ge "$3" ]] || die "--$1 must be an integer >= $3"; }
+require_int connections "$connections" 2
+require_int rounds "$rounds" 1
+require_int keys "$keys" 1
+require_int upstream-threads "$upstream_threads" 1
+require_int commandstats-requests "$commandstats_requests" 1
+require_int warmup "$warmup" 0
 [[ "$workers" == auto || "$workers" =~ ^[1-9][0-9]*$ ]] || die "--workers must be auto or N >= 1"
 case "$store" in memory | redis) ;; *) die "--store must be memory or redis" ;; esac
 if [ "$commandstats" -eq 1 ] && [ "$store" != redis ]; then
@@ -100,7 +105,7 @@ sed -e "s|@USER@|$user_line|" -e "s|@WORKERS@|$nginx_workers|" -e "s|@DIR@|$work
 nginx -c "$work_dir/nginx.conf" -p "$work_dir" -e "$work_dir/nginx-error.log" \
     >"$work_dir/nginx.log" 2>&1 &
 nginx_pid=$!
-started_pids+=($nginx_pid)
+started_pids+=("$nginx_pid")
 started_names[$nginx_pid]="nginx"
 wait_tcp "$nginx_port" $nginx_pid "nginx"
 log "nginx on 127.0.0.1:$nginx_port (worker_processes $nginx_workers)"
@@ -127,8 +132,9 @@ if want replay || want first || [ "$commandstats" -eq 1 ]; then
     second_headers=$(probe || true)
     executions=$(curl -s --max-time 5 "http://127.0.0.1:$upstream_port/__count?key=probe-$run_id" || true)
     if ! grep -qi '^idempotency-status: *replayed' <<<"$second_headers"; then
+        first_mark=$(grep -i '^idempotency-status:' <<<"$first_headers" || echo "no Idempotency-Status")
         status_line=$(head -n1 <<<"$second_headers")
-        engine="not available: a repeated key was not replayed (second answer: '${status_line:-none}', no 'Idempotency-Status: replayed'; upstream counts $executions)"
+        engine="not available: a repeated key was not replayed (first answer: '$first_mark'; second answer: '${status_line:-none}' without 'Idempotency-Status: replayed'; upstream executions: $executions)"
     elif [ "$keys" -gt 0 ] && want replay; then
         log "recording the replay key pool ($keys keys)"
         if ! python3 "$bench_dir/http_loop.py" --port "$proxy_port" --path /pay/replay \
