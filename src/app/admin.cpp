@@ -12,6 +12,8 @@
 #include <boost/beast/http/string_body.hpp>
 #include <boost/beast/http/write.hpp>
 
+#include <atomic>
+
 namespace onceproxy::app {
 
 namespace net = boost::asio;
@@ -24,29 +26,35 @@ constexpr auto use_tuple = net::as_tuple(net::use_awaitable);
 }
 
 struct admin_server::impl : std::enable_shared_from_this<impl> {
-    impl(net::io_context& c, std::shared_ptr<const config::config> cf, metrics::registry& r,
-         std::shared_ptr<store::store> s)
-        : ioc(c), cfg(std::move(cf)), reg(r), st(std::move(s)), acceptor(c) {}
+    impl(net::io_context& c, net::any_io_executor pe, std::shared_ptr<const config::config> cf,
+         metrics::registry& r, std::shared_ptr<store::store> s)
+        : ioc(c), probe_ex(std::move(pe)), cfg(std::move(cf)), reg(r), st(std::move(s)),
+          acceptor(c) {}
 
     net::io_context& ioc;
+    net::any_io_executor probe_ex;
     std::shared_ptr<const config::config> cfg;
     metrics::registry& reg;
     std::shared_ptr<store::store> st;
     tcp::acceptor acceptor;
-    bool store_answered = false; ///< the store has answered at least once
-    bool store_ok = false;       ///< the last probe succeeded
-    bool stopped = false;
+    // Written by the probe on a worker, read by the admin loop.
+    std::atomic<bool> store_answered{false}; ///< the store has answered at least once
+    std::atomic<bool> store_ok{false};       ///< the last probe succeeded
+    std::atomic<bool> stopped{false};
 
     net::awaitable<void> probe_store() {
         auto self = shared_from_this();
-        net::steady_timer t(ioc);
+        net::steady_timer t(probe_ex);
         while (!stopped) {
             if (!st) {
-                store_answered = store_ok = true;
+                store_answered = true;
+                store_ok = true;
             } else {
                 auto r = co_await st->async_ping();
                 store_ok = r.has_value();
-                store_answered = store_answered || store_ok;
+                if (store_ok) {
+                    store_answered = true;
+                }
             }
             t.expires_after(store_answered ? std::chrono::seconds(2)
                                            : std::chrono::milliseconds(200));
@@ -116,9 +124,10 @@ struct admin_server::impl : std::enable_shared_from_this<impl> {
     }
 };
 
-admin_server::admin_server(net::io_context& ioc, std::shared_ptr<const config::config> cfg,
-                           metrics::registry& reg, std::shared_ptr<store::store> st)
-    : impl_(std::make_shared<impl>(ioc, std::move(cfg), reg, std::move(st))) {}
+admin_server::admin_server(net::io_context& ioc, net::any_io_executor probe_ex,
+                           std::shared_ptr<const config::config> cfg, metrics::registry& reg,
+                           std::shared_ptr<store::store> st)
+    : impl_(std::make_shared<impl>(ioc, std::move(probe_ex), std::move(cfg), reg, std::move(st))) {}
 
 admin_server::~admin_server() = default;
 
@@ -137,7 +146,7 @@ unsigned short admin_server::listen() {
 }
 
 void admin_server::start() {
-    net::co_spawn(impl_->ioc, impl_->probe_store(), net::detached);
+    net::co_spawn(impl_->probe_ex, impl_->probe_store(), net::detached);
     if (impl_->acceptor.is_open()) {
         net::co_spawn(impl_->ioc, impl_->accept_loop(), net::detached);
     }

@@ -5,6 +5,7 @@
 #include "onceproxy/metrics/registry.hpp"
 #include "onceproxy/store/store.hpp"
 
+#include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/io_context.hpp>
 
 #include <memory>
@@ -13,8 +14,10 @@ namespace onceproxy::app {
 
 class admin_server {
 public:
-    admin_server(boost::asio::io_context& ioc, std::shared_ptr<const config::config> cfg,
-                 metrics::registry& reg, std::shared_ptr<store::store> st);
+    /// `probe_ex`: a worker executor the store probe runs on (stores bind to worker loops).
+    admin_server(boost::asio::io_context& ioc, boost::asio::any_io_executor probe_ex,
+                 std::shared_ptr<const config::config> cfg, metrics::registry& reg,
+                 std::shared_ptr<store::store> st);
     ~admin_server();
 
     /// Binds the admin address; returns the bound port (0 when no admin listener is configured).

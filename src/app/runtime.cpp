@@ -5,6 +5,7 @@
 #include "onceproxy/http/handler.hpp"
 #include "onceproxy/http/server.hpp"
 #include "onceproxy/metrics/registry.hpp"
+#include "onceproxy/store/redis_store.hpp"
 #include "onceproxy/upstream/forwarder.hpp"
 
 #include <boost/asio/as_tuple.hpp>
@@ -30,12 +31,12 @@ namespace {
 
 /// One event loop with everything a connection needs; a connection never leaves its worker.
 struct worker {
-    worker(std::shared_ptr<const config::config> cfg, std::shared_ptr<store::store> st,
-           metrics::registry& reg)
-        : ioc(1), guard(net::make_work_guard(ioc)), fwd(ioc.get_executor(), cfg),
+    worker(net::io_context& c, std::shared_ptr<const config::config> cfg,
+           std::shared_ptr<store::store> st, metrics::registry& reg)
+        : ioc(c), guard(net::make_work_guard(ioc)), fwd(ioc.get_executor(), cfg),
           h(cfg, fwd, std::move(st), reg), srv(ioc, cfg, h, reg) {}
 
-    net::io_context ioc;
+    net::io_context& ioc;
     net::executor_work_guard<net::io_context::executor_type> guard;
     upstream::forwarder fwd;
     http::handler h;
@@ -69,20 +70,47 @@ int run(std::shared_ptr<const config::config> cfg, const run_options& opts) {
 
     net::io_context main_ioc(1);
     const unsigned n = cfg->workers == 0 ? 1 : cfg->workers;
+    // The event loops exist before anything that binds to them (the Redis store keeps one
+    // connection per worker executor).
+    std::vector<std::unique_ptr<net::io_context>> loops;
+    std::vector<net::any_io_executor> executors;
+    for (unsigned i = 0; i < n; ++i) {
+        loops.push_back(std::make_unique<net::io_context>(1));
+        executors.push_back(loops.back()->get_executor());
+    }
     std::vector<std::unique_ptr<worker>> workers;
 
     std::shared_ptr<store::store> st;
     try {
-        st = make_store(*cfg);
+        st = make_store(*cfg, executors);
     } catch (const std::exception& e) {
         std::fprintf(stderr, "onceproxy: store: %s\n", e.what());
         return 1;
+    }
+    auto* redis = dynamic_cast<store::redis_store*>(st.get());
+    if (redis != nullptr) {
+        // Start-up check on a one-shot connection: unreachable, wrong password, or an eviction
+        // policy that could drop live records must fail loudly here, not hang (SPEC §5).
+        net::io_context check_ioc(1);
+        store::redis_startup_report report;
+        net::co_spawn(
+            check_ioc,
+            [&]() -> net::awaitable<void> { report = co_await redis->async_check_startup(); },
+            net::detached);
+        check_ioc.run();
+        if (report.ec) {
+            std::fprintf(stderr, "onceproxy: redis: %s\n",
+                         report.message.empty() ? report.ec.message().c_str()
+                                                : report.message.c_str());
+            return 1;
+        }
+        redis->start();
     }
 
     unsigned short port = 0;
     try {
         for (unsigned i = 0; i < n; ++i) {
-            workers.push_back(std::make_unique<worker>(cfg, st, reg));
+            workers.push_back(std::make_unique<worker>(*loops[i], cfg, st, reg));
             workers.back()->srv.listen(port);
             port = workers.back()->srv.port();
         }
@@ -92,7 +120,7 @@ int run(std::shared_ptr<const config::config> cfg, const run_options& opts) {
         return 1;
     }
 
-    admin_server admin(main_ioc, cfg, reg, st);
+    admin_server admin(main_ioc, executors.front(), cfg, reg, st);
     unsigned short admin_port = 0;
     try {
         admin_port = admin.listen();
@@ -133,6 +161,9 @@ int run(std::shared_ptr<const config::config> cfg, const run_options& opts) {
     main_ioc.run();
     for (auto& w : workers) {
         w->thread.join();
+    }
+    if (redis != nullptr) {
+        redis->stop();
     }
     std::fprintf(stderr, "onceproxy: drained, exiting\n");
     return 0;

@@ -1,6 +1,7 @@
 #include "onceproxy/http/handler.hpp"
 
 #include "http/access_log.hpp"
+#include "http/exchange_runner.hpp"
 #include "onceproxy/config/route_table.hpp"
 #include "onceproxy/http/headers.hpp"
 #include "onceproxy/http/problem.hpp"
@@ -18,11 +19,12 @@ struct handler::impl {
     upstream::forwarder& fwd;
     std::shared_ptr<store::store> st;
     metrics::registry& reg;
+    exchange_env env{cfg, fwd, st, reg};
 };
 
 handler::handler(std::shared_ptr<const config::config> cfg, upstream::forwarder& fwd,
                  std::shared_ptr<store::store> st, metrics::registry& reg)
-    : impl_(std::make_unique<impl>(impl{std::move(cfg), fwd, std::move(st), reg})) {}
+    : impl_(std::make_unique<impl>(std::move(cfg), fwd, std::move(st), reg)) {}
 
 handler::~handler() = default;
 
@@ -38,33 +40,6 @@ void count(metrics::route_metrics& m, metrics::outcome o) {
 }
 
 } // namespace
-
-/// Maps a failed forward to the problem the client sees (SPEC §3.2).
-response upstream_failure(upstream::forward_status s, metrics::registry& reg) {
-    using upstream::forward_status;
-    switch (s) {
-    case forward_status::timeout_after_send:
-        reg.upstream_timeouts.fetch_add(1, std::memory_order_relaxed);
-        return make_problem(problem_code::upstream_timeout, "the upstream did not answer in time");
-    case forward_status::response_too_large:
-    case forward_status::bad_response:
-        reg.upstream_errors.fetch_add(1, std::memory_order_relaxed);
-        return make_problem(problem_code::upstream_bad_response,
-                            s == forward_status::response_too_large
-                                ? "the upstream response exceeds max_response_bytes"
-                                : "the upstream response could not be parsed");
-    case forward_status::pool_exhausted:
-        reg.upstream_errors.fetch_add(1, std::memory_order_relaxed);
-        return make_problem(problem_code::upstream_unavailable,
-                            "no upstream connection available within connect_timeout");
-    default:
-        reg.upstream_errors.fetch_add(1, std::memory_order_relaxed);
-        return make_problem(problem_code::upstream_unavailable,
-                            s == forward_status::connect_failed
-                                ? "could not connect to the upstream"
-                                : "the upstream closed the connection before a full response");
-    }
-}
 
 net::awaitable<response> handler::async_handle(request& req, const request_context& ctx) {
     auto& m = *impl_;
@@ -86,8 +61,11 @@ net::awaitable<response> handler::async_handle(request& req, const request_conte
     const auto route_index = static_cast<std::size_t>(route - m.cfg->routes.data());
     auto& rm = m.reg.route(route_index);
     log.route = route->name;
+    const std::string method(req.method_string());
+    const std::string target_copy(target);
+    log.method = method;
+    log.target = target_copy;
 
-    // TODO: guarded methods on idempotency routes go through the exchange (engine issue).
     std::string request_id;
     if (m.cfg->access_log) {
         request_id = ensure_request_id(req);
@@ -97,6 +75,22 @@ net::awaitable<response> handler::async_handle(request& req, const request_conte
     req.version(11);
     req.keep_alive(true);
     req.prepare_payload();
+
+    if (m.st && is_guarded(*route, req.method_string())) {
+        exchange_report report;
+        auto res = co_await async_run_exchange(m.env, *route, route_index, req, report);
+        rm.request_duration.observe(clock::now() - ctx.received);
+        if (m.cfg->access_log) {
+            log.status = res.result_int();
+            log.outcome = report.outcome;
+            log.request_id = request_id;
+            log.key_hash = report.key_hash;
+            log.upstream_ms = report.upstream_ms;
+            log.store_ms = report.store_ms;
+            write_access_log(log, ctx, req);
+        }
+        co_return res;
+    }
 
     const auto up_start = clock::now();
     auto fr = co_await m.fwd.async_forward(route->upstream_index, req);

@@ -1,0 +1,51 @@
+#pragma once
+// Carries out the idempotency exchange for one guarded request: it derives the request facts
+// (key, scope, fingerprint), then runs core::exchange_fsm, doing each action it returns against
+// the store and the upstream. The decisions are all the engine's (STYLE.md §2); this is the I/O
+// shell (Boost.Redis `exec_op` idea).
+
+#include "onceproxy/config/config.hpp"
+#include "onceproxy/http/handler.hpp"
+#include "onceproxy/metrics/registry.hpp"
+#include "onceproxy/store/store.hpp"
+#include "onceproxy/upstream/forwarder.hpp"
+
+#include <boost/asio/awaitable.hpp>
+
+#include <memory>
+#include <string>
+
+namespace onceproxy::http {
+
+/// Everything the runner needs, owned by the worker.
+struct exchange_env {
+    std::shared_ptr<const config::config> cfg;
+    upstream::forwarder& fwd;
+    std::shared_ptr<store::store> st;
+    metrics::registry& reg;
+};
+
+/// What a finished (or backgrounded) exchange reports for the access log.
+struct exchange_report {
+    metrics::outcome outcome = metrics::outcome::passthrough;
+    std::string key_hash; ///< the store key (a hash), empty when there was none
+    double upstream_ms = -1;
+    double store_ms = 0;
+};
+
+/// Runs the exchange for `req` on `route` and returns the response for the client. Background
+/// work (completion retries) continues in a detached coroutine on the current executor after
+/// this returns. `req` has already been rewritten for the upstream (hop-by-hop removed,
+/// X-Forwarded-* added).
+boost::asio::awaitable<response> async_run_exchange(exchange_env& env,
+                                                    const config::route_config& route,
+                                                    std::size_t route_index, request& req,
+                                                    exchange_report& report);
+
+/// True when requests with this method on this route go through the exchange.
+bool is_guarded(const config::route_config& route, std::string_view method) noexcept;
+
+/// Maps a failed forward to the problem the client sees (SPEC §3.2), counting the error.
+response upstream_failure(upstream::forward_status s, metrics::registry& reg);
+
+} // namespace onceproxy::http
