@@ -62,6 +62,22 @@ net::awaitable<void> drain_worker(worker& w, clock::time_point deadline) {
 
 int run(std::shared_ptr<const config::config> cfg, const run_options& opts) {
     std::signal(SIGPIPE, SIG_IGN);
+    // TLS termination and TLS to upstreams are parsed by the config but not served yet: refuse
+    // to start rather than silently speak plain text where the operator asked for TLS.
+    if (cfg->tls) {
+        std::fprintf(stderr, "onceproxy: inbound TLS (tls:) is not supported by this version; "
+                             "terminate TLS in front of onceproxy\n");
+        return 1;
+    }
+    for (const auto& u : cfg->upstreams) {
+        if (u.tls) {
+            std::fprintf(stderr,
+                         "onceproxy: upstream '%s': https:// upstreams are not supported by this "
+                         "version\n",
+                         u.name.c_str());
+            return 1;
+        }
+    }
     std::vector<std::string> route_names;
     for (const auto& r : cfg->routes) {
         route_names.push_back(r.name);
