@@ -133,7 +133,7 @@ std::optional<http_response> http_client::read_response(std::chrono::millisecond
             }
         }
         if (!fill(deadline)) {
-            if (parser.got_header() && parser.need_eof()) {
+            if (parser.is_header_done() && parser.need_eof()) {
                 boost::system::error_code ec;
                 parser.put_eof(ec);
                 if (!ec) {

@@ -1,0 +1,202 @@
+#include "support/proxy_fixture.hpp"
+
+#include <signal.h>
+
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+#include <thread>
+
+namespace onceproxy::test {
+
+namespace {
+
+using clock = std::chrono::steady_clock;
+
+/// Waits for `path` to hold a complete line while `proc` runs; "" on exit or timeout.
+std::string wait_for_port_file(process& proc, const std::string& path) {
+    const auto deadline = clock::now() + start_timeout;
+    while (clock::now() < deadline) {
+        std::ifstream in(path);
+        std::stringstream ss;
+        ss << in.rdbuf();
+        // Both binaries write PATH.tmp then rename, so a non-empty file is complete.
+        if (!ss.str().empty()) {
+            return ss.str();
+        }
+        if (!proc.running()) {
+            return {};
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return {};
+}
+
+[[noreturn]] void fail_start(const std::string& what, const process& proc) {
+    throw std::runtime_error(what + " did not start within " +
+                             std::to_string(start_timeout.count()) + " ms; its log:\n" +
+                             proc.log());
+}
+
+void replace_all(std::string& text, const std::string& from, const std::string& to) {
+    if (from.empty()) {
+        return;
+    }
+    for (auto pos = text.find(from); pos != std::string::npos;
+         pos = text.find(from, pos + to.size())) {
+        text.replace(pos, from.size(), to);
+    }
+}
+
+std::string percent_encode(const std::string& s) {
+    static constexpr char hex[] = "0123456789ABCDEF";
+    std::string out;
+    for (const char c : s) {
+        const auto u = static_cast<unsigned char>(c);
+        const bool plain = (u >= '0' && u <= '9') || (u >= 'a' && u <= 'z') ||
+                           (u >= 'A' && u <= 'Z') || u == '-' || u == '_' || u == '.' || u == '~';
+        if (plain) {
+            out += c;
+        } else {
+            out += '%';
+            out += hex[u >> 4];
+            out += hex[u & 0xf];
+        }
+    }
+    return out;
+}
+
+/// The unsigned number after `"name":` in a flat JSON text; throws when absent.
+std::uint64_t json_number(const std::string& json, const std::string& name) {
+    const std::string needle = "\"" + name + "\":";
+    const auto pos = json.find(needle);
+    if (pos == std::string::npos) {
+        throw std::runtime_error("no " + name + " in " + json);
+    }
+    return std::stoull(json.substr(pos + needle.size()));
+}
+
+} // namespace
+
+upstream_process::upstream_process(int threads) {
+    const auto port_file = dir.file("port");
+    proc = process({TEST_UPSTREAM_BIN, "--listen", "127.0.0.1:0", "--port-file", port_file,
+                    "--threads", std::to_string(threads)},
+                   dir.file("upstream.log"));
+    const auto text = wait_for_port_file(proc, port_file);
+    if (text.empty()) {
+        fail_start("onceproxy_test_upstream", proc);
+    }
+    port = static_cast<unsigned short>(std::stoul(text));
+}
+
+std::uint64_t upstream_process::count(const std::string& key) const {
+    const auto r = fetch(port, "GET", "/__count?key=" + percent_encode(key));
+    if (r.status != 200) {
+        throw std::runtime_error("GET /__count answered " + std::to_string(r.status));
+    }
+    return json_number(r.body, "count");
+}
+
+std::uint64_t upstream_process::total() const {
+    const auto r = fetch(port, "GET", "/__counts");
+    if (r.status != 200) {
+        throw std::runtime_error("GET /__counts answered " + std::to_string(r.status));
+    }
+    return json_number(r.body, "total");
+}
+
+void upstream_process::reset() const {
+    const auto r = fetch(port, "POST", "/__reset");
+    if (r.status != 204) {
+        throw std::runtime_error("POST /__reset answered " + std::to_string(r.status));
+    }
+}
+
+proxy_process::proxy_process(const std::string& yaml, unsigned short upstream_port,
+                             const substitutions& extra) {
+    std::string text = yaml;
+    replace_all(text, "{UPSTREAM_PORT}", std::to_string(upstream_port));
+    for (const auto& [from, to] : extra) {
+        replace_all(text, from, to);
+    }
+    config_file = dir.write("config.yaml", text);
+    const auto port_file = dir.file("ports");
+    proc = process({ONCEPROXY_BIN, "--config", config_file, "--port-file", port_file},
+                   dir.file("proxy.log"));
+    const auto ports = wait_for_port_file(proc, port_file);
+    if (ports.empty()) {
+        fail_start("onceproxy (config:\n" + text + ")", proc);
+    }
+    std::istringstream in(ports);
+    unsigned listen = 0;
+    unsigned admin_listen = 0;
+    in >> listen >> admin_listen;
+    port = static_cast<unsigned short>(listen);
+    admin_port = static_cast<unsigned short>(admin_listen);
+}
+
+int proxy_process::terminate(std::chrono::milliseconds timeout) {
+    proc.signal(SIGTERM);
+    return proc.wait(timeout);
+}
+
+http_response proxy_process::admin(const std::string& path) const {
+    if (admin_port == 0) {
+        throw std::runtime_error("the proxy has no admin listener");
+    }
+    return fetch(admin_port, "GET", path);
+}
+
+std::string proxy_config::yaml() const {
+    const std::string up =
+        upstream_port == 0 ? std::string("{UPSTREAM_PORT}") : std::to_string(upstream_port);
+    std::string y;
+    y += "listen: 127.0.0.1:0\n";
+    if (admin) {
+        y += "admin:\n  listen: 127.0.0.1:0\n";
+    }
+    y += "workers: " + std::to_string(workers) + "\n";
+    y += std::string("access_log: ") + (access_log ? "true" : "false") + "\n";
+    if (!limits.empty()) {
+        y += "limits:\n";
+        for (const auto& l : limits) {
+            y += "  " + l + "\n";
+        }
+    }
+    y += "upstreams:\n  app:\n    url: http://127.0.0.1:" + up + "\n";
+    for (const auto& s : upstream_settings) {
+        y += "    " + s + "\n";
+    }
+    y += "store:\n";
+    if (store.empty()) {
+        y += "  type: memory\n";
+    }
+    for (const auto& s : store) {
+        y += "  " + s + "\n";
+    }
+    y += "routes:\n";
+    y += routes;
+    if (!routes.empty() && routes.back() != '\n') {
+        y += "\n";
+    }
+    if (catch_all) {
+        y += "  - name: everything-else\n    match: { prefix: / }\n    upstream: app\n";
+    }
+    y += top;
+    if (!top.empty() && top.back() != '\n') {
+        y += "\n";
+    }
+    return y;
+}
+
+std::string basic_config(unsigned short upstream_port, std::string extra_routes,
+                         std::string extra_top) {
+    proxy_config c;
+    c.upstream_port = upstream_port;
+    c.routes = std::move(extra_routes);
+    c.top = std::move(extra_top);
+    return c.yaml();
+}
+
+} // namespace onceproxy::test
