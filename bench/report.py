@@ -66,6 +66,17 @@ def parse_commandstats(text: str) -> dict:
     return calls
 
 
+def parse_monitor(text: str) -> dict:
+    """MONITOR output -> {command: calls} for commands clients sent (not those scripts ran)."""
+    calls: dict = {}
+    for m in re.finditer(r'^[0-9.]+ \[\d+ ([^\]]+)\] "([^"]+)"', text, re.M):
+        if m.group(1) == "lua":
+            continue
+        cmd = m.group(2).lower()
+        calls[cmd] = calls.get(cmd, 0) + 1
+    return calls
+
+
 def commandstats(d: pathlib.Path, meta: dict, summary: dict) -> None:
     unavailable = d / "commandstats-unavailable.txt"
     if unavailable.exists():
@@ -81,14 +92,20 @@ def commandstats(d: pathlib.Path, meta: dict, summary: dict) -> None:
         if not f.exists():
             return
         calls = parse_commandstats(f.read_text())
-        counted = {k: v for k, v in calls.items() if k not in NOT_PER_REQUEST}
-        per_request = sum(counted.values()) / n if n else float("nan")
-        summary.setdefault("commandstats", {})[path] = {"per_request": per_request, "calls": calls}
-        detail = ", ".join(f"{k} {v}" for k, v in sorted(calls.items()))
-        rows.append(f"  {path:<7} {per_request:5.2f} commands/request  [target {target}]  "
-                    f"({n} sequential requests; calls: {detail or 'none'})")
+        mon = d / f"monitor-{path}.txt"
+        top = parse_monitor(mon.read_text()) if mon.exists() else {}
+        counted = {k: v for k, v in top.items() if k not in NOT_PER_REQUEST}
+        per_request = sum(counted.values()) / n if n and mon.exists() else float("nan")
+        summary.setdefault("commandstats", {})[path] = {
+            "round_trips_per_request": per_request, "client_commands": top, "commandstats": calls}
+        sent = ", ".join(f"{k} {v}" for k, v in sorted(counted.items())) or "none"
+        detail = ", ".join(f"{k} {v}" for k, v in sorted(calls.items())) or "none"
+        rows.append(f"  {path:<7} {per_request:5.2f} round trips/request  [target {target}]  "
+                    f"client commands: {sent}\n"
+                    f"          INFO commandstats (script-internal calls included): {detail}")
     print()
-    print("Redis round trips per request (INFO commandstats; info/config/ping/client not counted)")
+    print(f"Redis round trips per request ({n} sequential requests per path; commands sent by "
+          f"onceproxy, from MONITOR; info/config/ping/client not counted)")
     print("\n".join(rows))
 
 
