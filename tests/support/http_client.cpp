@@ -102,6 +102,7 @@ bool http_client::fill(clock::time_point deadline) {
     char tmp[65536];
     const auto n = ::recv(fd_, tmp, sizeof tmp, 0);
     if (n <= 0) {
+        eof_ = true;
         return false;
     }
     buf_.append(tmp, static_cast<std::size_t>(n));
@@ -133,7 +134,9 @@ std::optional<http_response> http_client::read_response(std::chrono::millisecond
             }
         }
         if (!fill(deadline)) {
-            if (parser.is_header_done() && parser.need_eof()) {
+            // Only a real close ends a body delimited by EOF: running out of time must not turn
+            // an unframed keep-alive response into a success.
+            if (eof_ && parser.is_header_done() && parser.need_eof()) {
                 boost::system::error_code ec;
                 parser.put_eof(ec);
                 if (!ec) {
@@ -183,6 +186,7 @@ bool http_client::wait_closed(std::chrono::milliseconds timeout) {
         char tmp[4096];
         const auto n = ::recv(fd_, tmp, sizeof tmp, 0);
         if (n <= 0) {
+            eof_ = true;
             return true;
         }
         buf_.append(tmp, static_cast<std::size_t>(n));

@@ -49,6 +49,7 @@ public:
 private:
     bool fill(std::chrono::steady_clock::time_point deadline); ///< false on EOF/timeout
     int fd_ = -1;
+    bool eof_ = false; ///< the server closed (or reset) the connection
     std::string buf_;
 };
 

@@ -1,0 +1,169 @@
+#include "onceproxy/http/headers.hpp"
+
+#include <doctest/doctest.h>
+
+#include <boost/beast/http/field.hpp>
+#include <boost/beast/http/string_body.hpp>
+
+#include <string>
+#include <vector>
+
+using namespace onceproxy::http;
+namespace bhttp = boost::beast::http;
+
+namespace {
+
+/// "name: value" of every line, in order.
+std::vector<std::string> lines(const fields& f) {
+    std::vector<std::string> out;
+    for (const auto& field : f) {
+        out.push_back(std::string(field.name_string()) + ": " + std::string(field.value()));
+    }
+    return out;
+}
+
+fields make(const std::vector<std::pair<std::string, std::string>>& in) {
+    fields f;
+    for (const auto& [n, v] : in) {
+        f.insert(n, v);
+    }
+    return f;
+}
+
+} // namespace
+
+TEST_SUITE("headers") {
+
+    TEST_CASE("strip_hop_by_hop removes the fixed hop-by-hop set and keeps end-to-end headers") {
+        auto f = make({{"Host", "example.test"},
+                       {"Keep-Alive", "timeout=5"},
+                       {"TE", "trailers"},
+                       {"Trailer", "X-Sum"},
+                       {"Transfer-Encoding", "chunked"},
+                       {"Upgrade", "websocket"},
+                       {"Proxy-Authorization", "Basic eA=="},
+                       {"Proxy-Connection", "keep-alive"},
+                       {"proxy-whatever", "1"},
+                       {"Authorization", "Bearer t"},
+                       {"Content-Length", "12"},
+                       {"Idempotency-Key", "abc"}});
+        strip_hop_by_hop(f);
+        CHECK(lines(f) == std::vector<std::string>{"Host: example.test", "Authorization: Bearer t",
+                                                   "Content-Length: 12", "Idempotency-Key: abc"});
+    }
+
+    TEST_CASE("strip_hop_by_hop removes Connection and every header it names") {
+        SUBCASE("one Connection line with a list, names in another case") {
+            auto f = make({{"Connection", "keep-alive, X-Secret ,  x-other"},
+                           {"x-secret", "1"},
+                           {"X-OTHER", "2"},
+                           {"X-Secret", "3"},
+                           {"X-Kept", "4"}});
+            strip_hop_by_hop(f);
+            CHECK(lines(f) == std::vector<std::string>{"X-Kept: 4"});
+        }
+        SUBCASE("several Connection lines") {
+            auto f = make({{"Connection", "X-A"},
+                           {"X-A", "1"},
+                           {"X-B", "2"},
+                           {"connection", "X-B"},
+                           {"X-C", "3"}});
+            strip_hop_by_hop(f);
+            CHECK(lines(f) == std::vector<std::string>{"X-C: 3"});
+        }
+        SUBCASE("Connection naming a header that is absent changes nothing else") {
+            auto f = make({{"Connection", "close, X-Missing"}, {"Accept", "*/*"}});
+            strip_hop_by_hop(f);
+            CHECK(lines(f) == std::vector<std::string>{"Accept: */*"});
+        }
+        SUBCASE("an empty Connection list") {
+            auto f = make({{"Connection", ""}, {"Accept", "*/*"}});
+            strip_hop_by_hop(f);
+            CHECK(lines(f) == std::vector<std::string>{"Accept: */*"});
+        }
+    }
+
+    TEST_CASE("strip_hop_by_hop works on responses too") {
+        bhttp::response<bhttp::string_body> res{bhttp::status::ok, 11};
+        res.set(bhttp::field::connection, "close");
+        res.set(bhttp::field::transfer_encoding, "chunked");
+        res.set(bhttp::field::content_type, "text/plain");
+        strip_hop_by_hop(res);
+        CHECK(lines(res) == std::vector<std::string>{"Content-Type: text/plain"});
+    }
+
+    TEST_CASE("add_forwarded") {
+        SUBCASE("no X-Forwarded-For yet: set to the client address") {
+            fields f;
+            add_forwarded(f, "10.1.2.3", "http");
+            CHECK(f["X-Forwarded-For"] == "10.1.2.3");
+            CHECK(f["X-Forwarded-Proto"] == "http");
+        }
+        SUBCASE("an existing chain is appended to, an existing proto replaced") {
+            auto f = make(
+                {{"X-Forwarded-For", "203.0.113.7, 198.51.100.2"}, {"X-Forwarded-Proto", "ftp"}});
+            add_forwarded(f, "::1", "https");
+            CHECK(f["X-Forwarded-For"] == "203.0.113.7, 198.51.100.2, ::1");
+            CHECK(f["X-Forwarded-Proto"] == "https");
+            CHECK(count_lines(f, "x-forwarded-for") == 1);
+            CHECK(count_lines(f, "x-forwarded-proto") == 1);
+        }
+        SUBCASE("several X-Forwarded-Proto lines collapse to one") {
+            auto f = make({{"X-Forwarded-Proto", "a"}, {"X-Forwarded-Proto", "b"}});
+            add_forwarded(f, "10.0.0.1", "http");
+            CHECK(count_lines(f, "x-forwarded-proto") == 1);
+            CHECK(f["X-Forwarded-Proto"] == "http");
+        }
+    }
+
+    // Several X-Forwarded-For lines form one list (RFC 9110 §5.3). add_forwarded reads only the
+    // first line and then replaces all of them, so every hop recorded in later lines is lost.
+    TEST_CASE("add_forwarded keeps every X-Forwarded-For line" * doctest::may_fail()) {
+        auto f = make({{"X-Forwarded-For", "203.0.113.7"}, {"X-Forwarded-For", "198.51.100.2"}});
+        add_forwarded(f, "10.0.0.1", "http");
+        CHECK(f["X-Forwarded-For"] == "203.0.113.7, 198.51.100.2, 10.0.0.1");
+    }
+
+    TEST_CASE("check_framing accepts the unambiguous shapes") {
+        CHECK(check_framing(fields{}) == framing_error::none);
+        CHECK(check_framing(make({{"Content-Length", "0"}})) == framing_error::none);
+        CHECK(check_framing(make({{"Content-Length", "12345"}})) == framing_error::none);
+        CHECK(check_framing(make({{"Content-Length", " 7 "}})) == framing_error::none);
+        CHECK(check_framing(make({{"Transfer-Encoding", "chunked"}})) == framing_error::none);
+        CHECK(check_framing(make({{"Transfer-Encoding", "Chunked"}})) == framing_error::none);
+    }
+
+    TEST_CASE("check_framing refuses request smuggling shapes (RFC 9112 §6.3)") {
+        CHECK(check_framing(make({{"Content-Length", "5"}, {"Transfer-Encoding", "chunked"}})) ==
+              framing_error::content_length_and_transfer_encoding);
+        CHECK(check_framing(make({{"Transfer-Encoding", "chunked"}, {"content-length", "0"}})) ==
+              framing_error::content_length_and_transfer_encoding);
+        CHECK(check_framing(make({{"Content-Length", "5"}, {"Content-Length", "5"}})) ==
+              framing_error::repeated_content_length);
+        CHECK(check_framing(make({{"Content-Length", "5, 5"}})) ==
+              framing_error::repeated_content_length);
+        for (const char* bad : {"", "-1", "+5", "5a", "0x10", "5 5"}) {
+            CAPTURE(bad);
+            CHECK(check_framing(make({{"Content-Length", bad}})) != framing_error::none);
+        }
+        CHECK(check_framing(make({{"Transfer-Encoding", "gzip"}})) ==
+              framing_error::bad_transfer_encoding);
+        CHECK(check_framing(make({{"Transfer-Encoding", "chunked, gzip"}})) ==
+              framing_error::bad_transfer_encoding);
+        CHECK(check_framing(make({{"Transfer-Encoding", "gzip, chunked"}})) ==
+              framing_error::bad_transfer_encoding);
+        CHECK(check_framing(
+                  make({{"Transfer-Encoding", "chunked"}, {"Transfer-Encoding", "chunked"}})) ==
+              framing_error::bad_transfer_encoding);
+        CHECK(check_framing(make({{"Transfer-Encoding", "identity"}})) ==
+              framing_error::bad_transfer_encoding);
+    }
+
+    TEST_CASE("count_lines is case-insensitive and counts lines, not list members") {
+        const auto f = make({{"Via", "a, b"}, {"via", "c"}, {"VIA", "d"}, {"Other", "x"}});
+        CHECK(count_lines(f, "via") == 3);
+        CHECK(count_lines(f, "Other") == 1);
+        CHECK(count_lines(f, "absent") == 0);
+    }
+
+} // TEST_SUITE
