@@ -36,6 +36,18 @@ bool is_disconnect(const boost::system::error_code& ec) {
            ec == bhttp::error::partial_message;
 }
 
+/// The upstream's Transfer-Encoding is hop-by-hop and stripped, and the body is buffered whole:
+/// without a Content-Length a keep-alive client could not tell where the body ends. Responses
+/// that never carry a body (HEAD, 1xx, 204, 304) keep their headers as they are.
+void frame_body(response& res, bool head_request) {
+    const unsigned status = res.result_int();
+    if (head_request || status < 200 || status == 204 || status == 304 ||
+        res.has_content_length() || res.chunked()) {
+        return;
+    }
+    res.content_length(res.body().size());
+}
+
 } // namespace
 
 struct server::impl : std::enable_shared_from_this<impl> {
@@ -193,7 +205,9 @@ struct server::impl : std::enable_shared_from_this<impl> {
             }
             auto req = parser.release();
             const bool keep_alive = req.keep_alive();
+            const bool head = req.method() == bhttp::verb::head;
             auto res = co_await h.async_handle(req, ctx);
+            frame_body(res, head);
             const bool keep = keep_alive && !draining;
             res.keep_alive(keep);
             stream.expires_after(limits.idle_timeout); // a client that reads nothing is dropped
