@@ -1,0 +1,545 @@
+// The reverse-proxy core driven from outside: the real onceproxy binary and the real test
+// upstream over loopback sockets. Every assertion is something a client (or the upstream)
+// observes: statuses, headers, body bytes, execution counts, connection closes, exit codes.
+
+#include "support/proxy_fixture.hpp"
+
+#include "support/http_client.hpp"
+#include "support/process.hpp"
+
+#include <doctest/doctest.h>
+
+#include <signal.h>
+
+#include <chrono>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+using namespace onceproxy::test;
+using namespace std::chrono_literals;
+using clock_type = std::chrono::steady_clock;
+
+namespace {
+
+/// A test upstream and a proxy in front of it, configured by `c` (its upstream port is filled in).
+struct proxied {
+    upstream_process upstream;
+    proxy_process proxy;
+    explicit proxied(const proxy_config& c = {}) : upstream(), proxy(c.yaml(), upstream.port) {}
+};
+
+/// The string value of `"name":"..."` in a flat JSON text ("" when absent).
+std::string json_string(const std::string& json, const std::string& name) {
+    const std::string needle = "\"" + name + "\":\"";
+    const auto pos = json.find(needle);
+    if (pos == std::string::npos) {
+        return {};
+    }
+    const auto start = pos + needle.size();
+    return json.substr(start, json.find('"', start) - start);
+}
+
+/// The number after `"name":` in a flat JSON text (-1 when absent).
+long long json_number(const std::string& json, const std::string& name) {
+    const std::string needle = "\"" + name + "\":";
+    const auto pos = json.find(needle);
+    if (pos == std::string::npos) {
+        return -1;
+    }
+    return std::stoll(json.substr(pos + needle.size()));
+}
+
+/// A problem+json response with `status` and `code` (RFC 9457, SPEC §3.2).
+void check_problem(const http_response& r, unsigned status, const std::string& code) {
+    CHECK(r.status == status);
+    CHECK(r.header("Content-Type") == "application/problem+json");
+    CHECK(json_string(r.body, "code") == code);
+    CHECK(json_number(r.body, "status") == status);
+}
+
+/// Sends raw bytes on a fresh connection and reads one response (nullopt: closed, no answer).
+std::optional<http_response> exchange_raw(unsigned short port, const std::string& bytes) {
+    http_client c(port);
+    c.send_raw(bytes);
+    return c.read_response(5s);
+}
+
+/// Runs onceproxy with `args`, waits (bounded) and returns {exit status, stdout+stderr}.
+std::pair<int, std::string> run_cli(const std::vector<std::string>& args) {
+    temp_dir dir;
+    std::vector<std::string> argv{ONCEPROXY_BIN};
+    argv.insert(argv.end(), args.begin(), args.end());
+    process p(argv, dir.file("out.log"));
+    const int status = p.wait(20s);
+    return {status, p.log()};
+}
+
+/// Connections whose local end is the upstream's port (the upstream's side of every connection
+/// the proxy opened to it), from /proc/net/tcp, listening socket excluded.
+std::size_t upstream_side_sockets(unsigned short upstream_port) {
+    std::ifstream in("/proc/net/tcp");
+    std::string line;
+    std::getline(in, line); // header
+    std::size_t n = 0;
+    while (std::getline(in, line)) {
+        std::istringstream fields(line);
+        std::string slot, local, remote, state;
+        fields >> slot >> local >> remote >> state;
+        const auto colon = local.find(':');
+        if (colon == std::string::npos || state == "0A") {
+            continue;
+        }
+        if (std::stoul(local.substr(colon + 1), nullptr, 16) == upstream_port) {
+            ++n;
+        }
+    }
+    return n;
+}
+
+std::string expected_letters(std::size_t n) {
+    std::string s(n, '\0');
+    for (std::size_t i = 0; i < n; ++i) {
+        s[i] = static_cast<char>('a' + i % 26);
+    }
+    return s;
+}
+
+} // namespace
+
+TEST_SUITE("proxy") {
+
+    TEST_CASE("keep-alive: two requests on one connection are both forwarded and answered") {
+        proxied p;
+        http_client c(p.proxy.port);
+        const auto a = c.request("GET", "/first");
+        const auto b = c.request("GET", "/second");
+        CHECK(a.status == 200);
+        CHECK(b.status == 200);
+        CHECK(json_string(a.body, "path") == "/first");
+        CHECK(json_string(b.body, "path") == "/second");
+        CHECK(json_string(a.body, "execution_id") != json_string(b.body, "execution_id"));
+        CHECK_FALSE(a.header("Connection") == "close");
+        CHECK(p.upstream.total() == 2);
+    }
+
+    TEST_CASE("pipelining: three requests in one write get three responses in order") {
+        proxied p;
+        http_client c(p.proxy.port);
+        c.send_raw(make_request("GET", "/p1") + make_request("POST", "/p2", {}, "two") +
+                   make_request("GET", "/p3"));
+        for (const auto* path : {"/p1", "/p2", "/p3"}) {
+            CAPTURE(path);
+            const auto r = c.read_response(5s);
+            REQUIRE(r);
+            CHECK(r->status == 200);
+            CHECK(json_string(r->body, "path") == path);
+        }
+        CHECK(p.upstream.total() == 3);
+    }
+
+    TEST_CASE("a chunked request body is forwarded whole") {
+        proxied p;
+        http_client c(p.proxy.port);
+        c.send_raw("POST /chunked HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+                   "5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n");
+        const auto r = c.read_response(5s);
+        REQUIRE(r);
+        CHECK(r->status == 200);
+        CHECK(json_number(r->body, "body_bytes") == 11);
+        // The connection stays usable after a chunked body.
+        CHECK(c.request("GET", "/after").status == 200);
+    }
+
+    TEST_CASE("Expect: 100-continue gets the interim response before the body is sent") {
+        proxied p;
+        http_client c(p.proxy.port);
+        c.send_raw("POST /expect HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n"
+                   "Expect: 100-continue\r\n\r\n");
+        REQUIRE(c.read_continue(3s));
+        CHECK(p.upstream.total() == 0); // nothing forwarded before the body
+        c.send_raw("hello");
+        const auto r = c.read_response(5s);
+        REQUIRE(r);
+        CHECK(r->status == 200);
+        CHECK(json_number(r->body, "body_bytes") == 5);
+        CHECK(p.upstream.total() == 1);
+    }
+
+    TEST_CASE("limits: 413 over max_request_bytes, 431 over max_header_bytes") {
+        proxy_config cfg;
+        cfg.limits = {"max_request_bytes: 1KiB", "max_header_bytes: 1KiB"};
+        proxied p(cfg);
+
+        SUBCASE("Content-Length body over the limit") {
+            const auto r = fetch(p.proxy.port, "POST", "/big", {}, std::string(2000, 'x'));
+            check_problem(r, 413, "request.too_large");
+            CHECK(p.upstream.total() == 0);
+        }
+        SUBCASE("chunked body over the limit") {
+            const std::string chunk(1500, 'y');
+            const auto r = exchange_raw(
+                p.proxy.port, "POST /big HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked"
+                              "\r\n\r\n5dc\r\n" +
+                                  chunk + "\r\n0\r\n\r\n");
+            REQUIRE(r);
+            check_problem(*r, 413, "request.too_large");
+            CHECK(p.upstream.total() == 0);
+        }
+        SUBCASE("a body at the limit still passes") {
+            const auto r = fetch(p.proxy.port, "POST", "/ok", {}, std::string(1024, 'x'));
+            CHECK(r.status == 200);
+            CHECK(json_number(r.body, "body_bytes") == 1024);
+        }
+        SUBCASE("headers over the limit") {
+            const auto r = fetch(p.proxy.port, "GET", "/h", {{"X-Big", std::string(2000, 'h')}});
+            check_problem(r, 431, "request.header_too_large");
+            CHECK(p.upstream.total() == 0);
+        }
+    }
+
+    TEST_CASE("a malformed request line gets 400 request.malformed") {
+        proxied p;
+        const auto r = exchange_raw(p.proxy.port, "THIS IS NOT HTTP\r\n\r\n");
+        REQUIRE(r);
+        check_problem(*r, 400, "request.malformed");
+        CHECK(p.upstream.total() == 0);
+    }
+
+    TEST_CASE("request smuggling shapes are refused with 400 and never reach the upstream") {
+        proxied p;
+        const std::string head = "POST /smuggle HTTP/1.1\r\nHost: x\r\n";
+        const std::vector<std::string> shapes{
+            "Content-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+            "Transfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n0\r\n\r\n",
+            "Content-Length: 5\r\nContent-Length: 5\r\n\r\nhello",
+            "Content-Length: 5\r\nContent-Length: 6\r\n\r\nhello!",
+            "Content-Length: 5, 5\r\n\r\nhello",
+            "Transfer-Encoding: gzip\r\n\r\nhello",
+            "Transfer-Encoding: chunked, gzip\r\n\r\n0\r\n\r\n",
+            "Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"};
+        for (const auto& shape : shapes) {
+            CAPTURE(shape);
+            http_client c(p.proxy.port);
+            c.send_raw(head + shape + "GET /second HTTP/1.1\r\nHost: x\r\n\r\n");
+            const auto r = c.read_response(5s);
+            REQUIRE(r);
+            check_problem(*r, 400, "request.malformed");
+            CHECK(r->header("Connection") == "close");
+            CHECK(c.wait_closed(3s)); // what follows the refused request is not read as a request
+        }
+        CHECK(p.upstream.total() == 0);
+    }
+
+    TEST_CASE("hop-by-hop headers are removed and X-Forwarded-For/Proto are added") {
+        proxied p;
+        SUBCASE("fresh forwarding headers") {
+            // X-Test-Status is named by Connection: if it leaked, the upstream would answer 500.
+            const auto r = fetch(p.proxy.port, "GET", "/hop",
+                                 {{"Connection", "keep-alive, X-Test-Status"},
+                                  {"X-Test-Status", "500"},
+                                  {"Keep-Alive", "timeout=5"},
+                                  {"TE", "trailers"},
+                                  {"Upgrade", "websocket"},
+                                  {"Proxy-Authorization", "Basic Zm9vOmJhcg=="},
+                                  {"Trailer", "X-Checksum"}});
+            CHECK(r.status == 200);
+            CHECK_FALSE(r.has_header("X-Echo-Hop"));
+            CHECK_FALSE(r.has_header("X-Echo-Connection"));
+            CHECK(r.header("X-Echo-Forwarded-For") == "127.0.0.1");
+            CHECK(r.header("X-Echo-Forwarded-Proto") == "http");
+        }
+        SUBCASE("an existing X-Forwarded-For is appended to, X-Forwarded-Proto is replaced") {
+            const auto r =
+                fetch(p.proxy.port, "GET", "/hop",
+                      {{"X-Forwarded-For", "203.0.113.7"}, {"X-Forwarded-Proto", "https"}});
+            CHECK(r.status == 200);
+            CHECK(r.header("X-Echo-Forwarded-For") == "203.0.113.7, 127.0.0.1");
+            CHECK(r.header("X-Echo-Forwarded-Proto") == "http");
+        }
+        SUBCASE("hop-by-hop headers of the upstream response are removed too") {
+            const auto r =
+                fetch(p.proxy.port, "GET", "/hop", {{"X-Test-Header", "Keep-Alive: timeout=99"}});
+            CHECK(r.status == 200);
+            CHECK_FALSE(r.has_header("Keep-Alive"));
+        }
+    }
+
+    TEST_CASE("upstream down: 502 upstream.unavailable") {
+        const auto closed_port = free_port();
+        proxy_config cfg;
+        cfg.upstream_settings = {"connect_timeout: 300ms"};
+        proxy_process proxy(cfg.yaml(), closed_port);
+        const auto start = clock_type::now();
+        const auto r = fetch(proxy.port, "GET", "/down");
+        check_problem(r, 502, "upstream.unavailable");
+        CHECK(clock_type::now() - start < 3s);
+    }
+
+    TEST_CASE("upstream slower than its timeout: 504 upstream.timeout") {
+        proxy_config cfg;
+        cfg.upstream_settings = {"timeout: 300ms"};
+        proxied p(cfg);
+        const auto start = clock_type::now();
+        const auto r = fetch(p.proxy.port, "GET", "/slow", {{"X-Test-Delay-Ms", "2000"}});
+        const auto elapsed = clock_type::now() - start;
+        check_problem(r, 504, "upstream.timeout");
+        CHECK(elapsed >= 250ms);
+        CHECK(elapsed < 1500ms);
+        // The next request is served normally (the timed-out connection is not reused).
+        CHECK(fetch(p.proxy.port, "GET", "/fast").status == 200);
+    }
+
+    TEST_CASE("upstream dropping the connection: 502") {
+        proxied p;
+        SUBCASE("at once") {
+            const auto r = fetch(p.proxy.port, "GET", "/drop", {{"X-Test-Drop", "1"}});
+            check_problem(r, 502, "upstream.unavailable");
+        }
+        SUBCASE("after a while") {
+            const auto r = fetch(p.proxy.port, "GET", "/drop", {{"X-Test-Drop-After-Ms", "100"}});
+            check_problem(r, 502, "upstream.unavailable");
+        }
+        // Forwarded exactly once: a request that may have had an effect is not resent.
+        CHECK(p.upstream.total() == 1);
+        CHECK(fetch(p.proxy.port, "GET", "/fine").status == 200);
+    }
+
+    TEST_CASE("response bodies pass through byte for byte") {
+        proxied p;
+        SUBCASE("2 MiB text body") {
+            const std::size_t n = 2 * 1024 * 1024;
+            const auto r =
+                fetch(p.proxy.port, "GET", "/large", {{"X-Test-Body-Bytes", std::to_string(n)}});
+            CHECK(r.status == 200);
+            REQUIRE(r.body.size() == n);
+            CHECK(r.body == expected_letters(n));
+        }
+        SUBCASE("binary body, every byte value") {
+            const auto r = fetch(p.proxy.port, "GET", "/bin",
+                                 {{"X-Test-Binary", "1"}, {"X-Test-Body-Bytes", "4096"}});
+            CHECK(r.status == 200);
+            CHECK(r.header("Content-Type") == "application/octet-stream");
+            REQUIRE(r.body.size() == 4096);
+            bool intact = true;
+            for (std::size_t i = 0; i < r.body.size(); ++i) {
+                intact = intact && static_cast<unsigned char>(r.body[i]) == (i & 0xff);
+            }
+            CHECK(intact);
+        }
+        SUBCASE("chunked upstream body, then the connection is reused") {
+            // Transfer-Encoding is hop-by-hop: the proxy must re-frame the buffered body, or a
+            // keep-alive client cannot tell where it ends.
+            http_client c(p.proxy.port);
+            c.send_raw(make_request("GET", "/chunky",
+                                    {{"X-Test-Chunked", "1"}, {"X-Test-Body-Bytes", "100000"}}));
+            const auto r = c.read_response(3s);
+            REQUIRE(r);
+            CHECK(r->status == 200);
+            CHECK(r->body == expected_letters(100000));
+            const auto again = c.request("GET", "/again");
+            CHECK(again.status == 200);
+            CHECK(json_string(again.body, "path") == "/again");
+        }
+        SUBCASE("HEAD keeps the upstream Content-Length and sends no body") {
+            http_client c(p.proxy.port);
+            c.send_raw(make_request("HEAD", "/head", {{"X-Test-Body-Bytes", "777"}}));
+            const auto r = c.read_response(3s, true);
+            REQUIRE(r);
+            CHECK(r->status == 200);
+            CHECK(r->header("Content-Length") == "777");
+            CHECK(r->body.empty());
+            const auto again = c.request("GET", "/after-head");
+            CHECK(json_string(again.body, "path") == "/after-head");
+        }
+        SUBCASE("204 from the upstream has no body and keeps the connection usable") {
+            http_client c(p.proxy.port);
+            const auto r = c.request("DELETE", "/thing", {{"X-Test-Status", "204"}});
+            CHECK(r.status == 204);
+            CHECK(r.body.empty());
+            CHECK_FALSE(r.has_header("Content-Length"));
+            const auto again = c.request("GET", "/after-204");
+            CHECK(json_string(again.body, "path") == "/after-204");
+        }
+    }
+
+    TEST_CASE("header timeout: a slowloris client is disconnected after header_timeout") {
+        proxy_config cfg;
+        cfg.limits = {"header_timeout: 500ms"};
+        proxied p(cfg);
+        SUBCASE("half a header") {
+            http_client c(p.proxy.port);
+            const auto start = clock_type::now();
+            c.send_raw("GET /slow HTTP/1.1\r\nHost: x\r\nX-Partial: ");
+            CHECK(c.wait_closed(3s));
+            const auto elapsed = clock_type::now() - start;
+            CHECK(elapsed >= 400ms);
+            CHECK(elapsed < 2500ms);
+        }
+        SUBCASE("a header sent one byte at a time, slower than the deadline") {
+            http_client c(p.proxy.port);
+            const std::string req =
+                "GET /slow HTTP/1.1\r\nHost: x\r\nX-Drip: aaaaaaaaaaaaaaa\r\n\r\n";
+            const auto start = clock_type::now();
+            bool closed = false;
+            for (std::size_t i = 0; i < req.size() && !closed; ++i) {
+                try {
+                    c.send_raw(req.substr(i, 1));
+                } catch (const std::exception&) {
+                    closed = true;
+                    break;
+                }
+                closed = c.wait_closed(100ms);
+            }
+            CHECK(closed);
+            CHECK(clock_type::now() - start < 2500ms);
+        }
+        CHECK(p.upstream.total() == 0);
+    }
+
+    TEST_CASE("SIGTERM: an in-flight request completes, new connections are refused, exit 0") {
+        proxy_config cfg;
+        cfg.limits = {"drain_timeout: 5s"};
+        proxied p(cfg);
+        http_client c(p.proxy.port);
+        c.send_raw(make_request("GET", "/inflight", {{"X-Test-Delay-Ms", "800"}}));
+        std::this_thread::sleep_for(200ms);
+        p.proxy.proc.signal(SIGTERM);
+
+        // Within a bounded time (well before the in-flight response is due) the listener is
+        // gone.
+        bool refused = false;
+        const auto until = clock_type::now() + 500ms;
+        while (!refused && clock_type::now() < until) {
+            try {
+                http_client probe(p.proxy.port);
+                std::this_thread::sleep_for(20ms);
+            } catch (const std::exception&) {
+                refused = true;
+            }
+        }
+        CHECK(refused);
+
+        const auto r = c.read_response(5s);
+        REQUIRE(r);
+        CHECK(r->status == 200);
+        CHECK(json_string(r->body, "path") == "/inflight");
+        CHECK(json_number(r->body, "body_bytes") == 0);
+        CHECK(r->header("Connection") == "close");
+        CHECK(p.proxy.proc.wait(5s) == 0);
+    }
+
+    TEST_CASE("SIGTERM with only idle connections exits at once with status 0") {
+        proxied p;
+        http_client idle(p.proxy.port);
+        CHECK(idle.request("GET", "/x").status == 200);
+        const auto start = clock_type::now();
+        CHECK(p.proxy.terminate(5s) == 0);
+        CHECK(clock_type::now() - start < 3s);
+        CHECK(idle.wait_closed(1s));
+    }
+
+    TEST_CASE("the upstream keep-alive pool reuses connections") {
+        proxied p;
+        http_client c(p.proxy.port);
+        std::set<std::string> ids;
+        for (int i = 0; i < 40; ++i) {
+            const auto r = c.request("POST", "/pool/" + std::to_string(i), {}, "body");
+            REQUIRE(r.status == 200);
+            ids.insert(json_string(r.body, "execution_id"));
+        }
+        // One client connection lives on one worker, so sequential requests need one upstream
+        // connection; closing and reopening each time would leave ~40 sockets behind.
+        CHECK(upstream_side_sockets(p.upstream.port) <= 2);
+        CHECK(ids.size() == 40);
+        CHECK(p.upstream.total() == 40);
+    }
+
+    TEST_CASE("a pooled connection the upstream closed is replaced transparently") {
+        proxied p;
+        http_client c(p.proxy.port);
+        CHECK(c.request("GET", "/one").status == 200);
+        // The upstream closes after answering this one ("Connection: close" from the client is
+        // stripped by the proxy, so ask the upstream to send it through X-Test-Header instead).
+        CHECK(c.request("GET", "/two", {{"X-Test-Header", "Connection: close"}}).status == 200);
+        std::this_thread::sleep_for(50ms);
+        const auto r = c.request("GET", "/three");
+        CHECK(r.status == 200);
+        CHECK(json_string(r.body, "path") == "/three");
+        CHECK(p.upstream.total() == 3);
+    }
+
+    TEST_CASE("admin: /healthz, /readyz and /metrics") {
+        proxied p;
+        REQUIRE(p.proxy.admin_port != 0);
+        CHECK(p.proxy.admin("/healthz").status == 200);
+        // Readiness follows the first store answer, which arrives within a few hundred ms.
+        unsigned ready = 0;
+        const auto until = clock_type::now() + 3s;
+        while (ready != 200 && clock_type::now() < until) {
+            ready = p.proxy.admin("/readyz").status;
+            if (ready != 200) {
+                std::this_thread::sleep_for(50ms);
+            }
+        }
+        CHECK(ready == 200);
+        CHECK(fetch(p.proxy.port, "GET", "/counted").status == 200);
+        const auto m = p.proxy.admin("/metrics");
+        CHECK(m.status == 200);
+        CHECK(m.body.find("onceproxy_requests_total{route=\"everything-else\"") !=
+              std::string::npos);
+        CHECK(p.proxy.admin("/nope").status == 404);
+    }
+
+    TEST_CASE("no matching route: 404 route.not_found") {
+        proxy_config cfg;
+        cfg.catch_all = false;
+        cfg.routes = "  - name: only\n    match: { prefix: /only }\n    upstream: app\n";
+        proxied p(cfg);
+        check_problem(fetch(p.proxy.port, "GET", "/elsewhere"), 404, "route.not_found");
+        CHECK(fetch(p.proxy.port, "GET", "/only/this").status == 200);
+        CHECK(p.upstream.total() == 1);
+    }
+
+    TEST_CASE("command line: --check-config, --version, --help") {
+        SUBCASE("the shipped configs are valid") {
+            const std::string dir = ONCEPROXY_SOURCE_DIR "/conf/";
+            const auto [status, out] =
+                run_cli({"--check-config", dir + "example.yaml", dir + "minimal.yaml"});
+            CHECK(status == 0);
+            CHECK(out.find("example.yaml: ok") != std::string::npos);
+            CHECK(out.find("minimal.yaml: ok") != std::string::npos);
+        }
+        SUBCASE("a bad file is refused with file:line:col") {
+            temp_dir dir;
+            const auto bad = dir.write("bad.yaml", "listen: 127.0.0.1:0\n"
+                                                   "workers: many\n"
+                                                   "upstreams:\n"
+                                                   "  app:\n"
+                                                   "    url: http://127.0.0.1:1\n"
+                                                   "routes:\n"
+                                                   "  - name: all\n"
+                                                   "    match: { prefix: / }\n"
+                                                   "    upstream: app\n");
+            const auto [status, out] = run_cli({"--check-config", bad});
+            CAPTURE(out);
+            CHECK(status != 0);
+            CHECK(status != -1);
+            CHECK(out.find(bad + ":2:10") != std::string::npos);
+        }
+        SUBCASE("--version") {
+            const auto [status, out] = run_cli({"--version"});
+            CHECK(status == 0);
+            CHECK(out.starts_with("onceproxy "));
+        }
+        SUBCASE("--help") {
+            const auto [status, out] = run_cli({"--help"});
+            CHECK(status == 0);
+            CHECK(out.find("--check-config") != std::string::npos);
+        }
+    }
+
+} // TEST_SUITE
