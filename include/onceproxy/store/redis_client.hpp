@@ -1,0 +1,119 @@
+#pragma once
+// An Asio-native, pipelined Redis connection (SPEC §5), modelled on Boost.Redis's multiplexer.
+//
+// - The socket is ours (plain TCP, or TLS through asio::ssl for rediss://); hiredis is used as a
+//   codec only (redisFormatCommandArgv to encode, redisReader to decode), inside the .cpp.
+// - Many commands in flight: every request joins a FIFO of pending requests, and replies are
+//   matched to it in order. Commands issued in one event-loop turn leave in one write.
+// - Nothing blocks: resolve, connect, TLS handshake, AUTH, SELECT and SCRIPT LOAD are async and
+//   bounded by connect_timeout; every command is bounded by command_timeout.
+// - A command not answered in time fails with errc::timeout, and the connection is closed and
+//   re-opened: on a pipelined connection a late reply could no longer be matched safely. Every
+//   other pending command then fails with errc::unavailable.
+// - start() keeps the connection open: reconnect with exponential backoff and jitter, and a
+//   PING every health_check_interval (a failed PING closes and reconnects).
+//
+// Threading: a redis_client belongs to ONE executor (a worker's io_context, single-threaded).
+// Every member function must be called on that executor's thread (or before it runs); the
+// object does no locking. The handle is cheap to move; the shared state lives until its last
+// coroutine finishes, so destroying the handle while operations are pending is safe.
+
+#include "onceproxy/store/redis_reply.hpp"
+#include "onceproxy/store/redis_url.hpp"
+
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/awaitable.hpp>
+#include <boost/system/error_code.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace onceproxy::store {
+
+struct redis_client_options {
+    redis_url url;
+    std::string tls_ca_file; ///< rediss://: CA bundle (PEM); empty = system default paths
+    std::chrono::milliseconds connect_timeout{500};         ///< whole connect + TLS + AUTH + SELECT
+    std::chrono::milliseconds command_timeout{250};         ///< each command, from issue to reply
+    std::chrono::milliseconds health_check_interval{5'000}; ///< 0 = no health check
+    std::chrono::milliseconds reconnect_min{50};            ///< first backoff delay
+    std::chrono::milliseconds reconnect_max{2'000};         ///< backoff cap
+    /// Lua scripts loaded with SCRIPT LOAD on every (re)connect, before the connection is
+    /// declared ready (so EVALSHA normally finds them after a restart or failover).
+    std::vector<std::string> scripts;
+};
+
+/// Outcome of one command.
+struct redis_exec_result {
+    /// Empty on a reply (which may be an error reply: check reply.is_error()). Otherwise
+    /// errc::unavailable (not connected, or the connection was lost before the reply),
+    /// errc::timeout (no reply within command_timeout) or errc::protocol (malformed reply).
+    boost::system::error_code ec;
+    /// True once the command may have reached Redis (it was handed to a write). A failed
+    /// command with written == false certainly had no effect.
+    bool written = false;
+    redis_reply reply;
+};
+
+/// Outcome of one connection attempt, with a message for an operator.
+struct redis_connect_report {
+    /// Empty on success; errc::unavailable (resolve, connect, TLS handshake, closed),
+    /// errc::timeout (connect_timeout elapsed), errc::auth_failed (AUTH refused),
+    /// errc::protocol (SELECT or SCRIPT LOAD refused, or a malformed reply).
+    boost::system::error_code ec;
+    std::string message; ///< e.g. "AUTH to 127.0.0.1:6379 refused: WRONGPASS ..."
+};
+
+class redis_client {
+public:
+    using executor_type = boost::asio::any_io_executor;
+
+    /// Creates an idle client bound to `ex`. No I/O until start() or async_connect_once().
+    redis_client(executor_type ex, redis_client_options options);
+    /// Calls stop().
+    ~redis_client();
+    redis_client(redis_client&&) noexcept;
+    redis_client& operator=(redis_client&&) noexcept;
+
+    const executor_type& get_executor() const noexcept;
+
+    /// Spawns the connection loop on the executor: connect, and after any loss reconnect with
+    /// exponential backoff (reconnect_min doubling to reconnect_max, full jitter), forever
+    /// until stop(). Call once.
+    void start();
+
+    /// Closes the connection, fails pending commands with errc::unavailable and ends the loop.
+    void stop();
+
+    /// One connection attempt, no retry (start-up checks): resolves, connects, TLS handshake,
+    /// AUTH, SELECT, SCRIPT LOAD, all bounded by connect_timeout. On success the connection is
+    /// ready for async_exec (but will not be re-opened if lost unless start() is called).
+    boost::asio::awaitable<redis_connect_report> async_connect_once();
+
+    /// Sends one command (`args[0]` is the command name; every argument is binary-safe) and
+    /// waits for its reply, at most command_timeout. Fails fast with errc::unavailable when the
+    /// connection is not ready. Runs on the client's executor.
+    boost::asio::awaitable<redis_exec_result> async_exec(std::vector<std::string> args);
+
+    /// Waits until the connection is ready or `timeout` elapses; true when ready.
+    boost::asio::awaitable<bool> async_wait_ready(std::chrono::milliseconds timeout);
+
+    /// True when commands can be sent now.
+    bool ready() const noexcept;
+
+    /// How many connections were established so far (reconnects are visible as > 1).
+    std::uint64_t connect_count() const noexcept;
+
+    /// The last connection failure (what an operator needs to read), empty if none.
+    const redis_connect_report& last_failure() const noexcept;
+
+    struct impl;
+
+private:
+    std::shared_ptr<impl> impl_;
+};
+
+} // namespace onceproxy::store

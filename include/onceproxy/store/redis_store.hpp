@@ -1,0 +1,107 @@
+#pragma once
+// The Redis implementation of the store contract (SPEC §5).
+//
+// Worker model: the store is created with the list of worker executors (one io_context per
+// worker thread) and opens `connections_per_worker` pipelined connections ON EACH of them. An
+// operation looks up the connection of the executor it is awaited on
+// (`co_await this_coro::executor`, matched by execution context) and round-robins between that
+// worker's connections: no lock and no thread hop on the hot path. Precondition: every
+// operation is awaited from a coroutine running on one of those executors, and each executor's
+// context is run by one thread; from any other executor an operation fails with
+// errc::unavailable.
+//
+// Data model (Cluster-ready: every script touches only KEYS[1]): one Redis hash per
+// idempotency key, named key_prefix + key, with binary-safe fields
+//   v  = "1"                 record format version (a record of an unknown version is an error)
+//   st = "f" | "c"           in flight (lease) | completed
+//   ow = owner token         the lease holder (kept on completion: a repeated complete by the
+//                            same owner, after a lost reply, is answered ok)
+//   fp = fingerprint bytes
+//   pl = payload bytes       completed only
+// Redis's own expiry (PEXPIRE) ends leases and records: no cleanup job. Each operation is one
+// EVALSHA (scripts loaded with SCRIPT LOAD on every connect); a NOSCRIPT reply (restart,
+// failover, SCRIPT FLUSH) is answered by one EVAL of the same script, which also reloads it.
+
+#include "onceproxy/config/config.hpp"
+#include "onceproxy/store/redis_client.hpp"
+#include "onceproxy/store/store.hpp"
+
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/system/error_code.hpp>
+
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace onceproxy::store {
+
+/// Result of the start-up check, for the operator.
+struct redis_startup_report {
+    /// Empty: usable. Otherwise the connection error (errc::unavailable, timeout,
+    /// auth_failed, protocol) or boost::system::errc::operation_not_permitted when
+    /// maxmemory-policy is allkeys-* and the config says `refuse`.
+    boost::system::error_code ec;
+    std::string message;               ///< why it failed, naming host:port; empty on success
+    std::vector<std::string> warnings; ///< also written to stderr
+};
+
+class redis_store final : public store {
+public:
+    /// Creates (but does not start) the per-worker connections. Throws std::invalid_argument
+    /// with a clear message when `cfg.url` is invalid (start-up only). `workers` must not be
+    /// empty; the executors must outlive the store.
+    redis_store(const config::redis_config& cfg, std::vector<boost::asio::any_io_executor> workers);
+
+    /// Precondition: the workers' io_contexts are stopped (or not running concurrently).
+    ~redis_store() override;
+
+    /// Starts every connection on its worker executor (connect, then reconnect with backoff
+    /// forever). Thread-safe (posts to each executor).
+    void start();
+
+    /// Closes every connection; pending operations fail with errc::unavailable. Thread-safe
+    /// (posts to each executor).
+    void stop();
+
+    /// Start-up check on a one-shot connection of the calling executor (any executor): connects
+    /// (bounded by connect_timeout: an unreachable Redis or a wrong password gives a clear error
+    /// quickly), loads the scripts, and reads `CONFIG GET maxmemory-policy`. allkeys-* with
+    /// maxmemory_policy refuse → error; with warn → warning. CONFIG refused → warning.
+    boost::asio::awaitable<redis_startup_report> async_check_startup();
+
+    /// Claim-or-get in one EVALSHA. A claim whose reply was lost after it was written
+    /// (timeout, disconnect) is resolved by reading the record's owner once the connection is
+    /// back (at most connect_timeout): our token → acquired; otherwise the original error.
+    /// Errors: errc::unavailable, timeout, protocol (unexpected reply), script_missing.
+    boost::asio::awaitable<result<claim_result>> async_claim(claim_request req) override;
+
+    /// One EVALSHA; ok also when the same owner already completed it (lost reply, retried).
+    boost::asio::awaitable<result<fence_status>>
+    async_complete(std::string key, std::string owner, std::string payload, duration ttl) override;
+
+    /// One EVALSHA; deletes the record only if it is a lease held by `owner`.
+    boost::asio::awaitable<result<fence_status>> async_release(std::string key,
+                                                               std::string owner) override;
+
+    /// One EVALSHA; sets the lease expiry to now + lease only if `owner` holds it.
+    boost::asio::awaitable<result<fence_status>> async_extend(std::string key, std::string owner,
+                                                              duration lease) override;
+
+    /// PING on the calling worker's connection.
+    boost::asio::awaitable<result<void>> async_ping() override;
+
+    /// The connection an operation awaited on `ex` would use next (tests, diagnostics);
+    /// nullptr if `ex` is not a worker executor.
+    redis_client* client_for(const boost::asio::any_io_executor& ex) noexcept;
+
+    /// The Redis key that holds the record of store key `key` (key_prefix + key).
+    std::string redis_key(std::string_view key) const;
+
+    struct impl;
+
+private:
+    std::unique_ptr<impl> impl_;
+};
+
+} // namespace onceproxy::store

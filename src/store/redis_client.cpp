@@ -1,0 +1,619 @@
+#include "onceproxy/store/redis_client.hpp"
+
+#include "onceproxy/store/error.hpp"
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/connect.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/ssl/context.hpp>
+#include <boost/asio/ssl/host_name_verification.hpp>
+#include <boost/asio/ssl/stream.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
+
+#include <hiredis/hiredis.h>
+
+#include <openssl/ssl.h>
+
+#include <algorithm>
+#include <deque>
+#include <optional>
+#include <random>
+
+// GCC 12 reports a false -Wmismatched-new-delete on Asio's awaitable frames once it inlines
+// their recycling allocator (operator new and delete do match: thread_info_base).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+#endif
+
+namespace onceproxy::store {
+
+namespace net = boost::asio;
+namespace ssl = boost::asio::ssl;
+using tcp = net::ip::tcp;
+using boost::system::error_code;
+
+namespace {
+
+constexpr auto use_tuple = net::as_tuple(net::use_awaitable);
+
+redis_reply convert(const redisReply& r) {
+    redis_reply out;
+    switch (r.type) {
+    case REDIS_REPLY_STRING:
+        out.type = redis_reply::kind::string;
+        out.str.assign(r.str, r.len);
+        break;
+    case REDIS_REPLY_STATUS:
+        out.type = redis_reply::kind::status;
+        out.str.assign(r.str, r.len);
+        break;
+    case REDIS_REPLY_ERROR:
+        out.type = redis_reply::kind::error;
+        out.str.assign(r.str, r.len);
+        break;
+    case REDIS_REPLY_INTEGER:
+        out.type = redis_reply::kind::integer;
+        out.integer = r.integer;
+        break;
+    case REDIS_REPLY_ARRAY:
+        out.type = redis_reply::kind::array;
+        out.elements.reserve(r.elements);
+        for (std::size_t i = 0; i < r.elements; ++i) {
+            out.elements.push_back(convert(*r.element[i]));
+        }
+        break;
+    default:
+        out.type = redis_reply::kind::nil;
+        break;
+    }
+    return out;
+}
+
+// RESP encoding of one command through hiredis; false only if hiredis cannot allocate.
+bool append_command(std::string& out, const std::vector<std::string>& args) {
+    std::vector<const char*> argv;
+    std::vector<std::size_t> lens;
+    argv.reserve(args.size());
+    lens.reserve(args.size());
+    for (const auto& a : args) {
+        argv.push_back(a.data());
+        lens.push_back(a.size());
+    }
+    char* cmd = nullptr;
+    const int len =
+        redisFormatCommandArgv(&cmd, static_cast<int>(args.size()), argv.data(), lens.data());
+    if (len < 0 || cmd == nullptr) {
+        return false;
+    }
+    out.append(cmd, static_cast<std::size_t>(len));
+    redisFreeCommand(cmd);
+    return true;
+}
+
+std::chrono::milliseconds jittered(std::chrono::milliseconds cap) {
+    // Full jitter (delay uniform in [cap/2, cap]) spreads the reconnects of many workers and
+    // replicas after a Redis restart instead of sending them all in the same millisecond.
+    thread_local std::minstd_rand rng{std::random_device{}()};
+    const auto hi = std::max<long long>(cap.count(), 1);
+    std::uniform_int_distribution<long long> dist(hi / 2, hi);
+    return std::chrono::milliseconds(dist(rng));
+}
+
+// One request in the FIFO. `timer` doubles as the completion signal: the issuer waits on it
+// with the command deadline, and the reader cancels it when the reply arrives.
+struct pending {
+    explicit pending(const net::any_io_executor& ex) : timer(ex) {}
+    net::steady_timer timer;
+    bool done = false;
+    bool written = false;
+    error_code ec;
+    redis_reply reply;
+};
+
+struct reader_deleter {
+    void operator()(redisReader* r) const noexcept { redisReaderFree(r); }
+};
+
+// One established (or being established) connection. A new link per attempt: the coroutines
+// of an old link only ever touch their own link, so a late completion cannot hit a new socket.
+struct link : std::enable_shared_from_this<link> {
+    link(const net::any_io_executor& ex, ssl::context& ctx, bool use_tls)
+        : stream(ex, ctx), tls(use_tls), write_signal(ex), closed_signal(ex),
+          reader(redisReaderCreate()) {
+        write_signal.expires_at(net::steady_timer::time_point::max());
+        closed_signal.expires_at(net::steady_timer::time_point::max());
+    }
+
+    tcp::socket& socket() { return stream.next_layer(); }
+
+    void enqueue(const std::shared_ptr<pending>& p, const std::string& encoded) {
+        wbuf.append(encoded);
+        fifo.push_back(p);
+        ++unwritten;
+        // Wakes the writer; everything enqueued before it resumes goes out in the same write.
+        write_signal.cancel();
+    }
+
+    // Closes the socket and fails every request still waiting. Idempotent.
+    void close(error_code why) {
+        if (closed) {
+            return;
+        }
+        closed = true;
+        close_reason = why;
+        error_code ignored;
+        socket().shutdown(tcp::socket::shutdown_both, ignored);
+        socket().close(ignored);
+        write_signal.cancel();
+        closed_signal.cancel();
+        for (auto& p : fifo) {
+            if (!p->done) {
+                p->done = true;
+                p->ec = errc::unavailable;
+                p->timer.cancel();
+            }
+        }
+        fifo.clear();
+        unwritten = 0;
+        wbuf.clear();
+    }
+
+    ssl::stream<tcp::socket> stream;
+    bool tls;
+    net::steady_timer write_signal;
+    net::steady_timer closed_signal;
+    std::unique_ptr<redisReader, reader_deleter> reader;
+    std::string wbuf;                          // encoded commands not yet handed to a write
+    std::deque<std::shared_ptr<pending>> fifo; // every request awaiting its reply, in order
+    std::size_t unwritten = 0;                 // the last `unwritten` of fifo are in wbuf
+    bool closed = false;
+    error_code close_reason;
+};
+
+net::awaitable<void> write_loop(std::shared_ptr<link> l) {
+    std::string out;
+    while (!l->closed) {
+        if (l->wbuf.empty()) {
+            co_await l->write_signal.async_wait(use_tuple);
+            continue;
+        }
+        out.clear();
+        std::swap(out, l->wbuf);
+        // Conservative: from here the commands may reach Redis (a lost claim must be resolved
+        // by reading the owner, never retried blindly).
+        for (std::size_t i = l->fifo.size() - l->unwritten; i < l->fifo.size(); ++i) {
+            l->fifo[i]->written = true;
+        }
+        l->unwritten = 0;
+        error_code ec;
+        if (l->tls) {
+            std::tie(ec, std::ignore) =
+                co_await net::async_write(l->stream, net::buffer(out), use_tuple);
+        } else {
+            std::tie(ec, std::ignore) =
+                co_await net::async_write(l->socket(), net::buffer(out), use_tuple);
+        }
+        if (ec) {
+            l->close(errc::unavailable);
+        }
+    }
+}
+
+net::awaitable<void> read_loop(std::shared_ptr<link> l) {
+    std::vector<char> buf(16 * 1024);
+    while (!l->closed) {
+        error_code ec;
+        std::size_t n = 0;
+        if (l->tls) {
+            std::tie(ec, n) = co_await l->stream.async_read_some(net::buffer(buf), use_tuple);
+        } else {
+            std::tie(ec, n) = co_await l->socket().async_read_some(net::buffer(buf), use_tuple);
+        }
+        if (ec || l->closed) {
+            l->close(errc::unavailable);
+            co_return;
+        }
+        if (redisReaderFeed(l->reader.get(), buf.data(), n) != REDIS_OK) {
+            l->close(errc::protocol);
+            co_return;
+        }
+        for (;;) {
+            void* raw = nullptr;
+            if (redisReaderGetReply(l->reader.get(), &raw) != REDIS_OK) {
+                // The reader is unusable after a protocol error: only a new connection helps.
+                l->close(errc::protocol);
+                co_return;
+            }
+            if (raw == nullptr) {
+                break;
+            }
+            auto* reply = static_cast<redisReply*>(raw);
+            if (l->fifo.empty() || l->fifo.size() == l->unwritten) {
+                // A reply nobody asked for: the stream can no longer be matched.
+                freeReplyObject(reply);
+                l->close(errc::protocol);
+                co_return;
+            }
+            auto p = std::move(l->fifo.front());
+            l->fifo.pop_front();
+            if (!p->done) {
+                p->reply = convert(*reply);
+                p->done = true;
+                p->timer.cancel();
+            }
+            freeReplyObject(reply);
+        }
+    }
+}
+
+} // namespace
+
+struct redis_client::impl : std::enable_shared_from_this<redis_client::impl> {
+    impl(net::any_io_executor executor, redis_client_options opts)
+        : ex(std::move(executor)), options(std::move(opts)), ssl_ctx(ssl::context::tls_client),
+          backoff_timer(ex) {
+        if (options.url.tls) {
+            ssl_ctx.set_verify_mode(ssl::verify_peer);
+            error_code ec;
+            if (options.tls_ca_file.empty()) {
+                ssl_ctx.set_default_verify_paths(ec);
+            } else {
+                ssl_ctx.load_verify_file(options.tls_ca_file, ec);
+            }
+            if (ec) {
+                ca_error = "cannot load TLS CA file '" + options.tls_ca_file + "': " + ec.message();
+            }
+        }
+    }
+
+    std::string where() const { return options.url.host + ":" + std::to_string(options.url.port); }
+
+    // Issues `args` on `l` and waits for the reply or the deadline.
+    net::awaitable<redis_exec_result> exec_on(std::shared_ptr<link> l,
+                                              std::vector<std::string> args) {
+        redis_exec_result out;
+        if (!l || l->closed) {
+            out.ec = errc::unavailable;
+            co_return out;
+        }
+        std::string encoded;
+        if (!append_command(encoded, args)) {
+            out.ec = errc::protocol;
+            co_return out;
+        }
+        auto p = std::make_shared<pending>(ex);
+        p->timer.expires_after(options.command_timeout);
+        l->enqueue(p, encoded);
+        auto [ec] = co_await p->timer.async_wait(use_tuple);
+        if (!p->done) {
+            if (!ec) {
+                // Deadline: replies can no longer be matched safely on this pipeline.
+                p->done = true;
+                p->ec = errc::timeout;
+                l->close(errc::timeout);
+            } else {
+                // The caller's coroutine was cancelled; the reply (if any) is dropped.
+                p->done = true;
+                p->ec = ec;
+            }
+        }
+        out.ec = p->ec;
+        out.written = p->written;
+        out.reply = std::move(p->reply);
+        co_return out;
+    }
+
+    void set_ready(std::shared_ptr<link> l) {
+        current = std::move(l);
+        ++connects;
+        for (auto& w : waiters) {
+            if (auto t = w.lock()) {
+                t->cancel();
+            }
+        }
+        waiters.clear();
+    }
+
+    bool is_ready() const { return current && !current->closed; }
+
+    net::awaitable<void> health_loop(std::shared_ptr<link> l) {
+        net::steady_timer timer(ex);
+        auto self = shared_from_this();
+        while (!l->closed && !stopped) {
+            timer.expires_after(options.health_check_interval);
+            co_await timer.async_wait(use_tuple);
+            if (l->closed || stopped) {
+                co_return;
+            }
+            std::vector<std::string> ping{"PING"};
+            auto r = co_await exec_on(l, std::move(ping));
+            if (r.ec || r.reply.is_error()) {
+                l->close(r.ec ? r.ec : error_code(errc::protocol));
+            }
+        }
+    }
+
+    // State of the watchdog of one connection attempt, shared with its handler, which may run
+    // after the attempt returned.
+    struct watchdog_state {
+        explicit watchdog_state(const net::any_io_executor& e) : resolver(e), timer(e) {}
+        tcp::resolver resolver;
+        net::steady_timer timer;
+        bool timed_out = false;
+    };
+
+    redis_connect_report timeout_failure(const std::shared_ptr<link>& l) {
+        return fail(l, errc::timeout,
+                    "connecting to Redis at " + where() + " timed out after " +
+                        std::to_string(options.connect_timeout.count()) + " ms");
+    }
+
+    // One command of the connection handshake; a report when it failed.
+    net::awaitable<std::optional<redis_connect_report>>
+    handshake(std::shared_ptr<link> l, std::shared_ptr<watchdog_state> wd,
+              std::vector<std::string> args, std::string what, error_code on_error) {
+        auto r = co_await exec_on(l, std::move(args));
+        if (wd->timed_out) {
+            co_return timeout_failure(l);
+        }
+        if (r.ec) {
+            co_return fail(l, r.ec,
+                           what + " on Redis at " + where() + " failed: " + r.ec.message());
+        }
+        if (r.reply.is_error()) {
+            co_return fail(l, on_error,
+                           what + " on Redis at " + where() + " refused: " + r.reply.str);
+        }
+        co_return std::nullopt;
+    }
+
+    redis_connect_report fail(const std::shared_ptr<link>& l, error_code ec, std::string message) {
+        l->close(ec);
+        redis_connect_report report{ec, std::move(message)};
+        last_failure = report;
+        return report;
+    }
+
+    net::awaitable<redis_connect_report> connect_once() {
+        auto self = shared_from_this();
+        auto l = std::make_shared<link>(ex, ssl_ctx, options.url.tls);
+        attempt = l;
+        if (!ca_error.empty()) {
+            co_return fail(l, errc::unavailable, ca_error);
+        }
+        // One watchdog bounds the whole attempt (resolve + connect + TLS + AUTH + SELECT +
+        // SCRIPT LOAD): an unreachable or silent Redis gives a clear error, never a hang.
+        auto wd = std::make_shared<watchdog_state>(ex);
+        wd->timer.expires_after(options.connect_timeout);
+        wd->timer.async_wait([wd, weak = std::weak_ptr<link>(l)](error_code ec) {
+            if (ec) {
+                return;
+            }
+            wd->timed_out = true;
+            wd->resolver.cancel();
+            if (auto sl = weak.lock()) {
+                sl->close(errc::timeout);
+            }
+        });
+        struct cancel_on_exit {
+            std::shared_ptr<watchdog_state> w;
+            ~cancel_on_exit() { w->timer.cancel(); }
+        } guard{wd};
+        const bool& timed_out = wd->timed_out;
+        auto& resolver = wd->resolver;
+        auto timeout_report = [&] { return timeout_failure(l); };
+
+        auto [rec, endpoints] = co_await resolver.async_resolve(
+            options.url.host, std::to_string(options.url.port), use_tuple);
+        if (timed_out) {
+            co_return timeout_report();
+        }
+        if (rec) {
+            co_return fail(l, errc::unavailable,
+                           "cannot resolve Redis host '" + options.url.host +
+                               "': " + rec.message());
+        }
+        auto [cec, ep] = co_await net::async_connect(l->socket(), endpoints, use_tuple);
+        if (timed_out) {
+            co_return timeout_report();
+        }
+        if (cec) {
+            co_return fail(l, errc::unavailable,
+                           "cannot connect to Redis at " + where() + ": " + cec.message());
+        }
+        error_code ignored;
+        l->socket().set_option(tcp::no_delay(true), ignored);
+        if (options.url.tls) {
+            // SNI (names only) and certificate name/IP verification.
+            error_code addr_ec;
+            net::ip::make_address(options.url.host, addr_ec);
+            if (addr_ec) {
+                SSL_set_tlsext_host_name(l->stream.native_handle(), options.url.host.c_str());
+            }
+            l->stream.set_verify_callback(ssl::host_name_verification(options.url.host));
+            auto [hec] = co_await l->stream.async_handshake(ssl::stream_base::client, use_tuple);
+            if (timed_out) {
+                co_return timeout_report();
+            }
+            if (hec) {
+                co_return fail(l, errc::unavailable,
+                               "TLS handshake with Redis at " + where() +
+                                   " failed: " + hec.message());
+            }
+        }
+        net::co_spawn(ex, read_loop(l), net::detached);
+        net::co_spawn(ex, write_loop(l), net::detached);
+
+        if (!options.url.password.empty()) {
+            std::vector<std::string> args{"AUTH"};
+            if (!options.url.user.empty()) {
+                args.push_back(options.url.user);
+            }
+            args.push_back(options.url.password);
+            if (auto bad = co_await handshake(l, wd, std::move(args), "AUTH", errc::auth_failed)) {
+                co_return *bad;
+            }
+        }
+        if (options.url.db != 0) {
+            std::vector<std::string> select{"SELECT", std::to_string(options.url.db)};
+            if (auto bad = co_await handshake(l, wd, std::move(select), "SELECT", errc::protocol)) {
+                co_return *bad;
+            }
+        }
+        for (const auto& script : options.scripts) {
+            std::vector<std::string> load{"SCRIPT", "LOAD", script};
+            if (auto bad =
+                    co_await handshake(l, wd, std::move(load), "SCRIPT LOAD", errc::protocol)) {
+                // A server answering NOAUTH here means it wants a password we did not give.
+                if (last_failure.message.find("NOAUTH") != std::string::npos) {
+                    last_failure.ec = errc::auth_failed;
+                    bad->ec = errc::auth_failed;
+                }
+                co_return *bad;
+            }
+        }
+        if (stopped) {
+            co_return fail(l, errc::unavailable, "client stopped");
+        }
+        set_ready(l);
+        if (options.health_check_interval.count() > 0) {
+            net::co_spawn(ex, health_loop(l), net::detached);
+        }
+        co_return redis_connect_report{};
+    }
+
+    net::awaitable<void> run() {
+        auto self = shared_from_this();
+        auto delay = options.reconnect_min;
+        while (!stopped) {
+            auto report = co_await connect_once();
+            if (!report.ec) {
+                delay = options.reconnect_min;
+                auto l = current;
+                while (!l->closed) {
+                    co_await l->closed_signal.async_wait(use_tuple);
+                }
+                if (stopped) {
+                    co_return;
+                }
+            } else if (report.ec == errc::auth_failed) {
+                // Retrying a refused password at full speed only fills Redis's log.
+                delay = options.reconnect_max;
+            }
+            backoff_timer.expires_after(jittered(delay));
+            co_await backoff_timer.async_wait(use_tuple);
+            delay = std::min(delay * 2, options.reconnect_max);
+        }
+    }
+
+    void stop() {
+        stopped = true;
+        backoff_timer.cancel();
+        if (attempt) {
+            attempt->close(errc::unavailable);
+        }
+        if (current) {
+            current->close(errc::unavailable);
+        }
+        for (auto& w : waiters) {
+            if (auto t = w.lock()) {
+                t->cancel();
+            }
+        }
+        waiters.clear();
+    }
+
+    net::any_io_executor ex;
+    redis_client_options options;
+    ssl::context ssl_ctx;
+    std::string ca_error;
+    net::steady_timer backoff_timer;
+    std::shared_ptr<link> current; // the ready link, if any
+    std::shared_ptr<link> attempt; // the link of the latest attempt (ready or not)
+    std::vector<std::weak_ptr<net::steady_timer>> waiters;
+    redis_connect_report last_failure;
+    std::uint64_t connects = 0;
+    bool started = false;
+    bool stopped = false;
+};
+
+redis_client::redis_client(executor_type ex, redis_client_options options)
+    : impl_(std::make_shared<impl>(std::move(ex), std::move(options))) {}
+
+redis_client::~redis_client() {
+    if (impl_) {
+        impl_->stop();
+    }
+}
+
+redis_client::redis_client(redis_client&&) noexcept = default;
+
+redis_client& redis_client::operator=(redis_client&& other) noexcept {
+    if (this != &other) {
+        if (impl_) {
+            impl_->stop();
+        }
+        impl_ = std::move(other.impl_);
+    }
+    return *this;
+}
+
+const redis_client::executor_type& redis_client::get_executor() const noexcept {
+    return impl_->ex;
+}
+
+void redis_client::start() {
+    if (impl_->started) {
+        return;
+    }
+    impl_->started = true;
+    net::co_spawn(impl_->ex, impl_->run(), net::detached);
+}
+
+void redis_client::stop() {
+    impl_->stop();
+}
+
+net::awaitable<redis_connect_report> redis_client::async_connect_once() {
+    auto self = impl_;
+    co_return co_await self->connect_once();
+}
+
+net::awaitable<redis_exec_result> redis_client::async_exec(std::vector<std::string> args) {
+    auto self = impl_;
+    if (!self->is_ready()) {
+        redis_exec_result out;
+        out.ec = errc::unavailable;
+        co_return out;
+    }
+    co_return co_await self->exec_on(self->current, std::move(args));
+}
+
+net::awaitable<bool> redis_client::async_wait_ready(std::chrono::milliseconds timeout) {
+    auto self = impl_;
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (!self->is_ready() && !self->stopped && std::chrono::steady_clock::now() < deadline) {
+        auto timer = std::make_shared<net::steady_timer>(self->ex, deadline);
+        self->waiters.push_back(timer);
+        co_await timer->async_wait(use_tuple);
+    }
+    co_return self->is_ready();
+}
+
+bool redis_client::ready() const noexcept {
+    return impl_->is_ready();
+}
+
+std::uint64_t redis_client::connect_count() const noexcept {
+    return impl_->connects;
+}
+
+const redis_connect_report& redis_client::last_failure() const noexcept {
+    return impl_->last_failure;
+}
+
+} // namespace onceproxy::store

@@ -1,0 +1,393 @@
+#include "onceproxy/store/redis_store.hpp"
+
+#include "onceproxy/store/error.hpp"
+
+#include <boost/asio/execution/context.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/query.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+#include <openssl/sha.h>
+
+#include <algorithm>
+#include <iostream>
+#include <stdexcept>
+
+namespace onceproxy::store {
+
+namespace net = boost::asio;
+using boost::system::error_code;
+
+namespace {
+
+// claim-or-get. KEYS[1] record; ARGV[1] fingerprint, ARGV[2] owner, ARGV[3] lease (ms).
+// Returns {0} acquired, {1, pttl} in flight, {2, payload} completed, {3} mismatch.
+constexpr const char* claim_lua = R"lua(
+local r = redis.call('HMGET', KEYS[1], 'v', 'st', 'fp', 'pl')
+if not r[1] then
+  redis.call('HSET', KEYS[1], 'v', '1', 'st', 'f', 'ow', ARGV[2], 'fp', ARGV[1])
+  redis.call('PEXPIRE', KEYS[1], ARGV[3])
+  return {0}
+end
+if r[1] ~= '1' then
+  return redis.error_reply('ONCEPROXY unknown record version')
+end
+if r[3] ~= ARGV[1] then
+  return {3}
+end
+if r[2] == 'c' then
+  return {2, r[4] or ''}
+end
+return {1, redis.call('PTTL', KEYS[1])}
+)lua";
+
+// complete. ARGV[1] owner, ARGV[2] payload, ARGV[3] ttl (ms). Returns 1 ok, 0 not owner.
+constexpr const char* complete_lua = R"lua(
+local r = redis.call('HMGET', KEYS[1], 'st', 'ow')
+if r[2] ~= ARGV[1] then
+  return 0
+end
+if r[1] == 'f' then
+  redis.call('HSET', KEYS[1], 'st', 'c', 'pl', ARGV[2])
+  redis.call('PEXPIRE', KEYS[1], ARGV[3])
+  return 1
+end
+if r[1] == 'c' then
+  return 1
+end
+return 0
+)lua";
+
+// release. ARGV[1] owner. Returns 1 deleted, 0 not owner (or not a lease).
+constexpr const char* release_lua = R"lua(
+local r = redis.call('HMGET', KEYS[1], 'st', 'ow')
+if r[1] == 'f' and r[2] == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  return 1
+end
+return 0
+)lua";
+
+// extend. ARGV[1] owner, ARGV[2] lease (ms). Returns 1 extended, 0 not owner.
+constexpr const char* extend_lua = R"lua(
+local r = redis.call('HMGET', KEYS[1], 'st', 'ow')
+if r[1] == 'f' and r[2] == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return 1
+end
+return 0
+)lua";
+
+struct script {
+    std::string body;
+    std::string sha; // lowercase hex SHA-1, as EVALSHA wants it
+};
+
+script make_script(const char* body) {
+    script s{body, {}};
+    unsigned char digest[SHA_DIGEST_LENGTH];
+    SHA1(reinterpret_cast<const unsigned char*>(s.body.data()), s.body.size(), digest);
+    static constexpr char hex[] = "0123456789abcdef";
+    for (unsigned char c : digest) {
+        s.sha.push_back(hex[c >> 4]);
+        s.sha.push_back(hex[c & 0xf]);
+    }
+    return s;
+}
+
+std::string millis(duration d) {
+    return std::to_string(std::max<long long>(d.count(), 1));
+}
+
+error_code reply_error() {
+    return errc::protocol;
+}
+
+result<fence_status> to_fence(const redis_exec_result& r) {
+    if (r.ec) {
+        return r.ec;
+    }
+    if (r.reply.type != redis_reply::kind::integer) {
+        return reply_error();
+    }
+    return r.reply.integer == 1 ? fence_status::ok : fence_status::not_owner;
+}
+
+} // namespace
+
+struct redis_store::impl {
+    struct worker {
+        net::execution_context* context = nullptr;
+        std::vector<redis_client> clients;
+        std::size_t next = 0; // touched only by the worker's own thread
+    };
+
+    config::redis_config cfg;
+    redis_client_options options;
+    script claim = make_script(claim_lua);
+    script complete = make_script(complete_lua);
+    script release = make_script(release_lua);
+    script extend = make_script(extend_lua);
+    std::vector<worker> workers;
+
+    redis_client* pick(const net::any_io_executor& ex) noexcept {
+        auto* ctx = &net::query(ex, net::execution::context);
+        for (auto& w : workers) {
+            if (w.context == ctx && !w.clients.empty()) {
+                return &w.clients[w.next++ % w.clients.size()];
+            }
+        }
+        return nullptr;
+    }
+
+    // EVALSHA; on NOSCRIPT (nothing ran), one EVAL of the same script, which also reloads it.
+    net::awaitable<redis_exec_result> eval(redis_client& c, const script& s, std::string key,
+                                           std::vector<std::string> args) {
+        std::vector<std::string> cmd;
+        cmd.reserve(args.size() + 4);
+        cmd.emplace_back("EVALSHA");
+        cmd.push_back(s.sha);
+        cmd.emplace_back("1");
+        cmd.push_back(std::move(key));
+        for (auto& a : args) {
+            cmd.push_back(std::move(a));
+        }
+        auto r = co_await c.async_exec(cmd);
+        if (!r.ec && r.reply.is_error("NOSCRIPT")) {
+            cmd[0] = "EVAL";
+            cmd[1] = s.body;
+            r = co_await c.async_exec(std::move(cmd));
+            if (!r.ec && r.reply.is_error("NOSCRIPT")) {
+                r.ec = errc::script_missing;
+            }
+        }
+        if (!r.ec && r.reply.is_error()) {
+            r.ec = reply_error();
+        }
+        co_return r;
+    }
+};
+
+redis_store::redis_store(const config::redis_config& cfg,
+                         std::vector<net::any_io_executor> executors)
+    : impl_(std::make_unique<impl>()) {
+    auto url = parse_redis_url(cfg.url);
+    if (!url) {
+        throw std::invalid_argument("store.redis.url: " + describe_redis_url_error(cfg.url));
+    }
+    if (executors.empty()) {
+        throw std::invalid_argument("redis_store needs at least one worker executor");
+    }
+    impl_->cfg = cfg;
+    auto& o = impl_->options;
+    o.url = *url;
+    o.tls_ca_file = cfg.tls_ca_file;
+    o.connect_timeout = cfg.connect_timeout;
+    o.command_timeout = cfg.command_timeout;
+    o.health_check_interval = cfg.health_check_interval;
+    o.scripts = {impl_->claim.body, impl_->complete.body, impl_->release.body, impl_->extend.body};
+    const std::size_t per_worker = std::max<std::size_t>(cfg.connections_per_worker, 1);
+    for (auto& ex : executors) {
+        impl::worker w;
+        w.context = &net::query(ex, net::execution::context);
+        for (std::size_t i = 0; i < per_worker; ++i) {
+            w.clients.emplace_back(ex, o);
+        }
+        impl_->workers.push_back(std::move(w));
+    }
+}
+
+redis_store::~redis_store() = default;
+
+void redis_store::start() {
+    for (auto& w : impl_->workers) {
+        for (auto& c : w.clients) {
+            net::post(c.get_executor(), [&c] { c.start(); });
+        }
+    }
+}
+
+void redis_store::stop() {
+    for (auto& w : impl_->workers) {
+        for (auto& c : w.clients) {
+            net::post(c.get_executor(), [&c] { c.stop(); });
+        }
+    }
+}
+
+std::string redis_store::redis_key(std::string_view key) const {
+    std::string out = impl_->cfg.key_prefix;
+    out.append(key);
+    return out;
+}
+
+redis_client* redis_store::client_for(const net::any_io_executor& ex) noexcept {
+    return impl_->pick(ex);
+}
+
+net::awaitable<redis_startup_report> redis_store::async_check_startup() {
+    redis_startup_report report;
+    auto ex = co_await net::this_coro::executor;
+    auto opts = impl_->options;
+    opts.health_check_interval = duration{0};
+    redis_client probe(ex, opts);
+    auto connected = co_await probe.async_connect_once();
+    if (connected.ec) {
+        report.ec = connected.ec;
+        report.message = connected.message;
+        co_return report;
+    }
+    const std::string where = opts.url.host + ":" + std::to_string(opts.url.port);
+    std::vector<std::string> config_get{"CONFIG", "GET", "maxmemory-policy"};
+    auto r = co_await probe.async_exec(std::move(config_get));
+    if (r.ec) {
+        report.ec = r.ec;
+        report.message =
+            "CONFIG GET maxmemory-policy on Redis at " + where + " failed: " + r.ec.message();
+    } else if (r.reply.is_error()) {
+        // Managed Redis often forbids CONFIG: we cannot check, so we say what to check.
+        report.warnings.push_back("cannot read maxmemory-policy of Redis at " + where + " (" +
+                                  r.reply.str +
+                                  "): make sure it is not allkeys-*, which could evict live "
+                                  "idempotency records");
+    } else if (r.reply.type == redis_reply::kind::array && r.reply.elements.size() == 2) {
+        const std::string& policy = r.reply.elements[1].str;
+        if (policy.rfind("allkeys-", 0) == 0) {
+            std::string text = "Redis at " + where + " has maxmemory-policy " + policy +
+                               ", which can evict live idempotency records (use noeviction or "
+                               "volatile-*)";
+            if (impl_->cfg.maxmemory_policy == config::maxmemory_check::refuse) {
+                report.ec = boost::system::errc::make_error_code(
+                    boost::system::errc::operation_not_permitted);
+                report.message = text + "; refusing to start (store.redis.maxmemory_policy: "
+                                        "refuse)";
+            } else {
+                report.warnings.push_back(std::move(text));
+            }
+        }
+    } else {
+        report.ec = errc::protocol;
+        report.message = "unexpected reply to CONFIG GET maxmemory-policy from Redis at " + where;
+    }
+    for (const auto& w : report.warnings) {
+        std::cerr << "onceproxy: warning: " << w << '\n';
+    }
+    probe.stop();
+    co_return report;
+}
+
+net::awaitable<result<claim_result>> redis_store::async_claim(claim_request req) {
+    auto ex = co_await net::this_coro::executor;
+    redis_client* c = impl_->pick(ex);
+    if (c == nullptr) {
+        co_return error_code(errc::unavailable);
+    }
+    std::string key = redis_key(req.key);
+    std::vector<std::string> args{req.fingerprint, req.owner, millis(req.lease)};
+    auto r = co_await impl_->eval(*c, impl_->claim, key, std::move(args));
+    if (r.ec) {
+        const bool lost_reply = r.written && (r.ec == errc::timeout || r.ec == errc::unavailable);
+        if (!lost_reply) {
+            co_return r.ec;
+        }
+        // The claim may have taken effect: never claim again blindly, read who owns the key.
+        if (!co_await c->async_wait_ready(impl_->cfg.connect_timeout)) {
+            co_return r.ec;
+        }
+        std::vector<std::string> hget{"HGET", key, "ow"};
+        auto owner = co_await c->async_exec(std::move(hget));
+        if (!owner.ec && owner.reply.type == redis_reply::kind::string &&
+            owner.reply.str == req.owner) {
+            claim_result out;
+            out.status = claim_status::acquired;
+            co_return out;
+        }
+        co_return r.ec;
+    }
+    const auto& rep = r.reply;
+    if (rep.type != redis_reply::kind::array || rep.elements.empty() ||
+        rep.elements[0].type != redis_reply::kind::integer) {
+        co_return reply_error();
+    }
+    claim_result out;
+    switch (rep.elements[0].integer) {
+    case 0:
+        out.status = claim_status::acquired;
+        break;
+    case 1:
+        out.status = claim_status::in_flight;
+        if (rep.elements.size() > 1 && rep.elements[1].type == redis_reply::kind::integer) {
+            out.remaining_lease = duration{std::max<long long>(rep.elements[1].integer, 0)};
+        }
+        break;
+    case 2:
+        if (rep.elements.size() < 2 || rep.elements[1].type != redis_reply::kind::string) {
+            co_return reply_error();
+        }
+        out.status = claim_status::completed;
+        out.record = std::move(r.reply.elements[1].str);
+        break;
+    case 3:
+        out.status = claim_status::mismatch;
+        break;
+    default:
+        co_return reply_error();
+    }
+    co_return out;
+}
+
+net::awaitable<result<fence_status>>
+redis_store::async_complete(std::string key, std::string owner, std::string payload, duration ttl) {
+    auto ex = co_await net::this_coro::executor;
+    redis_client* c = impl_->pick(ex);
+    if (c == nullptr) {
+        co_return error_code(errc::unavailable);
+    }
+    std::vector<std::string> args{std::move(owner), std::move(payload), millis(ttl)};
+    auto r = co_await impl_->eval(*c, impl_->complete, redis_key(key), std::move(args));
+    co_return to_fence(r);
+}
+
+net::awaitable<result<fence_status>> redis_store::async_release(std::string key,
+                                                                std::string owner) {
+    auto ex = co_await net::this_coro::executor;
+    redis_client* c = impl_->pick(ex);
+    if (c == nullptr) {
+        co_return error_code(errc::unavailable);
+    }
+    std::vector<std::string> args{std::move(owner)};
+    auto r = co_await impl_->eval(*c, impl_->release, redis_key(key), std::move(args));
+    co_return to_fence(r);
+}
+
+net::awaitable<result<fence_status>> redis_store::async_extend(std::string key, std::string owner,
+                                                               duration lease) {
+    auto ex = co_await net::this_coro::executor;
+    redis_client* c = impl_->pick(ex);
+    if (c == nullptr) {
+        co_return error_code(errc::unavailable);
+    }
+    std::vector<std::string> args{std::move(owner), millis(lease)};
+    auto r = co_await impl_->eval(*c, impl_->extend, redis_key(key), std::move(args));
+    co_return to_fence(r);
+}
+
+net::awaitable<result<void>> redis_store::async_ping() {
+    auto ex = co_await net::this_coro::executor;
+    redis_client* c = impl_->pick(ex);
+    if (c == nullptr) {
+        co_return error_code(errc::unavailable);
+    }
+    std::vector<std::string> ping{"PING"};
+    auto r = co_await c->async_exec(std::move(ping));
+    if (r.ec) {
+        co_return r.ec;
+    }
+    if (r.reply.is_error()) {
+        co_return reply_error();
+    }
+    co_return result<void>{};
+}
+
+} // namespace onceproxy::store

@@ -1,0 +1,495 @@
+// redis_store and redis_client against a real redis-server started on a free loopback port.
+// A missing redis-server fails these tests (the fixture throws), it never skips them.
+#include "onceproxy/store/redis_store.hpp"
+
+#include "conformance/store_suite.hpp"
+#include "onceproxy/store/error.hpp"
+#include "onceproxy/store/redis_client.hpp"
+#include "support/process.hpp"
+#include "support/redis_server.hpp"
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+#include <doctest/doctest.h>
+
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+namespace net = boost::asio;
+using namespace std::chrono_literals;
+using onceproxy::store::claim_status;
+using onceproxy::store::fence_status;
+using onceproxy::store::redis_client;
+using onceproxy::store::redis_store;
+using onceproxy::test::redis_server;
+using onceproxy::test::redis_server_options;
+namespace store = onceproxy::store;
+
+/// Runs `op` on `ioc` until it finishes (the context is stopped then, although the clients keep
+/// background work: reader, writer, health timer) or `limit` passes (test failure).
+template <class T>
+T run(net::io_context& ioc, net::awaitable<T> op, std::chrono::milliseconds limit = 15s) {
+    struct state {
+        bool done = false;
+        std::exception_ptr error;
+        std::optional<T> value;
+    };
+    auto st = std::make_shared<state>();
+    net::co_spawn(ioc, std::move(op), [st, &ioc](std::exception_ptr e, T v) {
+        st->done = true;
+        st->error = e;
+        if (!e) {
+            st->value.emplace(std::move(v));
+        }
+        ioc.stop();
+    });
+    ioc.restart();
+    ioc.run_for(limit);
+    REQUIRE_MESSAGE(st->done, "operation did not finish within the time limit");
+    if (st->error) {
+        std::rethrow_exception(st->error);
+    }
+    return std::move(*st->value);
+}
+
+net::awaitable<void> sleep_for(std::chrono::milliseconds d) {
+    net::steady_timer t(co_await net::this_coro::executor, d);
+    co_await t.async_wait(net::use_awaitable);
+}
+
+onceproxy::config::redis_config make_config(const std::string& url) {
+    onceproxy::config::redis_config cfg;
+    cfg.url = url;
+    cfg.key_prefix = "test:";
+    // Generous under sanitizers on a shared 2-core machine; the timeout tests set their own.
+    cfg.connect_timeout = 2'000ms;
+    cfg.command_timeout = 2'000ms;
+    cfg.health_check_interval = 60'000ms;
+    return cfg;
+}
+
+std::string unique(const std::string& what) {
+    static std::atomic<int> n{0};
+    return what + "-" + std::to_string(::getpid()) + "-" + std::to_string(++n);
+}
+
+/// A started redis_store on one io_context, its connection ready.
+struct store_env {
+    explicit store_env(onceproxy::config::redis_config c) : cfg(std::move(c)) {
+        store = std::make_unique<redis_store>(
+            cfg, std::vector<net::any_io_executor>{ioc.get_executor()});
+        store->start();
+        REQUIRE_MESSAGE(run(ioc, client().async_wait_ready(5s)),
+                        "no connection: " << client().last_failure().message);
+    }
+    ~store_env() {
+        store->stop();
+        ioc.restart();
+        ioc.run_for(100ms);
+    }
+    redis_client& client() { return *store->client_for(ioc.get_executor()); }
+    template <class T>
+    T go(net::awaitable<T> op, std::chrono::milliseconds limit = 15s) {
+        return run(ioc, std::move(op), limit);
+    }
+    store::claim_result claim(const std::string& key, const std::string& owner,
+                              const std::string& fp = "fp", store::duration lease = 30'000ms) {
+        auto r = go(store->async_claim({key, fp, owner, lease}));
+        REQUIRE_MESSAGE(r.has_value(), "claim failed: " << r.error().message());
+        return *r;
+    }
+
+    onceproxy::config::redis_config cfg;
+    net::io_context ioc;
+    std::unique_ptr<redis_store> store;
+};
+
+redis_server& shared_server() {
+    static redis_server server;
+    return server;
+}
+
+/// Conformance fixture: the shared server, a fresh store (and connection) per test case, real
+/// time (`advance` sleeps; Redis PX expiry does the rest).
+class redis_fixture {
+public:
+    redis_fixture() : env_(make_config(shared_server().url())) {}
+    store::store& store() { return *env_.store; }
+    template <class T>
+    T run(net::awaitable<T> op) {
+        return env_.go(std::move(op), 10s);
+    }
+    void advance(std::chrono::milliseconds d) { std::this_thread::sleep_for(d); }
+    std::string unique_key() { return unique("conformance"); }
+
+private:
+    store_env env_;
+};
+
+struct echo_state {
+    echo_state(const net::any_io_executor& ex, int count)
+        : n(count), done(ex, net::steady_timer::time_point::max()) {}
+    int n;
+    int answered = 0;
+    int correct = 0;
+    int in_flight = 0;
+    int max_in_flight = 0;
+    net::steady_timer done;
+};
+
+net::awaitable<void> echo_one(redis_client& c, echo_state& st, int i) {
+    // Binary payload with the index, so a reply matched to the wrong request cannot pass.
+    std::string payload = "v" + std::to_string(i) + std::string(1, '\0') + "x";
+    std::vector<std::string> cmd{"ECHO", payload};
+    st.max_in_flight = std::max(st.max_in_flight, ++st.in_flight);
+    auto r = co_await c.async_exec(std::move(cmd));
+    --st.in_flight;
+    if (!r.ec && r.reply.type == store::redis_reply::kind::string && r.reply.str == payload) {
+        ++st.correct;
+    }
+    if (++st.answered == st.n) {
+        st.done.cancel();
+    }
+}
+
+} // namespace
+
+ONCEPROXY_STORE_SUITE(redis_fixture);
+
+TEST_CASE("redis client: 1000 pipelined commands on one connection are each answered in order") {
+    net::io_context ioc;
+    store::redis_client_options o;
+    o.url = *store::parse_redis_url(shared_server().url());
+    o.command_timeout = 10s;
+    redis_client client(ioc.get_executor(), o);
+    client.start();
+    REQUIRE(run(ioc, client.async_wait_ready(5s)));
+
+    constexpr int n = 1000;
+    echo_state st(ioc.get_executor(), n);
+    auto all = [](redis_client& c, echo_state& state) -> net::awaitable<int> {
+        auto ex = co_await net::this_coro::executor;
+        for (int i = 0; i < state.n; ++i) {
+            net::co_spawn(ex, echo_one(c, state, i), net::detached);
+        }
+        co_await state.done.async_wait(net::as_tuple(net::use_awaitable));
+        co_return state.correct;
+    };
+    CHECK(run(ioc, all(client, st)) == n);
+    CHECK(st.max_in_flight == n);
+    CHECK(client.connect_count() == 1);
+}
+
+TEST_CASE("redis client: a command not answered in time fails with timeout, then it reconnects") {
+    net::io_context ioc;
+    store::redis_client_options o;
+    o.url = *store::parse_redis_url(shared_server().url());
+    o.command_timeout = 200ms;
+    o.reconnect_min = 10ms;
+    redis_client client(ioc.get_executor(), o);
+    client.start();
+    REQUIRE(run(ioc, client.async_wait_ready(5s)));
+    auto r = run(ioc, client.async_exec({"BLPOP", unique("never"), "0"}));
+    CHECK(r.ec == store::errc::timeout);
+    CHECK(r.written);
+    REQUIRE(run(ioc, client.async_wait_ready(5s)));
+    CHECK(client.connect_count() == 2);
+    auto pong = run(ioc, client.async_exec({"PING"}));
+    CHECK(!pong.ec);
+    CHECK(pong.reply.str == "PONG");
+}
+
+TEST_CASE("redis store: INFO commandstats shows exactly one EVALSHA per operation") {
+    redis_server server;
+    store_env env(make_config(server.url()));
+    server.cli({"CONFIG", "RESETSTAT"});
+    constexpr int n = 10;
+    for (int i = 0; i < n; ++i) {
+        const std::string key = unique("stats");
+        CHECK(env.claim(key, "o1").status == claim_status::acquired);
+        auto done = env.go(env.store->async_complete(key, "o1", "payload", 60'000ms));
+        REQUIRE(done.has_value());
+        CHECK(*done == fence_status::ok);
+        auto replay = env.claim(key, "o2");
+        CHECK(replay.status == claim_status::completed);
+        CHECK(replay.record == "payload");
+    }
+    // First execution = claim + complete = 2 commands; replay = 1 command.
+    CHECK(server.command_calls("evalsha") == 3 * n);
+    const std::string stats = server.cli({"INFO", "commandstats"});
+    std::istringstream lines(stats);
+    std::string line;
+    while (std::getline(lines, line)) {
+        if (line.rfind("cmdstat_", 0) != 0) {
+            continue;
+        }
+        // Redis also counts the commands our scripts run inside the server (not round trips).
+        const std::string name = line.substr(8, line.find(':') - 8);
+        const bool expected = name == "evalsha" || name == "info" || name == "config|resetstat" ||
+                              name == "hmget" || name == "hset" || name == "pexpire";
+        CHECK_MESSAGE(expected, "unexpected command: " << line);
+    }
+}
+
+TEST_CASE("redis store: survives a restart (appendonly): in-flight commands fail, it reconnects "
+          "by itself, scripts come back (also after SCRIPT FLUSH)") {
+    redis_server_options so;
+    so.appendonly = true;
+    redis_server server(so);
+    auto cfg = make_config(server.url());
+    cfg.command_timeout = 5'000ms; // the blocked command must fail by the restart, not by timeout
+    store_env env(cfg);
+    const std::string key = unique("restart");
+    REQUIRE(env.claim(key, "owner-1").status == claim_status::acquired);
+
+    struct outcome {
+        bool done = false;
+        store::redis_exec_result r;
+    };
+    auto blocked = std::make_shared<outcome>();
+    auto scenario = [](store_env& e, redis_server& s,
+                       std::shared_ptr<outcome> o) -> net::awaitable<bool> {
+        auto ex = co_await net::this_coro::executor;
+        // A command in flight when Redis goes away: BLPOP waits for a list nobody fills.
+        net::co_spawn(
+            ex,
+            [](redis_client& c, std::shared_ptr<outcome> out) -> net::awaitable<void> {
+                std::vector<std::string> cmd{"BLPOP", unique("nothing"), "0"};
+                out->r = co_await c.async_exec(std::move(cmd));
+                out->done = true;
+            }(e.client(), o),
+            net::detached);
+        co_await sleep_for(100ms);
+        s.stop(); // blocks this event loop until redis-server has exited
+        for (int i = 0; i < 100 && !o->done; ++i) {
+            co_await sleep_for(10ms);
+        }
+        // While Redis is down, operations fail fast and cleanly.
+        // (A named request: GCC 12 mis-destroys braced temporaries inside co_await.)
+        store::claim_request req{unique("down"), "fp", "owner", 30'000ms};
+        auto down = co_await e.store->async_claim(std::move(req));
+        CHECK(!down.has_value());
+        if (!down.has_value()) {
+            CHECK(down.error() == store::errc::unavailable);
+        }
+        s.start();
+        co_return co_await e.client().async_wait_ready(10s);
+    };
+    CHECK(run(env.ioc, scenario(env, server, blocked), 30s));
+    REQUIRE(blocked->done);
+    CHECK(blocked->r.ec == store::errc::unavailable);
+    CHECK(blocked->r.written);
+    CHECK(env.client().connect_count() >= 2);
+
+    // The lease survived the restart (AOF), and the scripts were loaded again on reconnect.
+    const auto evals_before = server.command_calls("eval");
+    auto again = env.claim(key, "owner-2");
+    CHECK(again.status == claim_status::in_flight);
+    CHECK(again.remaining_lease > 0ms);
+    CHECK(server.command_calls("eval") == evals_before);
+
+    // SCRIPT FLUSH behind our back: NOSCRIPT is answered by EVAL, and the claim still works.
+    server.cli({"SCRIPT", "FLUSH"});
+    const std::string fresh = unique("flushed");
+    CHECK(env.claim(fresh, "owner-3").status == claim_status::acquired);
+    CHECK(server.command_calls("eval") == evals_before + 1);
+    auto done = env.go(env.store->async_complete(fresh, "owner-3", "p", 60'000ms));
+    REQUIRE(done.has_value());
+    CHECK(*done == fence_status::ok);
+}
+
+TEST_CASE("redis store: AUTH with a password (percent-decoded) and with an ACL user") {
+    redis_server_options so;
+    so.requirepass = "s3cret p@ss:/";
+    redis_server server(so);
+    const std::string hostport = "127.0.0.1:" + std::to_string(server.port());
+
+    SUBCASE("password only") {
+        store_env env(make_config("redis://:s3cret%20p%40ss%3A%2F@" + hostport));
+        auto report = env.go(env.store->async_check_startup());
+        CHECK_MESSAGE(!report.ec, report.message);
+        CHECK(env.claim(unique("auth"), "o").status == claim_status::acquired);
+    }
+    SUBCASE("ACL user") {
+        server.cli({"ACL", "SETUSER", "app", "on", ">app-pass", "~*", "+@all"});
+        store_env env(make_config("redis://app:app-pass@" + hostport));
+        auto who = env.go(env.client().async_exec({"ACL", "WHOAMI"}));
+        CHECK(who.reply.str == "app");
+        CHECK(env.claim(unique("acl"), "o").status == claim_status::acquired);
+    }
+    SUBCASE("wrong password: a clear error, quickly") {
+        net::io_context ioc;
+        redis_store s(make_config("redis://:wrong@" + hostport), {ioc.get_executor()});
+        const auto t0 = std::chrono::steady_clock::now();
+        auto report = run(ioc, s.async_check_startup(), 5s);
+        CHECK(std::chrono::steady_clock::now() - t0 < 2s);
+        CHECK(report.ec == store::errc::auth_failed);
+        CHECK_MESSAGE(report.message.find("WRONGPASS") != std::string::npos, report.message);
+        CHECK_MESSAGE(report.message.find(hostport) != std::string::npos, report.message);
+    }
+    SUBCASE("no password where one is required") {
+        net::io_context ioc;
+        redis_store s(make_config("redis://" + hostport), {ioc.get_executor()});
+        auto report = run(ioc, s.async_check_startup(), 5s);
+        CHECK(report.ec == store::errc::auth_failed);
+        CHECK_MESSAGE(report.message.find("NOAUTH") != std::string::npos, report.message);
+    }
+}
+
+TEST_CASE("redis store: the database index of the URL is SELECTed") {
+    store_env env(make_config(shared_server().url() + "/3"));
+    const std::string key = unique("db");
+    CHECK(env.claim(key, "o").status == claim_status::acquired);
+    CHECK(shared_server().cli({"-n", "3", "EXISTS", env.store->redis_key(key)}) == "1\n");
+    CHECK(shared_server().cli({"-n", "0", "EXISTS", env.store->redis_key(key)}) == "0\n");
+}
+
+TEST_CASE("redis store: an unreachable or silent Redis gives a clear error within "
+          "connect_timeout") {
+    SUBCASE("nothing listens") {
+        net::io_context ioc;
+        const auto port = onceproxy::test::free_port();
+        redis_store s(make_config("redis://127.0.0.1:" + std::to_string(port)),
+                      {ioc.get_executor()});
+        auto report = run(ioc, s.async_check_startup(), 5s);
+        CHECK(report.ec == store::errc::unavailable);
+        CHECK_MESSAGE(report.message.find(std::to_string(port)) != std::string::npos,
+                      report.message);
+    }
+    SUBCASE("accepts but never answers") {
+        net::io_context ioc;
+        // A listening socket nobody reads: the TCP connect succeeds (backlog), AUTH hangs.
+        net::ip::tcp::acceptor silent(ioc, {net::ip::make_address("127.0.0.1"), 0});
+        auto cfg =
+            make_config("redis://:pw@127.0.0.1:" + std::to_string(silent.local_endpoint().port()));
+        cfg.connect_timeout = 300ms;
+        redis_store s(cfg, {ioc.get_executor()});
+        const auto t0 = std::chrono::steady_clock::now();
+        auto report = run(ioc, s.async_check_startup(), 5s);
+        CHECK(std::chrono::steady_clock::now() - t0 < 1500ms);
+        CHECK(report.ec == store::errc::timeout);
+        CHECK_MESSAGE(report.message.find("timed out") != std::string::npos, report.message);
+    }
+}
+
+TEST_CASE("redis store: maxmemory-policy allkeys-* is refused (or warned) at start-up") {
+    redis_server_options so;
+    so.extra_args = {"--maxmemory-policy", "allkeys-lru"};
+    redis_server server(so);
+    auto cfg = make_config(server.url());
+    net::io_context ioc;
+    SUBCASE("refuse") {
+        cfg.maxmemory_policy = onceproxy::config::maxmemory_check::refuse;
+        redis_store s(cfg, {ioc.get_executor()});
+        auto report = run(ioc, s.async_check_startup(), 5s);
+        CHECK(report.ec);
+        CHECK_MESSAGE(report.message.find("allkeys-lru") != std::string::npos, report.message);
+    }
+    SUBCASE("warn") {
+        cfg.maxmemory_policy = onceproxy::config::maxmemory_check::warn;
+        redis_store s(cfg, {ioc.get_executor()});
+        auto report = run(ioc, s.async_check_startup(), 5s);
+        CHECK_MESSAGE(!report.ec, report.message);
+        REQUIRE(report.warnings.size() == 1);
+        CHECK(report.warnings[0].find("allkeys-lru") != std::string::npos);
+    }
+    SUBCASE("CONFIG not allowed: warn") {
+        server.cli({"ACL", "SETUSER", "managed", "on", ">pw", "~*", "+@all", "-config"});
+        cfg.url = "redis://managed:pw@127.0.0.1:" + std::to_string(server.port());
+        redis_store s(cfg, {ioc.get_executor()});
+        auto report = run(ioc, s.async_check_startup(), 5s);
+        CHECK_MESSAGE(!report.ec, report.message);
+        REQUIRE(report.warnings.size() == 1);
+        CHECK(report.warnings[0].find("maxmemory-policy") != std::string::npos);
+    }
+}
+
+TEST_CASE("redis store: a safe maxmemory-policy passes the start-up check without warning") {
+    net::io_context ioc;
+    redis_store s(make_config(shared_server().url()), {ioc.get_executor()});
+    auto report = run(ioc, s.async_check_startup(), 5s);
+    CHECK_MESSAGE(!report.ec, report.message);
+    CHECK(report.warnings.empty());
+}
+
+namespace {
+
+/// A CA and a server certificate for 127.0.0.1, made with the openssl CLI in a temp dir.
+struct test_pki {
+    onceproxy::test::temp_dir dir;
+    std::string ca, other_ca, cert, key;
+
+    static void sh(const std::string& cmd) {
+        const int rc = std::system((cmd + " >/dev/null 2>&1").c_str());
+        REQUIRE_MESSAGE(rc == 0, "failed: " << cmd);
+    }
+
+    test_pki() {
+        const std::string d = dir.path();
+        const std::string ec = "-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes";
+        sh("openssl req -x509 " + ec + " -keyout " + d + "/ca.key -out " + d +
+           "/ca.crt -days 2 -subj /CN=onceproxy-test-ca");
+        sh("openssl req -x509 " + ec + " -keyout " + d + "/other.key -out " + d +
+           "/other.crt -days 2 -subj /CN=someone-else");
+        sh("openssl req " + ec + " -keyout " + d + "/server.key -out " + d +
+           "/server.csr -subj /CN=127.0.0.1");
+        dir.write("ext.cnf", "subjectAltName=IP:127.0.0.1\n");
+        sh("openssl x509 -req -in " + d + "/server.csr -CA " + d + "/ca.crt -CAkey " + d +
+           "/ca.key -CAcreateserial -out " + d + "/server.crt -days 2 -extfile " + d + "/ext.cnf");
+        ca = d + "/ca.crt";
+        other_ca = d + "/other.crt";
+        cert = d + "/server.crt";
+        key = d + "/server.key";
+    }
+};
+
+} // namespace
+
+TEST_CASE("redis store: rediss:// over TLS, verified against the CA; a wrong CA is refused") {
+    test_pki pki;
+    redis_server_options so;
+    so.tls = redis_server_options::tls_files{pki.cert, pki.key, pki.ca};
+    redis_server server(so);
+    auto cfg = make_config(server.url());
+    REQUIRE(cfg.url.rfind("rediss://", 0) == 0);
+
+    SUBCASE("the right CA") {
+        cfg.tls_ca_file = pki.ca;
+        store_env env(cfg);
+        auto report = env.go(env.store->async_check_startup());
+        CHECK_MESSAGE(!report.ec, report.message);
+        const std::string key = unique("tls");
+        CHECK(env.claim(key, "o").status == claim_status::acquired);
+        auto done = env.go(env.store->async_complete(key, "o", std::string(100'000, 'z'), 60s));
+        REQUIRE(done.has_value());
+        auto replay = env.claim(key, "p");
+        CHECK(replay.status == claim_status::completed);
+        CHECK(replay.record == std::string(100'000, 'z'));
+    }
+    SUBCASE("a wrong CA") {
+        cfg.tls_ca_file = pki.other_ca;
+        net::io_context ioc;
+        redis_store s(cfg, {ioc.get_executor()});
+        auto report = run(ioc, s.async_check_startup(), 5s);
+        CHECK(report.ec == store::errc::unavailable);
+        CHECK_MESSAGE(report.message.find("TLS handshake") != std::string::npos, report.message);
+        CHECK_MESSAGE(report.message.find("certificate verify failed") != std::string::npos,
+                      report.message);
+    }
+}
