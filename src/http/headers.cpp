@@ -58,15 +58,20 @@ void strip_hop_by_hop(fields& f) {
 }
 
 void add_forwarded(fields& f, std::string_view client_ip, std::string_view proto) {
-    auto it = f.find("X-Forwarded-For");
-    if (it == f.end()) {
-        f.set("X-Forwarded-For", client_ip);
-    } else {
-        std::string v(it->value());
-        v += ", ";
-        v += client_ip;
-        f.set("X-Forwarded-For", v);
+    // Several X-Forwarded-For lines form one list (RFC 9110 §5.3): keep every earlier hop.
+    std::string chain;
+    for (auto it = f.find("X-Forwarded-For");
+         it != f.end() && beast::iequals(it->name_string(), "X-Forwarded-For"); ++it) {
+        if (!chain.empty()) {
+            chain += ", ";
+        }
+        chain += it->value();
     }
+    if (!chain.empty()) {
+        chain += ", ";
+    }
+    chain += client_ip;
+    f.set("X-Forwarded-For", chain);
     f.set("X-Forwarded-Proto", proto);
 }
 
