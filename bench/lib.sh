@@ -85,6 +85,7 @@ start_upstream() {
     local threads=$1
     "$upstream_bin" --listen 127.0.0.1:0 --threads "$threads" \
         --port-file "$work_dir/upstream.port" >"$work_dir/upstream.log" 2>&1 &
+    upstream_pid=$!
     started_pids+=("$!")
     started_names[$!]="the test upstream"
     wait_file "$work_dir/upstream.port" $! "test upstream"

@@ -130,13 +130,18 @@ def main() -> int:
             continue
         try:
             parsed = parse_wrk(f.read_text())
+            cpu_file = f.with_name(f.name + ".cpu")
+            parsed["cpu_us"] = float("nan")
+            if cpu_file.exists() and parsed["requests"] > 0:
+                ticks, hz = (int(x) for x in cpu_file.read_text().split())
+                parsed["cpu_us"] = ticks * 1e6 / hz / parsed["requests"]
             runs.setdefault(m.group(2), []).append(parsed)
         except ValueError as e:
             problems.append(f"{f.name}: {e}")
 
     med = {}
     for name, rs in runs.items():
-        med[name] = {k: statistics.median(r[k] for r in rs) for k in ("rps", "p50", "p99")}
+        med[name] = {k: statistics.median(r[k] for r in rs) for k in ("rps", "p50", "p99", "cpu_us")}
         med[name]["non2xx"] = sum(r["non2xx"] for r in rs)
         med[name]["errors"] = sum(r["errors"] for r in rs)
         med[name]["rounds_rps"] = [r["rps"] for r in rs]
@@ -147,14 +152,15 @@ def main() -> int:
           f"onceproxy workers={meta['workers']}, nginx worker_processes={meta['nginx_workers']}, "
           f"upstream threads={meta['upstream_threads']}, store={meta['store']}, "
           f"{meta['cpus']} CPUs shared by everything")
-    print(f"{'scenario':<40} {'req/s':>10} {'p50 ms':>8} {'p99 ms':>8} {'non-2xx':>8} "
-          f"{'errors':>7}  req/s per round")
+    print(f"{'scenario':<40} {'req/s':>10} {'p50 ms':>8} {'p99 ms':>8} {'CPU us/req':>10} "
+          f"{'non-2xx':>8} {'errors':>7}  req/s per round")
     for name, label in SCENARIOS:
         if name in med:
             r = med[name]
             per_round = " ".join(fmt(x) for x in r["rounds_rps"])
             print(f"{label:<40} {fmt(r['rps']):>10} {r['p50']:>8.2f} "
-                  f"{r['p99']:>8.2f} {r['non2xx']:>8} {r['errors']:>7}  {per_round}")
+                  f"{r['p99']:>8.2f} {r['cpu_us']:>10.1f} {r['non2xx']:>8} {r['errors']:>7}  "
+                  f"{per_round}")
         elif name in ("replay", "first") and not engine_ok and name in meta["scenarios"]:
             print(f"{label:<40} {'engine not available':>10}")
 
@@ -172,6 +178,11 @@ def main() -> int:
     if r is not None:
         fig["plain_rps_vs_nginx"] = r
         print(f"  plain proxying throughput onceproxy/nginx    {r:6.2f}x  [>= 1.0x]")
+    r = ratio("proxy", "nginx", "cpu_us")
+    if r is not None:
+        fig["plain_cpu_per_request_vs_nginx"] = r
+        print(f"  plain proxying CPU time per request onceproxy/nginx {r:5.2f}x  (lower is better; "
+              f"steadier than req/s on a shared machine)")
     r = ratio("proxy", "nginx", "p99")
     if r is not None:
         fig["plain_p99_vs_nginx"] = r

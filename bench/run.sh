@@ -151,6 +151,26 @@ engine_ok=0
 [ "$engine" = available ] && engine_ok=1
 
 # ---- load -------------------------------------------------------------------------------
+# CPU time (user+system clock ticks) of the process under test: a figure that the noise of a
+# shared machine disturbs much less than req/s. nginx counts its master and workers.
+cpu_ticks() {
+    local total=0 pid f
+    for pid in "$@"; do
+        [ -r "/proc/$pid/stat" ] || continue
+        # Fields 14 and 15 of /proc/PID/stat, after the parenthesised command name.
+        f=$(sed 's/^.*) //' "/proc/$pid/stat" | awk '{print $12 + $13}')
+        total=$((total + f))
+    done
+    echo "$total"
+}
+measured_pids() {
+    case "$1" in
+    nginx) echo "$nginx_pid" $(pgrep -P "$nginx_pid" || true) ;;
+    direct | half_direct) echo "$upstream_pid" ;;
+    *) echo "$proxy_pid" ;;
+    esac
+}
+
 # run_wrk ROUND NAME CONNECTIONS URL [SCRIPT ARGS...]: one bounded wrk run into the results.
 run_wrk() {
     local round=$1 name=$2 conns=$3 url=$4 script=${5:-}
@@ -163,9 +183,16 @@ run_wrk() {
     check_alive "before the $name load"
     local out="$results/r$round-$name.txt"
     [ "$round" = warmup ] && out="$work_dir/warmup-$name.txt"
+    local pids before after
+    pids=$(measured_pids "$name")
+    # shellcheck disable=SC2086
+    before=$(cpu_ticks $pids)
     if ! timeout $((seconds + 30)) "${cmd[@]}" >"$out" 2>&1; then
         log "wrk failed for $name (round $round): $(tail -n1 "$out")"
     fi
+    # shellcheck disable=SC2086
+    after=$(cpu_ticks $pids)
+    echo "$((after - before)) $(getconf CLK_TCK)" >"$out.cpu"
     check_alive "during the $name load"
     if [ "$round" != warmup ]; then
         log "round $round $name: $(grep -E 'Requests/sec' "$out" | tr -s ' ' || echo 'no result')"

@@ -74,7 +74,9 @@ TEST_CASE("conf/minimal.yaml loads with the expected resolved values") {
     CHECK(c->upstreams[0].port == 3000);
     CHECK_FALSE(c->upstreams[0].tls);
     CHECK(c->store.type == cfg::store_type::memory);
-    CHECK_FALSE(c->admin.listen.has_value());
+    REQUIRE(c->admin.listen.has_value());
+    CHECK(c->admin.listen->host == "127.0.0.1");
+    CHECK(c->admin.listen->port == 9901);
     REQUIRE(c->routes.size() == 2);
     const auto& pay = c->routes[0];
     CHECK(pay.name == "payments");
