@@ -348,11 +348,18 @@ net::awaitable<std::optional<response>> drive(std::shared_ptr<exchange_state> s,
             net::co_spawn(s->timer.get_executor(), call_upstream(s), net::detached);
             [[fallthrough]];
         case core::action_kind::wait_until: {
-            if (!s->upstream_result) {
+            // Only a finished upstream call the fsm has not heard of yet cuts the wait short.
+            // Any other wait (completion retry backoff after the upstream answered, re-claim
+            // backoff) must sleep: an early tick returns the same wait_until, so skipping the
+            // timer there spins the worker thread until the lease ends.
+            const auto upstream_outcome_due = [&] {
+                return s->upstream_result && s->fsm.current_state() == core::state::forwarding;
+            };
+            if (!upstream_outcome_due()) {
                 s->timer.expires_at(a.wake_at);
                 co_await s->timer.async_wait(use_tuple);
             }
-            if (s->upstream_result && s->fsm.current_state() == core::state::forwarding) {
+            if (upstream_outcome_due()) {
                 a = s->fsm.on_upstream(to_event(*s->upstream_result), clock::now());
             } else {
                 a = s->fsm.on_tick(clock::now());
