@@ -1,0 +1,897 @@
+// The idempotency engine driven from outside (SPEC §1-§3): the real onceproxy binary with the
+// embedded memory store, in front of the real test upstream, over loopback sockets. Every
+// assertion is something a client or the upstream observes: statuses, problem codes, headers,
+// body bytes, and how many times the upstream executed a request.
+//
+// Most cases share one upstream and one proxy whose config has a route per policy (starting the
+// binaries under sanitizers is the slow part); cases that need a different store or a missing
+// upstream start their own proxy. Every key is unique to its case.
+
+#include "support/http_client.hpp"
+#include "support/process.hpp"
+#include "support/proxy_fixture.hpp"
+
+#include <doctest/doctest.h>
+
+#include <boost/json/parse.hpp>
+#include <boost/json/value.hpp>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+using namespace onceproxy::test;
+using namespace std::chrono_literals;
+using clock_type = std::chrono::steady_clock;
+
+namespace {
+
+// Two upstream entries pointing at the same test upstream: `app` for normal calls and `short`
+// for the cases that need the upstream timeout to fire quickly (its routes lease for 1s, as
+// config validation wants the lease to outlive the upstream timeout).
+const char* const shared_config = R"(listen: 127.0.0.1:0
+admin:
+  listen: 127.0.0.1:0
+workers: 2
+access_log: false
+upstreams:
+  app:
+    url: http://127.0.0.1:{UPSTREAM_PORT}
+    timeout: 2s
+  short:
+    url: http://127.0.0.1:{UPSTREAM_PORT}
+    timeout: 300ms
+store:
+  type: memory
+defaults:
+  ttl: 1h
+  lease: 3s
+routes:
+  - name: payments
+    match: { path: /v1/payments }
+    upstream: app
+    idempotency: { mode: required }
+  - name: mismatch409
+    match: { path: /v1/mismatch409 }
+    upstream: app
+    idempotency: { mode: required, mismatch_status: 409 }
+  - name: stripe
+    match: { path: /v1/stripe }
+    upstream: app
+    idempotency: { mode: required, stripe_compat: true }
+  - name: waiters
+    match: { path: /v1/wait }
+    upstream: app
+    idempotency: { mode: required, concurrent: wait, wait_timeout: 5s }
+  - name: short_ttl
+    match: { path: /v1/ttl }
+    upstream: app
+    idempotency: { mode: required, ttl: 1s }
+  - name: small_records
+    match: { path: /v1/small }
+    upstream: app
+    idempotency: { mode: required, max_record_bytes: 1KiB }
+  - name: uncertain_fail
+    match: { path: /v1/fail }
+    upstream: app
+    idempotency: { mode: required, on_upstream_uncertain: fail }
+  - name: uncertain_release
+    match: { path: /v1/release }
+    upstream: app
+    idempotency: { mode: required, on_upstream_uncertain: release }
+  - name: uncertain_hold
+    match: { path: /v1/hold }
+    upstream: short
+    idempotency: { mode: required, on_upstream_uncertain: hold, lease: 1s }
+  - name: timeouts
+    match: { path: /v1/timeout }
+    upstream: short
+    idempotency: { mode: required, lease: 1s }
+  - name: webhooks
+    match: { methods: [POST], prefix: /webhooks/ }
+    upstream: app
+    idempotency: { mode: required, key: { json_pointer: /id } }
+  - name: optional
+    match: { path: /v1/optional }
+    upstream: app
+    idempotency: { mode: optional }
+  - name: orders
+    match: { methods: [POST], template: "/v1/orders/{id}/refunds" }
+    upstream: app
+    idempotency: { mode: required }
+  - name: metered
+    match: { path: /v1/metered }
+    upstream: app
+    idempotency: { mode: required }
+  - name: everything-else
+    match: { prefix: / }
+    upstream: app
+)";
+
+/// The upstream and the proxy most cases share; started on first use, killed at exit.
+struct shared_setup {
+    upstream_process upstream;
+    proxy_process proxy;
+    shared_setup() : upstream(2), proxy(shared_config, upstream.port) {}
+};
+
+shared_setup& shared() {
+    static shared_setup s;
+    return s;
+}
+
+/// A key no other case (or run) uses.
+std::string unique_key(const std::string& name) {
+    static unsigned n = 0;
+    return "it-" + name + "-" + std::to_string(::getpid()) + "-" + std::to_string(++n);
+}
+
+boost::json::value parse_json(const std::string& body) {
+    boost::system::error_code ec;
+    auto v = boost::json::parse(body, ec);
+    if (ec) {
+        throw std::runtime_error("not JSON: " + body);
+    }
+    return v;
+}
+
+/// The string member `name` of a JSON object body ("" when absent or not a string).
+std::string json_member(const std::string& body, const char* name) {
+    const auto v = parse_json(body);
+    if (!v.is_object()) {
+        return {};
+    }
+    const auto* m = v.as_object().if_contains(name);
+    return m && m->is_string() ? std::string(m->as_string()) : std::string();
+}
+
+/// What the test upstream put in its answer: its unique execution id.
+std::string execution_id(const http_response& r) {
+    return json_member(r.body, "execution_id");
+}
+
+/// A problem document (RFC 9457) with `status` and the stable `code` (SPEC §3.2).
+void check_problem(const http_response& r, unsigned status, const std::string& code) {
+    INFO("body: " << r.body);
+    CHECK(r.status == status);
+    CHECK(r.header("Content-Type") == "application/problem+json");
+    const auto v = parse_json(r.body);
+    REQUIRE(v.is_object());
+    const auto& o = v.as_object();
+    REQUIRE(o.if_contains("code"));
+    CHECK(o.at("code").as_string() == code.c_str());
+    REQUIRE(o.if_contains("status"));
+    CHECK(o.at("status").to_number<unsigned>() == status);
+    CHECK(o.if_contains("type"));
+    CHECK(o.if_contains("title"));
+    CHECK(o.if_contains("detail"));
+}
+
+/// A Retry-After header with a positive number of seconds.
+void check_retry_after(const http_response& r) {
+    const auto v = r.header("Retry-After");
+    INFO("Retry-After: '" << v << "'");
+    REQUIRE_FALSE(v.empty());
+    CHECK(std::stoul(v) >= 1);
+}
+
+header_list with_key(const std::string& key, header_list extra = {}) {
+    extra.emplace_back("Idempotency-Key", key);
+    return extra;
+}
+
+const std::string order_body = R"({"amount":1000,"currency":"eur"})";
+
+http_response post(unsigned short port, const std::string& path, const std::string& key,
+                   header_list extra = {}, const std::string& body = order_body) {
+    extra.emplace_back("Content-Type", "application/json");
+    return fetch(port, "POST", path, with_key(key, std::move(extra)), body);
+}
+
+/// Executions counted by a test upstream on `port` for Idempotency-Key `key`.
+std::uint64_t count_at(unsigned short port, const std::string& key) {
+    std::string q;
+    for (const char c : key) {
+        const auto u = static_cast<unsigned char>(c);
+        if (std::isalnum(u) || c == '-' || c == '_') {
+            q += c;
+        } else {
+            static constexpr char hex[] = "0123456789ABCDEF";
+            q += '%';
+            q += hex[u >> 4];
+            q += hex[u & 0xf];
+        }
+    }
+    const auto r = fetch(port, "GET", "/__count?key=" + q);
+    REQUIRE(r.status == 200);
+    return parse_json(r.body).as_object().at("count").to_number<std::uint64_t>();
+}
+
+/// The counter `onceproxy_requests_total{route,outcome}` from the admin /metrics text (-1 when
+/// the line is missing).
+long long requests_total(const proxy_process& proxy, const std::string& route,
+                         const std::string& outcome) {
+    const auto r = proxy.admin("/metrics");
+    REQUIRE(r.status == 200);
+    const std::string needle =
+        "onceproxy_requests_total{route=\"" + route + "\",outcome=\"" + outcome + "\"} ";
+    const auto pos = r.body.find(needle);
+    if (pos == std::string::npos) {
+        return -1;
+    }
+    return std::stoll(r.body.substr(pos + needle.size()));
+}
+
+/// Sends `bytes` on `n` fresh connections, all written before any answer is read, then reads
+/// every answer (bounded).
+std::vector<std::optional<http_response>> burst(unsigned short port, const std::string& bytes,
+                                                std::size_t n) {
+    std::vector<std::unique_ptr<http_client>> clients;
+    clients.reserve(n);
+    for (std::size_t i = 0; i < n; ++i) {
+        clients.push_back(std::make_unique<http_client>(port));
+    }
+    for (auto& c : clients) {
+        c->send_raw(bytes);
+    }
+    std::vector<std::optional<http_response>> out;
+    for (auto& c : clients) {
+        out.push_back(c->read_response(15s));
+    }
+    return out;
+}
+
+/// Headers the proxy regenerates or adds per answer; everything else must replay as recorded.
+bool per_answer_header(const std::string& name) {
+    static const std::set<std::string> names{"date", "idempotency-status", "connection",
+                                             "keep-alive", "content-length"};
+    std::string lower;
+    for (const char c : name) {
+        lower += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    }
+    return names.count(lower) != 0;
+}
+
+} // namespace
+
+TEST_SUITE("idempotency") {
+
+    // --- SPEC §3.2: the errors the engine produces
+    // ------------------------------------------------
+
+    TEST_CASE("a required route without a key answers 400 idempotency.missing_key, nothing runs") {
+        auto& s = shared();
+        const auto before = s.upstream.total();
+        const auto r = fetch(s.proxy.port, "POST", "/v1/payments",
+                             {{"Content-Type", "application/json"}}, order_body);
+        check_problem(r, 400, "idempotency.missing_key");
+        CHECK_FALSE(r.has_header("Idempotency-Status"));
+        CHECK(s.upstream.total() == before);
+    }
+
+    TEST_CASE("malformed keys answer 400 idempotency.invalid_key and never reach the upstream") {
+        auto& s = shared();
+        const auto before = s.upstream.total();
+        const auto invalid = [&](const header_list& headers) {
+            auto h = headers;
+            h.emplace_back("Content-Type", "application/json");
+            const auto r = fetch(s.proxy.port, "POST", "/v1/payments", h, order_body);
+            check_problem(r, 400, "idempotency.invalid_key");
+        };
+        SUBCASE("a list, not a key") {
+            invalid({{"Idempotency-Key", "a, b"}});
+        }
+        SUBCASE("an empty sf-string") {
+            invalid({{"Idempotency-Key", "\"\""}});
+        }
+        SUBCASE("an empty value") {
+            invalid({{"Idempotency-Key", ""}});
+        }
+        SUBCASE("longer than max_length (255)") {
+            invalid({{"Idempotency-Key", std::string(256, 'k')}});
+        }
+        SUBCASE("a control character (TAB) inside") {
+            invalid({{"Idempotency-Key", "ab\tcd"}});
+        }
+        SUBCASE("a non-ASCII byte") {
+            invalid({{"Idempotency-Key", "caf\xc3\xa9"}});
+        }
+        SUBCASE("a bare token with a quote") {
+            invalid({{"Idempotency-Key", "ab\"cd"}});
+        }
+        SUBCASE("two header lines, even with the same value") {
+            const auto k = unique_key("repeated");
+            invalid({{"Idempotency-Key", k}, {"Idempotency-Key", k}});
+        }
+        CHECK(s.upstream.total() == before);
+    }
+
+    TEST_CASE("a key at exactly max_length (255) is accepted") {
+        auto& s = shared();
+        std::string key = unique_key("long");
+        key.resize(255, 'x');
+        const auto r = post(s.proxy.port, "/v1/payments", key);
+        CHECK(r.status == 200);
+        CHECK(r.header("Idempotency-Status") == "stored");
+    }
+
+    TEST_CASE(
+        "same key, different payload: 422 idempotency.payload_mismatch, no second execution") {
+        auto& s = shared();
+        const auto key = unique_key("mismatch");
+        const auto first = post(s.proxy.port, "/v1/payments", key);
+        REQUIRE(first.status == 200);
+        const auto r =
+            post(s.proxy.port, "/v1/payments", key, {}, R"({"amount":1001,"currency":"eur"})");
+        check_problem(r, 422, "idempotency.payload_mismatch");
+        CHECK(s.upstream.count(key) == 1);
+        // The record is untouched: the original request still replays.
+        const auto again = post(s.proxy.port, "/v1/payments", key);
+        CHECK(again.header("Idempotency-Status") == "replayed");
+        CHECK(again.body == first.body);
+    }
+
+    TEST_CASE("mismatch_status: 409 answers a payload mismatch with 409") {
+        auto& s = shared();
+        const auto key = unique_key("mismatch409");
+        REQUIRE(post(s.proxy.port, "/v1/mismatch409", key).status == 200);
+        const auto r = post(s.proxy.port, "/v1/mismatch409", key, {}, R"({"amount":1})");
+        check_problem(r, 409, "idempotency.payload_mismatch");
+        CHECK(s.upstream.count(key) == 1);
+    }
+
+    TEST_CASE(
+        "a duplicate while the first is in flight: 409 idempotency.in_progress + Retry-After") {
+        auto& s = shared();
+        const auto key = unique_key("in-progress");
+        http_client slow(s.proxy.port);
+        slow.send_raw(make_request(
+            "POST", "/v1/payments",
+            with_key(key, {{"Content-Type", "application/json"}, {"X-Test-Delay-Ms", "700"}}),
+            order_body));
+        std::this_thread::sleep_for(200ms);
+        const auto dup = post(s.proxy.port, "/v1/payments", key);
+        check_problem(dup, 409, "idempotency.in_progress");
+        check_retry_after(dup);
+        CHECK_FALSE(dup.has_header("Idempotency-Status"));
+
+        const auto first = slow.read_response(5s);
+        REQUIRE(first);
+        CHECK(first->status == 200);
+        CHECK(first->header("Idempotency-Status") == "stored");
+        CHECK(s.upstream.count(key) == 1);
+    }
+
+    TEST_CASE("a full memory store answers 503 idempotency.store_unavailable + Retry-After") {
+        auto& s = shared();
+        proxy_config c;
+        c.upstream_port = s.upstream.port;
+        c.store = {"type: memory", "memory:", "  max_bytes: 2KiB"};
+        c.routes = "  - name: tiny\n    match: { path: /v1/tiny }\n    upstream: app\n"
+                   "    idempotency: { mode: required }\n";
+        proxy_process proxy(c.yaml());
+
+        // Each in-flight lease costs a few hundred bytes: a dozen slow requests cannot all hold
+        // one.
+        std::vector<std::unique_ptr<http_client>> clients;
+        std::vector<std::string> keys;
+        for (int i = 0; i < 12; ++i) {
+            keys.push_back(unique_key("tiny"));
+            clients.push_back(std::make_unique<http_client>(proxy.port));
+            clients.back()->send_raw(
+                make_request("POST", "/v1/tiny",
+                             with_key(keys.back(), {{"Content-Type", "application/json"},
+                                                    {"X-Test-Delay-Ms", "600"}}),
+                             order_body));
+        }
+        int refused = 0;
+        int executed = 0;
+        std::vector<std::string> executed_keys;
+        for (std::size_t i = 0; i < clients.size(); ++i) {
+            const auto r = clients[i]->read_response(10s);
+            INFO("request " << i << "; proxy log:\n" << proxy.log());
+            REQUIRE(r);
+            if (r->status == 503) {
+                ++refused;
+                check_problem(*r, 503, "idempotency.store_unavailable");
+                check_retry_after(*r);
+                // Refused before anything was sent: the upstream never saw it.
+                CHECK(s.upstream.count(keys[i]) == 0);
+            } else {
+                CHECK(r->status == 200);
+                // The store may have had no room for the record either: the effect happened
+                // and the client learns it, marked unrecorded (SPEC §1.5).
+                const auto st = r->header("Idempotency-Status");
+                CHECK((st == "stored" || st == "unrecorded"));
+                ++executed;
+                executed_keys.push_back(keys[i]);
+            }
+        }
+        CHECK(refused > 0);
+        CHECK(executed > 0);
+        // An executed key never runs again: its retry replays, or still meets the lease (or a
+        // store with no room left), but the upstream count stays at one.
+        for (const auto& k : executed_keys) {
+            const auto r = post(proxy.port, "/v1/tiny", k);
+            INFO("retry answered " << r.status << " " << r.header("Idempotency-Status") << " "
+                                   << r.body);
+            CHECK((r.header("Idempotency-Status") == "replayed" || r.status == 409 ||
+                   r.status == 503));
+            CHECK(s.upstream.count(k) == 1);
+        }
+    }
+
+    TEST_CASE("upstream unreachable: 502 upstream.unavailable, and the key is not consumed") {
+        // The upstream's port is chosen up front and nothing listens there yet.
+        const auto port = free_port();
+        proxy_config c;
+        c.routes = "  - name: pay\n    match: { path: /v1/pay }\n    upstream: app\n"
+                   "    idempotency: { mode: required }\n";
+        proxy_process proxy(c.yaml(), port);
+        const auto key = unique_key("unreachable");
+        const auto r = post(proxy.port, "/v1/pay", key);
+        check_problem(r, 502, "upstream.unavailable");
+        CHECK_FALSE(r.has_header("Idempotency-Status"));
+
+        temp_dir dir;
+        process upstream({TEST_UPSTREAM_BIN, "--listen", "127.0.0.1:" + std::to_string(port),
+                          "--port-file", dir.file("port")},
+                         dir.file("upstream.log"));
+        REQUIRE_FALSE(wait_for_file(dir.file("port"), 10s).empty());
+
+        const auto retry = post(proxy.port, "/v1/pay", key);
+        CHECK(retry.status == 200);
+        CHECK(retry.header("Idempotency-Status") == "stored");
+        CHECK(count_at(port, key) == 1);
+        const auto replay = post(proxy.port, "/v1/pay", key);
+        CHECK(replay.header("Idempotency-Status") == "replayed");
+        CHECK(replay.body == retry.body);
+        CHECK(count_at(port, key) == 1);
+    }
+
+    TEST_CASE("upstream too slow: 504 upstream.timeout") {
+        auto& s = shared();
+        const auto key = unique_key("timeout");
+        const auto r = post(s.proxy.port, "/v1/timeout", key, {{"X-Test-Delay-Ms", "1500"}});
+        check_problem(r, 504, "upstream.timeout");
+        CHECK_FALSE(r.has_header("Idempotency-Status"));
+        CHECK(s.upstream.count(key) == 1);
+    }
+
+    TEST_CASE("a response over max_record_bytes reaches the first caller; retries get 409 "
+              "idempotency.response_not_replayable, never a second execution") {
+        auto& s = shared();
+        const auto key = unique_key("too-big");
+        const auto first = post(s.proxy.port, "/v1/small", key, {{"X-Test-Body-Bytes", "4096"}});
+        CHECK(first.status == 200);
+        REQUIRE(first.body.size() == 4096);
+        for (std::size_t i = 0; i < first.body.size(); ++i) {
+            if (first.body[i] != static_cast<char>('a' + i % 26)) {
+                FAIL("body byte " << i << " differs");
+            }
+        }
+        const auto retry = post(s.proxy.port, "/v1/small", key, {{"X-Test-Body-Bytes", "4096"}});
+        check_problem(retry, 409, "idempotency.response_not_replayable");
+        CHECK(s.upstream.count(key) == 1);
+    }
+
+    TEST_CASE("on_upstream_uncertain: fail records 502 upstream.outcome_unknown and replays it") {
+        auto& s = shared();
+        const auto key = unique_key("fail");
+        const auto first = post(s.proxy.port, "/v1/fail", key, {{"X-Test-Drop", "1"}});
+        check_problem(first, 502, "upstream.outcome_unknown");
+        CHECK(s.upstream.count(key) == 1);
+
+        // The retry does not ask for a drop: had it been executed, it would have answered 200.
+        const auto retry = post(s.proxy.port, "/v1/fail", key);
+        check_problem(retry, 502, "upstream.outcome_unknown");
+        CHECK(retry.header("Idempotency-Status") == "replayed");
+        CHECK(retry.body == first.body);
+        CHECK(s.upstream.count(key) == 1);
+    }
+
+    // --- SPEC §3.7: what is recorded and replayed
+    // -------------------------------------------------
+
+    TEST_CASE("stored, then replayed: same status, body bytes and recorded headers, a fresh Date") {
+        auto& s = shared();
+        const auto key = unique_key("replay");
+        const auto first = post(s.proxy.port, "/v1/payments", key,
+                                {{"X-Test-Status", "201"}, {"X-Test-Header", "X-Order: ord_1"}});
+        REQUIRE(first.status == 201);
+        CHECK(first.header("Idempotency-Status") == "stored");
+        CHECK(first.header("X-Order") == "ord_1");
+        CHECK_FALSE(first.has_header("Idempotent-Replayed"));
+        REQUIRE_FALSE(first.header("Date").empty());
+        REQUIRE_FALSE(execution_id(first).empty());
+
+        // Date has a one-second resolution: wait past it so a fresh one must differ.
+        std::this_thread::sleep_for(1100ms);
+        const auto replay = post(s.proxy.port, "/v1/payments", key,
+                                 {{"X-Test-Status", "201"}, {"X-Test-Header", "X-Order: ord_1"}});
+        CHECK(replay.status == 201);
+        CHECK(replay.header("Idempotency-Status") == "replayed");
+        CHECK(replay.body == first.body);
+        CHECK(replay.header("Date") != first.header("Date"));
+        CHECK_FALSE(replay.header("Date").empty());
+        CHECK(replay.count("Idempotency-Status") == 1);
+        for (const auto& [name, value] : first.headers) {
+            if (per_answer_header(name)) {
+                continue;
+            }
+            INFO("header " << name);
+            CHECK(replay.count(name) == first.count(name));
+            CHECK(replay.header(name) == value);
+        }
+        CHECK(s.upstream.count(key) == 1);
+    }
+
+    TEST_CASE("stripe_compat: true adds Idempotent-Replayed: true on replays only") {
+        auto& s = shared();
+        const auto key = unique_key("stripe");
+        const auto first = post(s.proxy.port, "/v1/stripe", key);
+        REQUIRE(first.status == 200);
+        CHECK_FALSE(first.has_header("Idempotent-Replayed"));
+        const auto replay = post(s.proxy.port, "/v1/stripe", key);
+        CHECK(replay.header("Idempotency-Status") == "replayed");
+        CHECK(replay.header("Idempotent-Replayed") == "true");
+        CHECK(replay.body == first.body);
+    }
+
+    TEST_CASE("the key header reaches the upstream exactly as sent") {
+        auto& s = shared();
+        const auto key = "\"" + unique_key("forward") + " with space\"";
+        const auto r = post(s.proxy.port, "/v1/payments", key);
+        REQUIRE(r.status == 200);
+        CHECK(json_member(r.body, "key") == key);
+        CHECK(s.upstream.count(key) == 1);
+    }
+
+    TEST_CASE("lenient syntax: a quoted sf-string key and the same bare key are one key") {
+        auto& s = shared();
+        const auto bare = unique_key("quoted");
+        const auto first = post(s.proxy.port, "/v1/payments", "\"" + bare + "\"");
+        REQUIRE(first.status == 200);
+        const auto second = post(s.proxy.port, "/v1/payments", bare);
+        CHECK(second.header("Idempotency-Status") == "replayed");
+        CHECK(second.body == first.body);
+        CHECK(s.upstream.count("\"" + bare + "\"") == 1);
+        CHECK(s.upstream.count(bare) == 0);
+    }
+
+    TEST_CASE("a binary response body replays byte for byte") {
+        auto& s = shared();
+        const auto key = unique_key("binary");
+        const header_list h{{"X-Test-Binary", "1"}, {"X-Test-Body-Bytes", "1000"}};
+        const auto first = post(s.proxy.port, "/v1/payments", key, h);
+        REQUIRE(first.status == 200);
+        REQUIRE(first.body.size() == 1000);
+        CHECK(first.body[0] == '\0');
+        CHECK(first.body[255] == static_cast<char>(0xff));
+        const auto replay = post(s.proxy.port, "/v1/payments", key, h);
+        CHECK(replay.header("Idempotency-Status") == "replayed");
+        CHECK(replay.header("Content-Type") == "application/octet-stream");
+        CHECK(replay.body == first.body);
+        CHECK(s.upstream.count(key) == 1);
+    }
+
+    TEST_CASE("JSON bodies are fingerprinted canonically: reordered keys and whitespace replay") {
+        auto& s = shared();
+        const auto key = unique_key("canonical");
+        const auto first =
+            post(s.proxy.port, "/v1/payments", key, {},
+                 R"({"amount":1000,"items":[1,2.0,"x"],"meta":{"a":true,"b":null}})");
+        REQUIRE(first.status == 200);
+        const auto second =
+            post(s.proxy.port, "/v1/payments", key, {},
+                 "{ \"meta\" : { \"b\" : null, \"a\" : true },\n  \"items\" : [ 1, 2.0, \"x\" ],"
+                 " \"amount\" : 1000 }");
+        CHECK(second.status == 200);
+        CHECK(second.header("Idempotency-Status") == "replayed");
+        CHECK(second.body == first.body);
+        CHECK(s.upstream.count(key) == 1);
+    }
+
+    // --- SPEC §3.6: concurrent duplicates
+    // ---------------------------------------------------------
+
+    TEST_CASE("50 concurrent requests with one key (conflict): one execution, the rest 409 or "
+              "identical replays") {
+        auto& s = shared();
+        const auto key = unique_key("burst-conflict");
+        const auto answers = burst(s.proxy.port,
+                                   make_request("POST", "/v1/payments",
+                                                with_key(key, {{"Content-Type", "application/json"},
+                                                               {"X-Test-Delay-Ms", "300"}}),
+                                                order_body),
+                                   50);
+        std::optional<http_response> stored;
+        std::vector<http_response> replays;
+        int conflicts = 0;
+        for (const auto& a : answers) {
+            REQUIRE(a);
+            if (a->header("Idempotency-Status") == "stored") {
+                CHECK_FALSE(stored);
+                stored = *a;
+            } else if (a->header("Idempotency-Status") == "replayed") {
+                replays.push_back(*a);
+            } else {
+                check_problem(*a, 409, "idempotency.in_progress");
+                check_retry_after(*a);
+                ++conflicts;
+            }
+        }
+        REQUIRE(stored);
+        CHECK(stored->status == 200);
+        for (const auto& r : replays) {
+            CHECK(r.status == stored->status);
+            CHECK(r.body == stored->body);
+        }
+        CHECK(conflicts + static_cast<int>(replays.size()) == 49);
+        CHECK(s.upstream.count(key) == 1);
+    }
+
+    TEST_CASE("50 concurrent requests with one key (wait): one execution, 50 identical answers") {
+        auto& s = shared();
+        const auto key = unique_key("burst-wait");
+        const auto answers = burst(s.proxy.port,
+                                   make_request("POST", "/v1/wait",
+                                                with_key(key, {{"Content-Type", "application/json"},
+                                                               {"X-Test-Delay-Ms", "300"}}),
+                                                order_body),
+                                   50);
+        int stored = 0;
+        int replayed = 0;
+        REQUIRE(answers.front());
+        const auto& reference = *answers.front();
+        for (const auto& a : answers) {
+            REQUIRE(a);
+            CHECK(a->status == 200);
+            CHECK(a->body == reference.body);
+            stored += a->header("Idempotency-Status") == "stored" ? 1 : 0;
+            replayed += a->header("Idempotency-Status") == "replayed" ? 1 : 0;
+        }
+        CHECK(stored == 1);
+        CHECK(replayed == 49);
+        CHECK(s.upstream.count(key) == 1);
+    }
+
+    // --- SPEC §3.3: scope
+    // -------------------------------------------------------------------------
+
+    TEST_CASE("one key under two principals: two executions, each replays its own") {
+        auto& s = shared();
+        const auto key = unique_key("principals");
+        const auto a1 = post(s.proxy.port, "/v1/payments", key, {{"Authorization", "Bearer A"}});
+        const auto b1 = post(s.proxy.port, "/v1/payments", key, {{"Authorization", "Bearer B"}});
+        REQUIRE(a1.status == 200);
+        REQUIRE(b1.status == 200);
+        CHECK(a1.header("Idempotency-Status") == "stored");
+        CHECK(b1.header("Idempotency-Status") == "stored");
+        CHECK(execution_id(a1) != execution_id(b1));
+        CHECK(s.upstream.count(key) == 2);
+
+        const auto a2 = post(s.proxy.port, "/v1/payments", key, {{"Authorization", "Bearer A"}});
+        const auto b2 = post(s.proxy.port, "/v1/payments", key, {{"Authorization", "Bearer B"}});
+        CHECK(a2.header("Idempotency-Status") == "replayed");
+        CHECK(b2.header("Idempotency-Status") == "replayed");
+        CHECK(a2.body == a1.body);
+        CHECK(b2.body == b1.body);
+        // Without credentials it is a third scope.
+        const auto anon = post(s.proxy.port, "/v1/payments", key);
+        CHECK(anon.header("Idempotency-Status") == "stored");
+        CHECK(s.upstream.count(key) == 3);
+    }
+
+    // --- SPEC §2: states of one key
+    // ---------------------------------------------------------------
+
+    TEST_CASE("ttl: a record replays until it expires, then the key executes again") {
+        auto& s = shared();
+        const auto key = unique_key("ttl");
+        const auto first = post(s.proxy.port, "/v1/ttl", key);
+        REQUIRE(first.status == 200);
+        CHECK(post(s.proxy.port, "/v1/ttl", key).header("Idempotency-Status") == "replayed");
+        std::this_thread::sleep_for(1200ms);
+        const auto later = post(s.proxy.port, "/v1/ttl", key);
+        CHECK(later.header("Idempotency-Status") == "stored");
+        CHECK(execution_id(later) != execution_id(first));
+        CHECK(s.upstream.count(key) == 2);
+    }
+
+    TEST_CASE("an upstream 503 releases the key: the retry executes and its answer is stored") {
+        auto& s = shared();
+        const auto key = unique_key("released");
+        const auto first = post(s.proxy.port, "/v1/payments", key, {{"X-Test-Status", "503"}});
+        CHECK(first.status == 503);
+        CHECK_FALSE(first.has_header("Idempotency-Status"));
+        const auto retry = post(s.proxy.port, "/v1/payments", key);
+        CHECK(retry.status == 200);
+        CHECK(retry.header("Idempotency-Status") == "stored");
+        CHECK(s.upstream.count(key) == 2);
+        const auto replay = post(s.proxy.port, "/v1/payments", key, {{"X-Test-Status", "503"}});
+        CHECK(replay.status == 200);
+        CHECK(replay.header("Idempotency-Status") == "replayed");
+        CHECK(replay.body == retry.body);
+        CHECK(s.upstream.count(key) == 2);
+    }
+
+    TEST_CASE("hold: after an upstream drop retries get 409 until the lease lapses, then one "
+              "re-execution") {
+        auto& s = shared();
+        const auto key = unique_key("hold");
+        const auto start = clock_type::now();
+        const auto first = post(s.proxy.port, "/v1/hold", key, {{"X-Test-Drop", "1"}});
+        check_problem(first, 502, "upstream.unavailable");
+        CHECK_FALSE(first.has_header("Idempotency-Status"));
+        CHECK(s.upstream.count(key) == 1);
+
+        const auto held = post(s.proxy.port, "/v1/hold", key);
+        if (clock_type::now() - start < 800ms) {
+            check_problem(held, 409, "idempotency.in_progress");
+            check_retry_after(held);
+        }
+        CHECK(s.upstream.count(key) == 1);
+
+        std::this_thread::sleep_until(start + 1300ms);
+        const auto retry = post(s.proxy.port, "/v1/hold", key);
+        CHECK(retry.status == 200);
+        CHECK(retry.header("Idempotency-Status") == "stored");
+        CHECK(s.upstream.count(key) == 2);
+        const auto replay = post(s.proxy.port, "/v1/hold", key);
+        CHECK(replay.header("Idempotency-Status") == "replayed");
+        CHECK(replay.body == retry.body);
+        CHECK(s.upstream.count(key) == 2);
+    }
+
+    TEST_CASE("on_upstream_uncertain: release frees the key at once after an upstream drop") {
+        auto& s = shared();
+        const auto key = unique_key("uncertain-release");
+        const auto first = post(s.proxy.port, "/v1/release", key, {{"X-Test-Drop", "1"}});
+        check_problem(first, 502, "upstream.unavailable");
+        const auto retry = post(s.proxy.port, "/v1/release", key);
+        CHECK(retry.status == 200);
+        CHECK(retry.header("Idempotency-Status") == "stored");
+        CHECK(s.upstream.count(key) == 2);
+    }
+
+    TEST_CASE(
+        "a client that leaves mid-flight: the answer is still recorded and the retry replays") {
+        auto& s = shared();
+        const auto key = unique_key("client-gone");
+        {
+            http_client gone(s.proxy.port);
+            gone.send_raw(make_request(
+                "POST", "/v1/payments",
+                with_key(key, {{"Content-Type", "application/json"}, {"X-Test-Delay-Ms", "500"}}),
+                order_body));
+            // Give the request time to reach the proxy before the socket closes.
+            std::this_thread::sleep_for(50ms);
+        }
+        std::this_thread::sleep_for(700ms);
+        const auto retry = post(s.proxy.port, "/v1/payments", key);
+        CHECK(retry.status == 200);
+        CHECK(retry.header("Idempotency-Status") == "replayed");
+        CHECK(s.upstream.count(key) == 1);
+    }
+
+    // --- SPEC §3.4, §3.5: natural keys and fingerprints
+    // -------------------------------------------
+
+    TEST_CASE("natural key (json_pointer /id): a redelivered event replays, a new id executes") {
+        auto& s = shared();
+        const auto id = unique_key("evt");
+        const auto before = s.upstream.total();
+        const header_list json{{"Content-Type", "application/json"}};
+        const auto first = fetch(s.proxy.port, "POST", "/webhooks/stripe", json,
+                                 R"({"id":")" + id + R"(","type":"charge.succeeded","n":1})");
+        REQUIRE(first.status == 200);
+        CHECK(first.header("Idempotency-Status") == "stored");
+        const auto again =
+            fetch(s.proxy.port, "POST", "/webhooks/stripe", json,
+                  "{\n  \"n\": 1,\n  \"type\": \"charge.succeeded\",\n  \"id\": \"" + id + "\"\n}");
+        CHECK(again.status == 200);
+        CHECK(again.header("Idempotency-Status") == "replayed");
+        CHECK(again.body == first.body);
+        CHECK(s.upstream.total() == before + 1);
+
+        const auto other = fetch(s.proxy.port, "POST", "/webhooks/stripe", json,
+                                 R"({"id":")" + id + R"(-2","type":"charge.succeeded","n":1})");
+        CHECK(other.header("Idempotency-Status") == "stored");
+        CHECK(execution_id(other) != execution_id(first));
+        CHECK(s.upstream.total() == before + 2);
+
+        const auto no_id =
+            fetch(s.proxy.port, "POST", "/webhooks/stripe", json, R"({"type":"charge.succeeded"})");
+        check_problem(no_id, 400, "idempotency.missing_key");
+        CHECK(s.upstream.total() == before + 2);
+    }
+
+    TEST_CASE("template route: one key on /v1/orders/1/refunds and /v1/orders/2/refunds is a "
+              "mismatch") {
+        auto& s = shared();
+        const auto key = unique_key("refund");
+        const auto first = post(s.proxy.port, "/v1/orders/1/refunds", key);
+        REQUIRE(first.status == 200);
+        CHECK(first.header("Idempotency-Status") == "stored");
+        const auto other = post(s.proxy.port, "/v1/orders/2/refunds", key);
+        check_problem(other, 422, "idempotency.payload_mismatch");
+        CHECK(s.upstream.count(key) == 1);
+    }
+
+    // --- SPEC §1: what is not guarded
+    // -------------------------------------------------------------
+
+    TEST_CASE("GET on a guarded route passes through untouched, every time") {
+        auto& s = shared();
+        const auto key = unique_key("get");
+        const auto a = fetch(s.proxy.port, "GET", "/v1/payments", with_key(key));
+        const auto b = fetch(s.proxy.port, "GET", "/v1/payments", with_key(key));
+        CHECK(a.status == 200);
+        CHECK(b.status == 200);
+        CHECK_FALSE(a.has_header("Idempotency-Status"));
+        CHECK_FALSE(b.has_header("Idempotency-Status"));
+        CHECK(execution_id(a) != execution_id(b));
+        CHECK(s.upstream.count(key) == 2);
+    }
+
+    TEST_CASE("mode: optional without a key passes through; with a key it is guarded") {
+        auto& s = shared();
+        const auto before = s.upstream.total();
+        const header_list json{{"Content-Type", "application/json"}};
+        const auto a = fetch(s.proxy.port, "POST", "/v1/optional", json, order_body);
+        const auto b = fetch(s.proxy.port, "POST", "/v1/optional", json, order_body);
+        CHECK(a.status == 200);
+        CHECK(b.status == 200);
+        CHECK_FALSE(a.has_header("Idempotency-Status"));
+        CHECK_FALSE(b.has_header("Idempotency-Status"));
+        CHECK(execution_id(a) != execution_id(b));
+        CHECK(s.upstream.total() == before + 2);
+
+        const auto key = unique_key("optional");
+        CHECK(post(s.proxy.port, "/v1/optional", key).header("Idempotency-Status") == "stored");
+        CHECK(post(s.proxy.port, "/v1/optional", key).header("Idempotency-Status") == "replayed");
+        CHECK(s.upstream.count(key) == 1);
+    }
+
+    // --- SPEC §6: metrics
+    // -------------------------------------------------------------------------
+
+    TEST_CASE("/metrics counts stored and replayed answers per route") {
+        auto& s = shared();
+        const auto key = unique_key("metered");
+        CHECK(requests_total(s.proxy, "metered", "stored") == 0);
+        CHECK(requests_total(s.proxy, "metered", "replayed") == 0);
+        REQUIRE(post(s.proxy.port, "/v1/metered", key).header("Idempotency-Status") == "stored");
+        REQUIRE(post(s.proxy.port, "/v1/metered", key).header("Idempotency-Status") == "replayed");
+        REQUIRE(post(s.proxy.port, "/v1/metered", key).header("Idempotency-Status") == "replayed");
+        REQUIRE(fetch(s.proxy.port, "POST", "/v1/metered", {}, order_body).status == 400);
+        CHECK(requests_total(s.proxy, "metered", "stored") == 1);
+        CHECK(requests_total(s.proxy, "metered", "replayed") == 2);
+        CHECK(requests_total(s.proxy, "metered", "missing_key") == 1);
+    }
+
+    // Last (doctest runs a file's cases in order): the shared proxy took everything above without
+    // crashing or a sanitizer report.
+    TEST_CASE("the shared proxy is still running and its log has no sanitizer report") {
+        auto& s = shared();
+        CHECK(s.proxy.proc.running());
+        const auto log = s.proxy.log();
+        CHECK(log.find("AddressSanitizer") == std::string::npos);
+        CHECK(log.find("runtime error:") == std::string::npos);
+        const auto r = fetch(s.proxy.port, "GET", "/__health");
+        CHECK(r.status == 200);
+    }
+
+} // TEST_SUITE
