@@ -1,0 +1,622 @@
+// The Redis store seen from outside (SPEC §5, §8): real onceproxy processes sharing one real
+// redis-server, the real test upstream, loopback sockets. What is asserted is what a client, the
+// upstream (its per-key execution counts) or Redis itself (INFO commandstats) observes.
+//
+// Every test starts its own redis-server on a free port (a missing redis-server is a failure),
+// uses keys unique to this run, and bounds every wait.
+
+#include "support/http_client.hpp"
+#include "support/process.hpp"
+#include "support/proxy_fixture.hpp"
+#include "support/redis_server.hpp"
+
+#include <doctest/doctest.h>
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+using namespace onceproxy::test;
+using namespace std::chrono_literals;
+using clock_type = std::chrono::steady_clock;
+
+namespace {
+
+/// A key no other test run (or earlier run against a reused Redis) can have used.
+std::string unique_key(const std::string& tag) {
+    static std::atomic<unsigned> counter{0};
+    const auto now = clock_type::now().time_since_epoch().count();
+    return "rp-" + tag + "-" + std::to_string(::getpid()) + "-" + std::to_string(now) + "-" +
+           std::to_string(counter.fetch_add(1));
+}
+
+/// The string value of `"name":"..."` in a flat JSON text ("" when absent).
+std::string json_string(const std::string& json, const std::string& name) {
+    const std::string needle = "\"" + name + "\":\"";
+    const auto pos = json.find(needle);
+    if (pos == std::string::npos) {
+        return {};
+    }
+    const auto start = pos + needle.size();
+    return json.substr(start, json.find('"', start) - start);
+}
+
+/// The `store:` lines of a proxy using `url` (a full redis:// or rediss:// URL with the db).
+std::vector<std::string> redis_store_lines(const std::string& url,
+                                           const std::vector<std::string>& extra = {}) {
+    std::vector<std::string> lines{"type: redis", "redis:", "  url: \"" + url + "\"",
+                                   "  command_timeout: 250ms", "  connect_timeout: 500ms"};
+    for (const auto& e : extra) {
+        lines.push_back("  " + e);
+    }
+    return lines;
+}
+
+/// A guarded route on `prefix` with the inline idempotency settings `settings`.
+std::string guarded_route(const std::string& name, const std::string& prefix,
+                          const std::string& settings = "") {
+    return "  - name: " + name + "\n    match: { prefix: " + prefix +
+           " }\n    upstream: app\n    idempotency: { mode: required" +
+           (settings.empty() ? "" : ", " + settings) + " }\n";
+}
+
+/// A proxy config in front of `upstream_port` using the Redis at `url`, with `routes`.
+proxy_config redis_proxy_config(unsigned short upstream_port, const std::string& url,
+                                const std::string& routes,
+                                const std::vector<std::string>& store_extra = {}) {
+    proxy_config c;
+    c.upstream_port = upstream_port;
+    c.store = redis_store_lines(url, store_extra);
+    c.routes = routes;
+    return c;
+}
+
+constexpr const char* payment_body = R"({"amount":100,"currency":"EUR"})";
+
+/// A keyed POST of the same body every time (same fingerprint), plus `extra` headers.
+header_list keyed(const std::string& key, header_list extra = {}) {
+    header_list h{{"Idempotency-Key", key}, {"Content-Type", "application/json"}};
+    h.insert(h.end(), extra.begin(), extra.end());
+    return h;
+}
+
+http_response post(unsigned short port, const std::string& path, const std::string& key,
+                   header_list extra = {}) {
+    return fetch(port, "POST", path, keyed(key, std::move(extra)), payment_body);
+}
+
+/// A problem+json answer with `status` and the stable `code`.
+void check_problem(const http_response& r, unsigned status, const std::string& code) {
+    CHECK(r.status == status);
+    CHECK(r.header("Content-Type") == "application/problem+json");
+    CHECK(json_string(r.body, "code") == code);
+}
+
+bool is_in_progress(const http_response& r) {
+    return r.status == 409 && json_string(r.body, "code") == "idempotency.in_progress";
+}
+
+/// Waits (bounded) until the proxy's /readyz says ready: listeners up and the store answered
+/// once (SPEC §6). The port file is written before the per-worker Redis connections are up, so a
+/// guarded request sent before that may be refused with 503 like during any store outage.
+void wait_ready(const proxy_process& p) {
+    const auto deadline = clock_type::now() + 10s;
+    while (clock_type::now() < deadline) {
+        if (p.admin("/readyz").status == 200) {
+            return;
+        }
+        std::this_thread::sleep_for(20ms);
+    }
+    FAIL("/readyz did not answer 200 within 10 s; proxy log:\n" << p.log());
+}
+
+/// What a onceproxy that must refuse to start did.
+struct startup_failure {
+    int status = -1; ///< exit status; -1: still running after the bound (then killed)
+    clock_type::duration elapsed{};
+    std::string log;
+};
+
+/// Starts onceproxy with `yaml` and waits (bounded by `bound`) for it to exit.
+startup_failure run_expecting_exit(const std::string& yaml, std::chrono::milliseconds bound = 8s) {
+    temp_dir dir;
+    const auto config = dir.write("config.yaml", yaml);
+    const auto started = clock_type::now();
+    process p({ONCEPROXY_BIN, "--config", config, "--port-file", dir.file("ports")},
+              dir.file("proxy.log"));
+    startup_failure f;
+    f.status = p.wait(bound);
+    f.elapsed = clock_type::now() - started;
+    f.log = p.log();
+    return f; // a process still running is SIGKILLed by its destructor
+}
+
+bool contains(const std::string& text, const std::string& part) {
+    return text.find(part) != std::string::npos;
+}
+
+long long ms(clock_type::duration d) {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
+}
+
+/// Runs a shell command; throws with its output when it fails.
+void shell(const std::string& cmd) {
+    const std::string full = cmd + " 2>&1";
+    FILE* pipe = ::popen(full.c_str(), "r");
+    if (pipe == nullptr) {
+        throw std::runtime_error("cannot run " + cmd);
+    }
+    std::string out;
+    char buf[512];
+    std::size_t n = 0;
+    while ((n = std::fread(buf, 1, sizeof buf, pipe)) > 0) {
+        out.append(buf, n);
+    }
+    if (::pclose(pipe) != 0) {
+        throw std::runtime_error("command failed: " + cmd + "\n" + out);
+    }
+}
+
+/// A self-signed CA (`name`.crt, `name`.key) in `dir`.
+std::string make_ca(const temp_dir& dir, const std::string& name) {
+    shell("openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2"
+          " -subj '/CN=onceproxy test " +
+          name + "' -keyout " + dir.file(name + ".key") + " -out " + dir.file(name + ".crt"));
+    return dir.file(name + ".crt");
+}
+
+/// A server certificate for 127.0.0.1 signed by CA `ca` (server.crt, server.key in `dir`).
+void make_server_cert(const temp_dir& dir, const std::string& ca) {
+    const auto ext = dir.write("server.ext", "subjectAltName=IP:127.0.0.1,DNS:localhost\n");
+    shell("openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes"
+          " -subj /CN=127.0.0.1 -keyout " +
+          dir.file("server.key") + " -out " + dir.file("server.csr"));
+    shell("openssl x509 -req -days 2 -in " + dir.file("server.csr") + " -CA " +
+          dir.file(ca + ".crt") + " -CAkey " + dir.file(ca + ".key") +
+          " -CAcreateserial -extfile " + ext + " -out " + dir.file("server.crt"));
+}
+
+} // namespace
+
+TEST_SUITE("redis proxy") {
+
+    TEST_CASE("two proxies, one Redis: 60 concurrent duplicates execute once") {
+        redis_server redis;
+        upstream_process up(2);
+        const auto cfg =
+            redis_proxy_config(up.port, redis.url() + "/0", guarded_route("pay", "/v1/pay"));
+        proxy_process a(cfg.yaml()), b(cfg.yaml());
+        wait_ready(a);
+        wait_ready(b);
+        const std::vector<unsigned short> ports{a.port, b.port};
+        const auto key = unique_key("burst");
+
+        // Every socket is connected before the first byte is sent, then all 60 requests leave
+        // back to back; the upstream holds the one it executes for 300 ms so they all overlap.
+        constexpr std::size_t per_proxy = 30;
+        std::vector<std::unique_ptr<http_client>> clients;
+        for (std::size_t i = 0; i < 2 * per_proxy; ++i) {
+            clients.push_back(std::make_unique<http_client>(ports[i % 2]));
+        }
+        const auto bytes =
+            make_request("POST", "/v1/pay", keyed(key, {{"X-Test-Delay-Ms", "300"}}), payment_body);
+        for (auto& c : clients) {
+            c->send_raw(bytes);
+        }
+        std::vector<http_response> answers;
+        for (auto& c : clients) {
+            auto r = c->read_response(10s);
+            REQUIRE(r);
+            answers.push_back(std::move(*r));
+        }
+
+        CHECK(up.count(key) == 1);
+        std::vector<const http_response*> stored;
+        std::size_t conflicts[2] = {0, 0};
+        for (std::size_t i = 0; i < answers.size(); ++i) {
+            const auto& r = answers[i];
+            CAPTURE(i);
+            CAPTURE(r.status);
+            CAPTURE(r.body);
+            if (r.header("Idempotency-Status") == "stored") {
+                CHECK(r.status == 200);
+                stored.push_back(&r);
+            } else if (r.status == 409) {
+                check_problem(r, 409, "idempotency.in_progress");
+                CHECK_FALSE(r.header("Retry-After").empty());
+                ++conflicts[i % 2];
+            } else {
+                CHECK(r.status == 200);
+                CHECK(r.header("Idempotency-Status") == "replayed");
+            }
+        }
+        REQUIRE(stored.size() == 1);
+        const std::string body = stored.front()->body;
+        for (const auto& r : answers) {
+            if (r.header("Idempotency-Status") == "replayed") {
+                CHECK(r.body == body);
+            }
+        }
+        // Both processes saw the other's lease: the proxy that did not execute answered 409s.
+        CHECK(conflicts[0] > 0);
+        CHECK(conflicts[1] > 0);
+
+        for (const auto port : ports) {
+            CAPTURE(port);
+            const auto r = post(port, "/v1/pay", key);
+            CHECK(r.status == 200);
+            CHECK(r.header("Idempotency-Status") == "replayed");
+            CHECK(r.body == body);
+        }
+        CHECK(up.count(key) == 1);
+    }
+
+    TEST_CASE("SIGKILL of the proxy holding the lease: 409 until it lapses, then one retry runs") {
+        redis_server redis;
+        upstream_process up(2);
+        auto cfg = redis_proxy_config(up.port, redis.url() + "/0",
+                                      guarded_route("pay", "/v1/pay", "lease: 1s"));
+        cfg.upstream_settings = {"timeout: 1s"}; // the config requires timeout <= lease
+        proxy_process a(cfg.yaml()), b(cfg.yaml());
+        wait_ready(a);
+        wait_ready(b);
+        const auto key = unique_key("kill");
+
+        http_client first(a.port);
+        const auto sent = clock_type::now();
+        first.send_raw(make_request("POST", "/v1/pay", keyed(key, {{"X-Test-Delay-Ms", "3000"}}),
+                                    payment_body));
+        // The upstream counts a request when it arrives, i.e. after A claimed the key.
+        while (up.count(key) == 0 && clock_type::now() - sent < 3s) {
+            std::this_thread::sleep_for(10ms);
+        }
+        REQUIRE(up.count(key) == 1);
+        std::this_thread::sleep_until(sent + 200ms);
+        a.proc.signal(SIGKILL);
+        REQUIRE(a.proc.wait(3s) == 128 + SIGKILL);
+
+        // The lease is still A's: B refuses the retry.
+        const auto early = post(b.port, "/v1/pay", key);
+        check_problem(early, 409, "idempotency.in_progress");
+        CHECK_FALSE(early.header("Retry-After").empty());
+
+        // Retry with bounded backoff until one executes; every answer before it is a 409.
+        std::optional<http_response> executed;
+        clock_type::time_point executed_at{};
+        auto backoff = 25ms;
+        std::size_t refusals = 1;
+        while (clock_type::now() - sent < 6s) {
+            std::this_thread::sleep_for(backoff);
+            backoff = std::min<std::chrono::milliseconds>(backoff * 2, 200ms);
+            auto r = post(b.port, "/v1/pay", key);
+            if (is_in_progress(r)) {
+                ++refusals;
+                continue;
+            }
+            executed_at = clock_type::now();
+            executed = std::move(r);
+            break;
+        }
+        REQUIRE(executed);
+        CAPTURE(executed->body);
+        CHECK(executed->status == 200);
+        CHECK(executed->header("Idempotency-Status") == "stored");
+        // The lease (1 s, taken after `sent`, never extended once A died at 200 ms) held until
+        // at least `sent` + 1 s; a little slack for the two clocks.
+        CHECK(ms(executed_at - sent) >= 950);
+        CHECK(refusals >= 2);
+
+        const auto again = post(b.port, "/v1/pay", key);
+        CHECK(again.status == 200);
+        CHECK(again.header("Idempotency-Status") == "replayed");
+        CHECK(again.body == executed->body);
+        // The killed attempt (which the upstream did receive) plus exactly one retry.
+        CHECK(up.count(key) == 2);
+    }
+
+    TEST_CASE("Redis restarted under load: fail-closed 503, fail-open forwards, records survive") {
+        redis_server_options opts;
+        opts.appendonly = true;
+        redis_server redis(opts);
+        upstream_process up(2);
+        const auto cfg =
+            redis_proxy_config(up.port, redis.url() + "/0",
+                               guarded_route("closed", "/closed", "on_store_error: fail_closed") +
+                                   guarded_route("open", "/open", "on_store_error: fail_open"));
+        proxy_process proxy(cfg.yaml());
+        wait_ready(proxy);
+
+        const auto before_key = unique_key("before");
+        const auto before = post(proxy.port, "/closed/pay", before_key);
+        REQUIRE(before.status == 200);
+        REQUIRE(before.header("Idempotency-Status") == "stored");
+
+        // Background load on both routes, each request with its own key, across the restart.
+        struct sample {
+            std::string key;
+            bool closed = true;
+            std::optional<http_response> answer; ///< nullopt: no answer at all
+        };
+        std::vector<sample> samples;
+        std::atomic<bool> stop_load{false};
+        std::thread load([&] {
+            for (std::size_t i = 0; !stop_load.load(); ++i) {
+                sample s{unique_key("load"), i % 2 == 0, std::nullopt};
+                try {
+                    s.answer = post(proxy.port, s.closed ? "/closed/x" : "/open/x", s.key);
+                } catch (const std::exception&) {
+                    s.answer.reset();
+                }
+                samples.push_back(std::move(s));
+                std::this_thread::sleep_for(15ms);
+            }
+        });
+        struct joiner {
+            std::thread& t;
+            std::atomic<bool>& stop;
+            ~joiner() {
+                stop = true;
+                if (t.joinable()) {
+                    t.join();
+                }
+            }
+        } join_load{load, stop_load};
+
+        std::this_thread::sleep_for(300ms);
+        redis.stop();
+        {
+            // The outage, seen from a fail-closed route: 503 with Retry-After, nothing executed.
+            const auto closed_key = unique_key("down-closed");
+            const auto r = post(proxy.port, "/closed/pay", closed_key);
+            check_problem(r, 503, "idempotency.store_unavailable");
+            CHECK_FALSE(r.header("Retry-After").empty());
+            CHECK(up.count(closed_key) == 0);
+            // ... and from a fail-open route: forwarded unprotected.
+            const auto open_key = unique_key("down-open");
+            const auto o = post(proxy.port, "/open/pay", open_key);
+            CHECK(o.status == 200);
+            CHECK(o.header("Idempotency-Status") != "stored");
+            CHECK(up.count(open_key) == 1);
+        }
+        std::this_thread::sleep_for(500ms);
+        redis.start();
+
+        // The proxy reconnects by itself; until then a guarded request is refused, never run.
+        // Each worker has its own connection with its own backoff, so "serving again" means a
+        // run of consecutive stored answers (each on a new connection, spread over the workers).
+        const auto back_started = clock_type::now();
+        constexpr std::size_t wanted_run = 10;
+        std::size_t run = 0;
+        std::size_t refused = 0;
+        while (run < wanted_run && clock_type::now() - back_started < 10s) {
+            const auto k = unique_key("back");
+            const auto r = post(proxy.port, "/closed/pay", k);
+            if (r.status == 200 && r.header("Idempotency-Status") == "stored") {
+                ++run;
+                CHECK(up.count(k) == 1);
+                continue;
+            }
+            run = 0;
+            ++refused;
+            check_problem(r, 503, "idempotency.store_unavailable");
+            CHECK(up.count(k) == 0);
+            std::this_thread::sleep_for(50ms);
+        }
+        const bool recovered = run == wanted_run;
+        CAPTURE(refused);
+        CAPTURE(ms(clock_type::now() - back_started));
+        REQUIRE(recovered);
+
+        // The record written before the restart came back from the AOF.
+        const auto replay = post(proxy.port, "/closed/pay", before_key);
+        CHECK(replay.status == 200);
+        CHECK(replay.header("Idempotency-Status") == "replayed");
+        CHECK(replay.body == before.body);
+        CHECK(up.count(before_key) == 1);
+
+        std::this_thread::sleep_for(300ms); // some load after the recovery too
+        stop_load = true;
+        load.join();
+
+        REQUIRE(samples.size() >= 10);
+        std::size_t stored = 0;
+        for (const auto& s : samples) {
+            CAPTURE(s.key);
+            CAPTURE(s.closed);
+            REQUIRE(s.answer);
+            const auto& r = *s.answer;
+            CAPTURE(r.status);
+            CAPTURE(r.body);
+            const auto status = r.header("Idempotency-Status");
+            const auto n = up.count(s.key);
+            if (status == "stored") {
+                ++stored;
+                CHECK(r.status == 200);
+                CHECK(n == 1);
+            } else if (r.status == 503) {
+                // Only a fail-closed route refuses, and a refused request never ran.
+                CHECK(s.closed);
+                check_problem(r, 503, "idempotency.store_unavailable");
+                CHECK(n == 0);
+            } else {
+                // Executed but not recorded (completion failed), or forwarded unprotected on
+                // the fail-open route: it ran exactly once, and never as a 2xx without a claim
+                // on the fail-closed route.
+                CHECK(r.status == 200);
+                CHECK(n == 1);
+                if (s.closed) {
+                    CHECK(status == "unrecorded");
+                }
+            }
+        }
+        CHECK(stored > 0);
+
+        // A flushed script cache (NOSCRIPT) does not break the store: EVAL reloads it.
+        redis.cli({"SCRIPT", "FLUSH"});
+        const auto evals_before = redis.command_calls("eval");
+        const auto flushed_key = unique_key("flushed");
+        const auto f1 = post(proxy.port, "/closed/pay", flushed_key);
+        CHECK(f1.status == 200);
+        CHECK(f1.header("Idempotency-Status") == "stored");
+        const auto f2 = post(proxy.port, "/closed/pay", flushed_key);
+        CHECK(f2.status == 200);
+        CHECK(f2.header("Idempotency-Status") == "replayed");
+        CHECK(f2.body == f1.body);
+        CHECK(up.count(flushed_key) == 1);
+        CHECK(redis.command_calls("eval") > evals_before);
+    }
+
+    TEST_CASE("start-up refuses a Redis it cannot use, quickly and with the reason") {
+        upstream_process up;
+        const auto routes = guarded_route("pay", "/v1/pay");
+
+        SUBCASE("wrong password") {
+            redis_server_options opts;
+            opts.requirepass = "right-secret";
+            redis_server redis(opts);
+            const auto port = std::to_string(redis.port());
+            const auto f = run_expecting_exit(
+                redis_proxy_config(up.port, "redis://:wrong-secret@127.0.0.1:" + port + "/0",
+                                   routes)
+                    .yaml());
+            CAPTURE(f.log);
+            CHECK(f.status == 1);
+            CHECK(ms(f.elapsed) < 5000);
+            CHECK(contains(f.log, "AUTH"));
+            CHECK(contains(f.log, "127.0.0.1:" + port));
+            CHECK_FALSE(contains(f.log, "wrong-secret")); // the password is not echoed
+
+            // The same Redis with the right password is accepted and serves.
+            proxy_process ok(redis_proxy_config(
+                                 up.port, "redis://:right-secret@127.0.0.1:" + port + "/0", routes)
+                                 .yaml());
+            wait_ready(ok);
+            const auto key = unique_key("auth");
+            CHECK(post(ok.port, "/v1/pay", key).header("Idempotency-Status") == "stored");
+            CHECK(post(ok.port, "/v1/pay", key).header("Idempotency-Status") == "replayed");
+        }
+
+        SUBCASE("Redis unreachable (closed port)") {
+            const auto port = std::to_string(free_port());
+            const auto f = run_expecting_exit(
+                redis_proxy_config(up.port, "redis://127.0.0.1:" + port + "/0", routes).yaml());
+            CAPTURE(f.log);
+            CHECK(f.status == 1);
+            CHECK(ms(f.elapsed) < 5000);
+            CHECK(contains(f.log, "redis"));
+            CHECK(contains(f.log, "127.0.0.1:" + port));
+        }
+
+        SUBCASE("maxmemory-policy allkeys-lru: refused by default, accepted with warn") {
+            redis_server_options opts;
+            opts.extra_args = {"--maxmemory-policy", "allkeys-lru"};
+            redis_server redis(opts);
+            const auto url = redis.url() + "/0";
+            const auto f = run_expecting_exit(redis_proxy_config(up.port, url, routes).yaml());
+            CAPTURE(f.log);
+            CHECK(f.status == 1);
+            CHECK(ms(f.elapsed) < 5000);
+            CHECK(contains(f.log, "allkeys-lru"));
+            CHECK(contains(f.log, "maxmemory"));
+
+            proxy_process warned(
+                redis_proxy_config(up.port, url, routes, {"maxmemory_policy: warn"}).yaml());
+            wait_ready(warned);
+            CHECK(contains(warned.log(), "allkeys-lru"));
+            const auto key = unique_key("lru");
+            const auto r1 = post(warned.port, "/v1/pay", key);
+            CHECK(r1.status == 200);
+            CHECK(r1.header("Idempotency-Status") == "stored");
+            const auto r2 = post(warned.port, "/v1/pay", key);
+            CHECK(r2.header("Idempotency-Status") == "replayed");
+            CHECK(r2.body == r1.body);
+            CHECK(up.count(key) == 1);
+        }
+    }
+
+    TEST_CASE("rediss://: stores and replays over TLS; a wrong CA fails at start-up") {
+        temp_dir pki;
+        make_ca(pki, "ca");
+        const auto other_ca = make_ca(pki, "other-ca");
+        make_server_cert(pki, "ca");
+        redis_server_options opts;
+        opts.tls = redis_server_options::tls_files{pki.file("server.crt"), pki.file("server.key"),
+                                                   pki.file("ca.crt")};
+        redis_server redis(opts);
+        upstream_process up;
+        const auto url = redis.url() + "/0";
+        REQUIRE(url.rfind("rediss://", 0) == 0);
+        const auto routes = guarded_route("pay", "/v1/pay");
+
+        {
+            proxy_process proxy(redis_proxy_config(up.port, url, routes,
+                                                   {"tls_ca_file: \"" + pki.file("ca.crt") + "\""})
+                                    .yaml());
+            wait_ready(proxy);
+            const auto key = unique_key("tls");
+            const auto r1 = post(proxy.port, "/v1/pay", key);
+            CHECK(r1.status == 200);
+            CHECK(r1.header("Idempotency-Status") == "stored");
+            const auto r2 = post(proxy.port, "/v1/pay", key);
+            CHECK(r2.status == 200);
+            CHECK(r2.header("Idempotency-Status") == "replayed");
+            CHECK(r2.body == r1.body);
+            CHECK(up.count(key) == 1);
+            // The record really is in this (TLS-only) Redis.
+            CHECK(redis.command_calls("evalsha") >= 3);
+        }
+
+        const auto f = run_expecting_exit(
+            redis_proxy_config(up.port, url, routes, {"tls_ca_file: \"" + other_ca + "\""}).yaml());
+        CAPTURE(f.log);
+        CHECK(f.status == 1);
+        CHECK(ms(f.elapsed) < 5000);
+        CHECK(contains(f.log, "TLS"));
+        CHECK(contains(f.log, "127.0.0.1:" + std::to_string(redis.port())));
+    }
+
+    TEST_CASE("round trips: one EVALSHA per claim and per completion, none else") {
+        redis_server redis;
+        upstream_process up;
+        const auto cfg =
+            redis_proxy_config(up.port, redis.url() + "/0", guarded_route("pay", "/v1/pay"));
+        proxy_process proxy(cfg.yaml());
+        wait_ready(proxy);
+        // The start-up check and the connections' SCRIPT LOADs are behind us; health-check
+        // PINGs are counted as ping, commands run inside scripts under their own names, so
+        // only cmdstat_evalsha is a store operation here.
+        redis.cli({"CONFIG", "RESETSTAT"});
+        REQUIRE(redis.command_calls("evalsha") == 0);
+
+        constexpr long long n = 20;
+        std::vector<std::string> keys;
+        std::vector<std::string> bodies;
+        for (long long i = 0; i < n; ++i) {
+            keys.push_back(unique_key("rt"));
+            const auto r = post(proxy.port, "/v1/pay", keys.back());
+            REQUIRE(r.header("Idempotency-Status") == "stored");
+            bodies.push_back(r.body);
+        }
+        CHECK(redis.command_calls("evalsha") == 2 * n); // claim + complete
+
+        for (long long i = 0; i < n; ++i) {
+            const auto r = post(proxy.port, "/v1/pay", keys[static_cast<std::size_t>(i)]);
+            CHECK(r.header("Idempotency-Status") == "replayed");
+            CHECK(r.body == bodies[static_cast<std::size_t>(i)]);
+        }
+        CHECK(redis.command_calls("evalsha") == 3 * n); // + one claim per replay
+        CHECK(redis.command_calls("eval") == 0);        // no NOSCRIPT fallback
+        CHECK(up.total() == static_cast<std::uint64_t>(n));
+    }
+}
