@@ -114,6 +114,22 @@ routes:
     match: { path: /v1/metered }
     upstream: app
     idempotency: { mode: required }
+  - name: wait_short
+    match: { path: /v1/wait-short }
+    upstream: app
+    idempotency: { mode: required, concurrent: wait, wait_timeout: 300ms }
+  - name: wait_small
+    match: { path: /v1/wait-small }
+    upstream: app
+    idempotency: { mode: required, concurrent: wait, max_record_bytes: 1KiB }
+  - name: strict
+    match: { path: /v1/strict }
+    upstream: app
+    idempotency: { mode: required, key: { syntax: strict } }
+  - name: cookies
+    match: { path: /v1/cookies }
+    upstream: app
+    idempotency: { mode: required, exclude_headers: [Set-Cookie] }
   - name: everything-else
     match: { prefix: / }
     upstream: app
@@ -862,6 +878,174 @@ TEST_SUITE("idempotency") {
         const auto key = unique_key("optional");
         CHECK(post(s.proxy.port, "/v1/optional", key).header("Idempotency-Status") == "stored");
         CHECK(post(s.proxy.port, "/v1/optional", key).header("Idempotency-Status") == "replayed");
+        CHECK(s.upstream.count(key) == 1);
+    }
+
+    TEST_CASE("concurrent: wait gives up after wait_timeout with 409 idempotency.in_progress") {
+        auto& s = shared();
+        const auto key = unique_key("wait-timeout");
+        http_client slow(s.proxy.port);
+        slow.send_raw(make_request(
+            "POST", "/v1/wait-short",
+            with_key(key, {{"Content-Type", "application/json"}, {"X-Test-Delay-Ms", "1200"}}),
+            order_body));
+        std::this_thread::sleep_for(150ms);
+        const auto start = clock_type::now();
+        const auto dup = post(s.proxy.port, "/v1/wait-short", key);
+        const auto waited = clock_type::now() - start;
+        check_problem(dup, 409, "idempotency.in_progress");
+        check_retry_after(dup);
+        CHECK(waited >= 250ms);
+        CHECK(waited < 1000ms);
+        const auto first = slow.read_response(5s);
+        REQUIRE(first);
+        CHECK(first->header("Idempotency-Status") == "stored");
+        CHECK(s.upstream.count(key) == 1);
+    }
+
+    TEST_CASE("concurrent: wait on a response too large to record: waiters get 409 "
+              "idempotency.response_not_replayable") {
+        auto& s = shared();
+        const auto key = unique_key("wait-big");
+        const auto answers = burst(s.proxy.port,
+                                   make_request("POST", "/v1/wait-small",
+                                                with_key(key, {{"Content-Type", "application/json"},
+                                                               {"X-Test-Delay-Ms", "300"},
+                                                               {"X-Test-Body-Bytes", "4096"}}),
+                                                order_body),
+                                   5);
+        int full = 0;
+        for (const auto& a : answers) {
+            REQUIRE(a);
+            if (a->status == 200) {
+                ++full;
+                CHECK(a->body.size() == 4096);
+            } else {
+                check_problem(*a, 409, "idempotency.response_not_replayable");
+            }
+        }
+        CHECK(full == 1);
+        CHECK(s.upstream.count(key) == 1);
+    }
+
+    TEST_CASE("key.syntax: strict takes sf-strings only") {
+        auto& s = shared();
+        const auto key = unique_key("strict");
+        check_problem(post(s.proxy.port, "/v1/strict", key), 400, "idempotency.invalid_key");
+        CHECK(s.upstream.count(key) == 0);
+        const auto quoted = "\"" + key + "\"";
+        CHECK(post(s.proxy.port, "/v1/strict", quoted).header("Idempotency-Status") == "stored");
+        CHECK(post(s.proxy.port, "/v1/strict", quoted).header("Idempotency-Status") == "replayed");
+        // An sf-string with a parameter is not a bare string (RFC 9651 §3.3.3).
+        check_problem(post(s.proxy.port, "/v1/strict", quoted + ";a=1"), 400,
+                      "idempotency.invalid_key");
+        CHECK(s.upstream.count(quoted) == 1);
+    }
+
+    TEST_CASE("exclude_headers: Set-Cookie goes to the first caller only") {
+        auto& s = shared();
+        const auto key = unique_key("cookie");
+        const header_list h{{"X-Test-Header", "Set-Cookie: session=secret"}};
+        const auto first = post(s.proxy.port, "/v1/cookies", key, h);
+        REQUIRE(first.status == 200);
+        CHECK(first.header("Set-Cookie") == "session=secret");
+        const auto replay = post(s.proxy.port, "/v1/cookies", key, h);
+        CHECK(replay.header("Idempotency-Status") == "replayed");
+        CHECK_FALSE(replay.has_header("Set-Cookie"));
+        CHECK(replay.body == first.body);
+    }
+
+    TEST_CASE("a chunked upstream response replays with the same bytes, framed anew") {
+        auto& s = shared();
+        const auto key = unique_key("chunked");
+        const header_list h{{"X-Test-Chunked", "1"}};
+        const auto first = post(s.proxy.port, "/v1/payments", key, h);
+        REQUIRE(first.status == 200);
+        REQUIRE_FALSE(execution_id(first).empty());
+        const auto replay = post(s.proxy.port, "/v1/payments", key, h);
+        CHECK(replay.header("Idempotency-Status") == "replayed");
+        CHECK(replay.body == first.body);
+        CHECK_FALSE(replay.has_header("Transfer-Encoding"));
+        CHECK(replay.header("Content-Length") == std::to_string(first.body.size()));
+    }
+
+    TEST_CASE("a 4xx answer is recorded and replayed; 429 releases the key") {
+        auto& s = shared();
+        const auto k404 = unique_key("404");
+        const auto nf = post(s.proxy.port, "/v1/payments", k404, {{"X-Test-Status", "404"}});
+        CHECK(nf.status == 404);
+        CHECK(nf.header("Idempotency-Status") == "stored");
+        const auto nf2 = post(s.proxy.port, "/v1/payments", k404);
+        CHECK(nf2.status == 404);
+        CHECK(nf2.header("Idempotency-Status") == "replayed");
+        CHECK(s.upstream.count(k404) == 1);
+
+        const auto k429 = unique_key("429");
+        const auto busy = post(s.proxy.port, "/v1/payments", k429, {{"X-Test-Status", "429"}});
+        CHECK(busy.status == 429);
+        CHECK_FALSE(busy.has_header("Idempotency-Status"));
+        const auto ok = post(s.proxy.port, "/v1/payments", k429);
+        CHECK(ok.status == 200);
+        CHECK(ok.header("Idempotency-Status") == "stored");
+        CHECK(s.upstream.count(k429) == 2);
+    }
+
+    TEST_CASE("PATCH is guarded by default, PUT is not") {
+        auto& s = shared();
+        const auto kp = unique_key("patch");
+        const header_list json{{"Content-Type", "application/json"}};
+        const auto p1 = fetch(s.proxy.port, "PATCH", "/v1/payments", with_key(kp, json), "{}");
+        const auto p2 = fetch(s.proxy.port, "PATCH", "/v1/payments", with_key(kp, json), "{}");
+        CHECK(p1.header("Idempotency-Status") == "stored");
+        CHECK(p2.header("Idempotency-Status") == "replayed");
+        CHECK(s.upstream.count(kp) == 1);
+        check_problem(fetch(s.proxy.port, "PATCH", "/v1/payments", json, "{}"), 400,
+                      "idempotency.missing_key");
+
+        const auto ku = unique_key("put");
+        const auto u1 = fetch(s.proxy.port, "PUT", "/v1/payments", with_key(ku, json), "{}");
+        const auto u2 = fetch(s.proxy.port, "PUT", "/v1/payments", with_key(ku, json), "{}");
+        CHECK_FALSE(u1.has_header("Idempotency-Status"));
+        CHECK_FALSE(u2.has_header("Idempotency-Status"));
+        CHECK(s.upstream.count(ku) == 2);
+    }
+
+    TEST_CASE("a different payload while the first is still in flight is a mismatch") {
+        auto& s = shared();
+        const auto key = unique_key("mismatch-in-flight");
+        http_client slow(s.proxy.port);
+        slow.send_raw(make_request(
+            "POST", "/v1/payments",
+            with_key(key, {{"Content-Type", "application/json"}, {"X-Test-Delay-Ms", "500"}}),
+            order_body));
+        std::this_thread::sleep_for(150ms);
+        check_problem(post(s.proxy.port, "/v1/payments", key, {}, R"({"amount":5})"), 422,
+                      "idempotency.payload_mismatch");
+        // Content-Type is part of the fingerprint too.
+        check_problem(fetch(s.proxy.port, "POST", "/v1/payments",
+                            with_key(key, {{"Content-Type", "text/plain"}}), order_body),
+                      422, "idempotency.payload_mismatch");
+        const auto first = slow.read_response(5s);
+        REQUIRE(first);
+        CHECK(first->header("Idempotency-Status") == "stored");
+        CHECK(s.upstream.count(key) == 1);
+    }
+
+    TEST_CASE("stored, replayed and rejected answers on one keep-alive connection") {
+        auto& s = shared();
+        const auto key = unique_key("keep-alive");
+        http_client c(s.proxy.port);
+        const header_list h = with_key(key, {{"Content-Type", "application/json"}});
+        const auto a = c.request("POST", "/v1/payments", h, order_body);
+        const auto b = c.request("POST", "/v1/payments", h, order_body);
+        const auto m = c.request("POST", "/v1/payments", h, R"({"other":true})");
+        const auto d = c.request("POST", "/v1/payments", h, order_body);
+        CHECK(a.header("Idempotency-Status") == "stored");
+        CHECK(b.header("Idempotency-Status") == "replayed");
+        check_problem(m, 422, "idempotency.payload_mismatch");
+        CHECK(d.header("Idempotency-Status") == "replayed");
+        CHECK(b.body == a.body);
+        CHECK(d.body == a.body);
         CHECK(s.upstream.count(key) == 1);
     }
 
