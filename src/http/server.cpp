@@ -2,6 +2,7 @@
 
 #include "onceproxy/http/headers.hpp"
 #include "onceproxy/http/problem.hpp"
+#include "onceproxy/upstream/wire.hpp"
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -15,6 +16,7 @@
 
 #include <sys/socket.h>
 
+#include <array>
 #include <cstdio>
 #include <list>
 
@@ -127,6 +129,7 @@ struct server::impl : std::enable_shared_from_this<impl> {
 
         const auto& limits = cfg->limits;
         beast::flat_buffer buffer;
+        std::string wire_head; // serialised response head, reused for every response
         bool first = true;
         while (!draining) {
             entry->busy = false;
@@ -211,7 +214,10 @@ struct server::impl : std::enable_shared_from_this<impl> {
             const bool keep = keep_alive && !draining;
             res.keep_alive(keep);
             stream.expires_after(limits.idle_timeout); // a client that reads nothing is dropped
-            auto [wec, wn] = co_await bhttp::async_write(stream, res, use_tuple);
+            upstream::serialize_head(res, wire_head);
+            const std::array<net::const_buffer, 2> wire{net::buffer(wire_head),
+                                                        net::buffer(res.body())};
+            auto [wec, wn] = co_await net::async_write(stream, wire, use_tuple);
             (void)wn;
             if (wec || !keep) {
                 break;

@@ -1,0 +1,62 @@
+#include "onceproxy/upstream/wire.hpp"
+
+#include <boost/beast/http/status.hpp>
+
+namespace onceproxy::upstream {
+
+namespace bhttp = boost::beast::http;
+
+namespace {
+
+void append_version(unsigned version, std::string& out) {
+    out += "HTTP/";
+    out += static_cast<char>('0' + version / 10);
+    out += '.';
+    out += static_cast<char>('0' + version % 10);
+}
+
+void append_fields(const bhttp::fields& f, std::string& out) {
+    for (const auto& field : f) {
+        out += field.name_string();
+        out += ": ";
+        out += field.value();
+        out += "\r\n";
+    }
+    out += "\r\n";
+}
+
+} // namespace
+
+void serialize_head(const bhttp::request<bhttp::string_body>& m, std::string& out) {
+    out.clear();
+    out.reserve(512);
+    out += m.method_string();
+    out += ' ';
+    out += m.target();
+    out += ' ';
+    append_version(m.version(), out);
+    out += "\r\n";
+    append_fields(m.base(), out);
+}
+
+void serialize_head(const bhttp::response<bhttp::string_body>& m, std::string& out) {
+    out.clear();
+    out.reserve(512);
+    append_version(m.version(), out);
+    const unsigned code = m.result_int();
+    out += ' ';
+    out += static_cast<char>('0' + code / 100);
+    out += static_cast<char>('0' + code / 10 % 10);
+    out += static_cast<char>('0' + code % 10);
+    out += ' ';
+    const auto reason = m.reason();
+    if (reason.empty()) {
+        out += bhttp::obsolete_reason(static_cast<bhttp::status>(code));
+    } else {
+        out += reason;
+    }
+    out += "\r\n";
+    append_fields(m.base(), out);
+}
+
+} // namespace onceproxy::upstream
