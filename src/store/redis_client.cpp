@@ -95,7 +95,7 @@ bool append_command(std::string& out, const std::vector<std::string>& args) {
 }
 
 std::chrono::milliseconds jittered(std::chrono::milliseconds cap) {
-    // Full jitter (delay uniform in [cap/2, cap]) spreads the reconnects of many workers and
+    // Jitter (delay uniform in [cap/2, cap]) spreads the reconnects of many workers and
     // replicas after a Redis restart instead of sending them all in the same millisecond.
     thread_local std::minstd_rand rng{std::random_device{}()};
     const auto hi = std::max<long long>(cap.count(), 1);
@@ -122,7 +122,7 @@ struct reader_deleter {
 // of an old link only ever touch their own link, so a late completion cannot hit a new socket.
 struct link : std::enable_shared_from_this<link> {
     link(const net::any_io_executor& ex, ssl::context& ctx, bool use_tls)
-        : stream(ex, ctx), tls(use_tls), write_signal(ex), closed_signal(ex),
+        : stream(ex, ctx), tls(use_tls), write_signal(ex), closed_signal(ex), health_timer(ex),
           reader(redisReaderCreate()) {
         write_signal.expires_at(net::steady_timer::time_point::max());
         closed_signal.expires_at(net::steady_timer::time_point::max());
@@ -150,6 +150,7 @@ struct link : std::enable_shared_from_this<link> {
         socket().close(ignored);
         write_signal.cancel();
         closed_signal.cancel();
+        health_timer.cancel();
         for (auto& p : fifo) {
             if (!p->done) {
                 p->done = true;
@@ -166,6 +167,7 @@ struct link : std::enable_shared_from_this<link> {
     bool tls;
     net::steady_timer write_signal;
     net::steady_timer closed_signal;
+    net::steady_timer health_timer; // cancelled by close(), so no timer outlives the link
     std::unique_ptr<redisReader, reader_deleter> reader;
     std::string wbuf;                          // encoded commands not yet handed to a write
     std::deque<std::shared_ptr<pending>> fifo; // every request awaiting its reply, in order
@@ -307,9 +309,8 @@ struct redis_client::impl : std::enable_shared_from_this<redis_client::impl> {
         co_return out;
     }
 
-    void set_ready(std::shared_ptr<link> l) {
-        current = std::move(l);
-        ++connects;
+    // Wakes everyone waiting for the outcome of a connection attempt.
+    void notify() {
         for (auto& w : waiters) {
             if (auto t = w.lock()) {
                 t->cancel();
@@ -318,14 +319,27 @@ struct redis_client::impl : std::enable_shared_from_this<redis_client::impl> {
         waiters.clear();
     }
 
+    void set_ready(std::shared_ptr<link> l) {
+        current = std::move(l);
+        ++connects;
+        connecting = false;
+        notify();
+    }
+
+    // Waits for the next change of connection state, at most until `deadline`.
+    net::awaitable<void> wait_state_change(std::chrono::steady_clock::time_point deadline) {
+        auto timer = std::make_shared<net::steady_timer>(ex, deadline);
+        waiters.push_back(timer);
+        co_await timer->async_wait(use_tuple);
+    }
+
     bool is_ready() const { return current && !current->closed; }
 
     net::awaitable<void> health_loop(std::shared_ptr<link> l) {
-        net::steady_timer timer(ex);
         auto self = shared_from_this();
         while (!l->closed && !stopped) {
-            timer.expires_after(options.health_check_interval);
-            co_await timer.async_wait(use_tuple);
+            l->health_timer.expires_after(options.health_check_interval);
+            co_await l->health_timer.async_wait(use_tuple);
             if (l->closed || stopped) {
                 co_return;
             }
@@ -375,6 +389,8 @@ struct redis_client::impl : std::enable_shared_from_this<redis_client::impl> {
         l->close(ec);
         redis_connect_report report{ec, std::move(message)};
         last_failure = report;
+        connecting = false;
+        notify();
         return report;
     }
 
@@ -382,6 +398,7 @@ struct redis_client::impl : std::enable_shared_from_this<redis_client::impl> {
         auto self = shared_from_this();
         auto l = std::make_shared<link>(ex, ssl_ctx, options.url.tls);
         attempt = l;
+        connecting = true;
         if (!ca_error.empty()) {
             co_return fail(l, errc::unavailable, ca_error);
         }
@@ -519,12 +536,7 @@ struct redis_client::impl : std::enable_shared_from_this<redis_client::impl> {
         if (current) {
             current->close(errc::unavailable);
         }
-        for (auto& w : waiters) {
-            if (auto t = w.lock()) {
-                t->cancel();
-            }
-        }
-        waiters.clear();
+        notify();
     }
 
     net::any_io_executor ex;
@@ -537,6 +549,7 @@ struct redis_client::impl : std::enable_shared_from_this<redis_client::impl> {
     std::vector<std::weak_ptr<net::steady_timer>> waiters;
     redis_connect_report last_failure;
     std::uint64_t connects = 0;
+    bool connecting = false; // a connection attempt is under way
     bool started = false;
     bool stopped = false;
 };
@@ -585,6 +598,12 @@ net::awaitable<redis_connect_report> redis_client::async_connect_once() {
 
 net::awaitable<redis_exec_result> redis_client::async_exec(std::vector<std::string> args) {
     auto self = impl_;
+    if (!self->is_ready() && self->connecting && !self->stopped) {
+        // A (re)connection is under way: a command issued at start-up or during a quick
+        // reconnect waits for it (within its own deadline) instead of failing at once.
+        co_await self->wait_state_change(std::chrono::steady_clock::now() +
+                                         self->options.command_timeout);
+    }
     if (!self->is_ready()) {
         redis_exec_result out;
         out.ec = errc::unavailable;
@@ -597,9 +616,7 @@ net::awaitable<bool> redis_client::async_wait_ready(std::chrono::milliseconds ti
     auto self = impl_;
     const auto deadline = std::chrono::steady_clock::now() + timeout;
     while (!self->is_ready() && !self->stopped && std::chrono::steady_clock::now() < deadline) {
-        auto timer = std::make_shared<net::steady_timer>(self->ex, deadline);
-        self->waiters.push_back(timer);
-        co_await timer->async_wait(use_tuple);
+        co_await self->wait_state_change(deadline);
     }
     co_return self->is_ready();
 }

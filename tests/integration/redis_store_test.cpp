@@ -15,6 +15,7 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
 
 #include <doctest/doctest.h>
 
@@ -420,10 +421,21 @@ TEST_CASE("redis store: maxmemory-policy allkeys-* is refused (or warned) at sta
     }
 }
 
-TEST_CASE("redis store: a safe maxmemory-policy passes the start-up check without warning") {
+TEST_CASE("redis store: a safe maxmemory-policy passes the start-up check without warning, and "
+          "the check leaves no work behind") {
     net::io_context ioc;
     redis_store s(make_config(shared_server().url()), {ioc.get_executor()});
-    auto report = run(ioc, s.async_check_startup(), 5s);
+    store::redis_startup_report report;
+    net::co_spawn(
+        ioc,
+        [](redis_store& st, store::redis_startup_report& out) -> net::awaitable<void> {
+            out = co_await st.async_check_startup();
+        }(s, report),
+        net::detached);
+    // The application runs the check with io_context::run(): it must return by itself.
+    const auto t0 = std::chrono::steady_clock::now();
+    ioc.run_for(10s);
+    CHECK(std::chrono::steady_clock::now() - t0 < 5s);
     CHECK_MESSAGE(!report.ec, report.message);
     CHECK(report.warnings.empty());
 }
@@ -491,5 +503,218 @@ TEST_CASE("redis store: rediss:// over TLS, verified against the CA; a wrong CA 
         CHECK_MESSAGE(report.message.find("TLS handshake") != std::string::npos, report.message);
         CHECK_MESSAGE(report.message.find("certificate verify failed") != std::string::npos,
                       report.message);
+    }
+}
+
+namespace {
+
+/// A loopback TCP relay in front of Redis that can blackhole the connections it already has
+/// (replies lost, or nothing forwarded at all), while new connections pass normally.
+class tcp_gate {
+public:
+    enum class mode {
+        pass,         ///< forward both ways
+        drop_replies, ///< forward commands to Redis, discard its replies
+        blackhole,    ///< forward nothing either way
+    };
+
+    tcp_gate(net::io_context& ioc, std::uint16_t target)
+        : ioc_(ioc), acceptor_(ioc, {net::ip::make_address("127.0.0.1"), 0}), target_(target) {
+        net::co_spawn(ioc_, accept_loop(), net::detached);
+    }
+    std::uint16_t port() const { return acceptor_.local_endpoint().port(); }
+    /// Applies `m` to every connection accepted so far; later ones pass.
+    void set_existing(mode m) {
+        for (auto& c : conns_) {
+            c->m = m;
+        }
+    }
+
+private:
+    struct conn {
+        explicit conn(net::io_context& ioc) : client(ioc), server(ioc) {}
+        net::ip::tcp::socket client;
+        net::ip::tcp::socket server;
+        mode m = mode::pass;
+    };
+
+    static net::awaitable<void> pump(std::shared_ptr<conn> c, bool to_server) {
+        std::vector<char> buf(64 * 1024);
+        auto& from = to_server ? c->client : c->server;
+        auto& to = to_server ? c->server : c->client;
+        for (;;) {
+            auto [ec, n] =
+                co_await from.async_read_some(net::buffer(buf), net::as_tuple(net::use_awaitable));
+            if (ec) {
+                break;
+            }
+            const bool forward = c->m == mode::pass || (c->m == mode::drop_replies && to_server);
+            if (forward) {
+                auto [wec, wn] = co_await net::async_write(to, net::buffer(buf.data(), n),
+                                                           net::as_tuple(net::use_awaitable));
+                if (wec) {
+                    break;
+                }
+            }
+        }
+        boost::system::error_code ignored;
+        c->client.close(ignored);
+        c->server.close(ignored);
+    }
+
+    net::awaitable<void> accept_loop() {
+        for (;;) {
+            auto c = std::make_shared<conn>(ioc_);
+            auto [ec] =
+                co_await acceptor_.async_accept(c->client, net::as_tuple(net::use_awaitable));
+            if (ec) {
+                co_return;
+            }
+            net::ip::tcp::endpoint ep(net::ip::make_address("127.0.0.1"), target_);
+            auto [cec] = co_await c->server.async_connect(ep, net::as_tuple(net::use_awaitable));
+            if (cec) {
+                continue;
+            }
+            conns_.push_back(c);
+            net::co_spawn(ioc_, pump(c, true), net::detached);
+            net::co_spawn(ioc_, pump(c, false), net::detached);
+        }
+    }
+
+    net::io_context& ioc_;
+    net::ip::tcp::acceptor acceptor_;
+    std::uint16_t target_;
+    std::vector<std::shared_ptr<conn>> conns_;
+};
+
+} // namespace
+
+TEST_CASE("redis store: a claim whose reply was lost is resolved by reading the owner") {
+    net::io_context ioc;
+    tcp_gate gate(ioc, shared_server().port());
+    auto cfg = make_config("redis://127.0.0.1:" + std::to_string(gate.port()));
+    cfg.command_timeout = 300ms;
+    redis_store s(cfg, {ioc.get_executor()});
+    s.start();
+    redis_client& client = *s.client_for(ioc.get_executor());
+    REQUIRE(run(ioc, client.async_wait_ready(5s)));
+
+    SUBCASE("the claim took effect: acquired, without a second claim") {
+        const std::string key = unique("lost-reply");
+        gate.set_existing(tcp_gate::mode::drop_replies);
+        const auto evalsha_before = shared_server().command_calls("evalsha");
+        auto r = run(ioc, s.async_claim({key, "fp", "me", 30'000ms}));
+        REQUIRE_MESSAGE(r.has_value(), r.error().message());
+        CHECK(r->status == claim_status::acquired);
+        CHECK(client.connect_count() == 2);
+        CHECK(shared_server().command_calls("evalsha") == evalsha_before + 1);
+        // The lease is really ours: the owner can complete it.
+        auto done = run(ioc, s.async_complete(key, "me", "p", 60'000ms));
+        REQUIRE(done.has_value());
+        CHECK(*done == fence_status::ok);
+    }
+    SUBCASE("the claim never arrived: the error comes back, the key stays free") {
+        const std::string key = unique("never-arrived");
+        gate.set_existing(tcp_gate::mode::blackhole);
+        auto r = run(ioc, s.async_claim({key, "fp", "me", 30'000ms}));
+        REQUIRE_FALSE(r.has_value());
+        CHECK(r.error() == store::errc::timeout);
+        auto again = run(ioc, s.async_claim({key, "fp", "other", 30'000ms}));
+        REQUIRE(again.has_value());
+        CHECK(again->status == claim_status::acquired);
+    }
+    s.stop();
+}
+
+TEST_CASE("redis client: the health check replaces a connection that stopped answering") {
+    net::io_context ioc;
+    tcp_gate gate(ioc, shared_server().port());
+    store::redis_client_options o;
+    o.url = *store::parse_redis_url("redis://127.0.0.1:" + std::to_string(gate.port()));
+    o.command_timeout = 200ms;
+    o.health_check_interval = 100ms;
+    o.reconnect_min = 10ms;
+    redis_client client(ioc.get_executor(), o);
+    client.start();
+    REQUIRE(run(ioc, client.async_wait_ready(5s)));
+    // A round trip, so the gate has relayed this connection (without a handshake command the
+    // client is ready as soon as TCP connects, before the gate's accept ran).
+    REQUIRE_FALSE(run(ioc, client.async_exec({"PING"})).ec);
+    gate.set_existing(tcp_gate::mode::blackhole);
+    // No command of ours: only the periodic PING can notice.
+    auto reconnected = [](redis_client& c) -> net::awaitable<bool> {
+        for (int i = 0; i < 300 && c.connect_count() < 2; ++i) {
+            co_await sleep_for(10ms);
+        }
+        co_return c.connect_count() >= 2 && c.ready();
+    };
+    CHECK_MESSAGE(run(ioc, reconnected(client)),
+                  "connects: " << client.connect_count() << ", ready: " << client.ready()
+                               << ", last failure: " << client.last_failure().message);
+    auto pong = run(ioc, client.async_exec({"PING"}));
+    CHECK(!pong.ec);
+}
+
+TEST_CASE("redis store: one connection per worker executor, used from worker threads at once") {
+    constexpr int workers = 2;
+    std::vector<std::unique_ptr<net::io_context>> contexts;
+    std::vector<net::any_io_executor> executors;
+    for (int i = 0; i < workers; ++i) {
+        contexts.push_back(std::make_unique<net::io_context>(1));
+        executors.push_back(contexts.back()->get_executor());
+    }
+    auto cfg = make_config(shared_server().url());
+    cfg.connections_per_worker = 2;
+    redis_store s(cfg, executors);
+    // Each worker's connections belong to that worker; round robin within the worker.
+    redis_client* a0 = s.client_for(executors[0]);
+    redis_client* a1 = s.client_for(executors[0]);
+    redis_client* b0 = s.client_for(executors[1]);
+    CHECK(a0 != a1);
+    CHECK(a0 != b0);
+    CHECK(s.client_for(executors[0]) == a0);
+    net::io_context stranger;
+    CHECK(s.client_for(stranger.get_executor()) == nullptr);
+
+    s.start();
+    // 50 claims of one key per worker, from both worker threads at the same time.
+    const std::string key = unique("workers");
+    std::atomic<int> acquired{0}, in_flight{0}, failed{0};
+    auto claims = [&](store::store& st, int w) -> net::awaitable<void> {
+        for (int i = 0; i < 200; ++i) { // wait until this worker's connections are up
+            if (s.client_for(co_await net::this_coro::executor)->ready()) {
+                break;
+            }
+            co_await sleep_for(10ms);
+        }
+        for (int i = 0; i < 50; ++i) {
+            store::claim_request req{key, "fp", "w" + std::to_string(w) + "-" + std::to_string(i),
+                                     30'000ms};
+            auto r = co_await st.async_claim(std::move(req));
+            if (!r.has_value()) {
+                ++failed;
+            } else if (r->status == claim_status::acquired) {
+                ++acquired;
+            } else if (r->status == claim_status::in_flight) {
+                ++in_flight;
+            }
+        }
+    };
+    std::vector<std::thread> threads;
+    for (int w = 0; w < workers; ++w) {
+        net::co_spawn(*contexts[w], claims(s, w),
+                      [&ctx = *contexts[w]](std::exception_ptr) { ctx.stop(); });
+        threads.emplace_back([&ctx = *contexts[w]] { ctx.run_for(20s); });
+    }
+    for (auto& t : threads) {
+        t.join();
+    }
+    CHECK(failed == 0);
+    CHECK(acquired == 1);
+    CHECK(in_flight == 2 * 50 - 1);
+    s.stop();
+    for (auto& c : contexts) {
+        c->restart();
+        c->run_for(100ms);
     }
 }

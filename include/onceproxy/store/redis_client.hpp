@@ -81,8 +81,8 @@ public:
     const executor_type& get_executor() const noexcept;
 
     /// Spawns the connection loop on the executor: connect, and after any loss reconnect with
-    /// exponential backoff (reconnect_min doubling to reconnect_max, full jitter), forever
-    /// until stop(). Call once.
+    /// exponential backoff (reconnect_min doubling to reconnect_max, each delay drawn in [d/2, d]),
+    /// forever until stop(). Call once.
     void start();
 
     /// Closes the connection, fails pending commands with errc::unavailable and ends the loop.
@@ -94,8 +94,9 @@ public:
     boost::asio::awaitable<redis_connect_report> async_connect_once();
 
     /// Sends one command (`args[0]` is the command name; every argument is binary-safe) and
-    /// waits for its reply, at most command_timeout. Fails fast with errc::unavailable when the
-    /// connection is not ready. Runs on the client's executor.
+    /// waits for its reply, at most command_timeout. When the connection is not ready it fails
+    /// at once with errc::unavailable, unless a connection attempt is under way: then it waits
+    /// for that attempt first (within the same command_timeout). Runs on the client's executor.
     boost::asio::awaitable<redis_exec_result> async_exec(std::vector<std::string> args);
 
     /// Waits until the connection is ready or `timeout` elapses; true when ready.
