@@ -380,6 +380,8 @@ TEST_SUITE("idempotency") {
         const auto dup = post(s.proxy.port, "/v1/payments", key);
         check_problem(dup, 409, "idempotency.in_progress");
         check_retry_after(dup);
+        // Retry-After is the remaining lease (3s on this route), rounded up.
+        CHECK(std::stoul(dup.header("Retry-After")) <= 3);
         CHECK_FALSE(dup.has_header("Idempotency-Status"));
 
         const auto first = slow.read_response(5s);
@@ -751,6 +753,9 @@ TEST_SUITE("idempotency") {
         const auto first = post(s.proxy.port, "/v1/hold", key, {{"X-Test-Drop", "1"}});
         check_problem(first, 502, "upstream.unavailable");
         CHECK_FALSE(first.has_header("Idempotency-Status"));
+        // The caller learns when the held key frees: the rest of the 1s lease, rounded up.
+        check_retry_after(first);
+        CHECK(std::stoul(first.header("Retry-After")) <= 1);
         CHECK(s.upstream.count(key) == 1);
 
         const auto held = post(s.proxy.port, "/v1/hold", key);
@@ -831,6 +836,12 @@ TEST_SUITE("idempotency") {
         const auto no_id =
             fetch(s.proxy.port, "POST", "/webhooks/stripe", json, R"({"type":"charge.succeeded"})");
         check_problem(no_id, 400, "idempotency.missing_key");
+        const auto not_json = fetch(s.proxy.port, "POST", "/webhooks/stripe", json, "id=1");
+        check_problem(not_json, 400, "idempotency.missing_key");
+        // The same event id with other content is not a redelivery.
+        const auto altered = fetch(s.proxy.port, "POST", "/webhooks/stripe", json,
+                                   R"({"id":")" + id + R"(","type":"charge.refunded","n":1})");
+        check_problem(altered, 422, "idempotency.payload_mismatch");
         CHECK(s.upstream.total() == before + 2);
     }
 
