@@ -260,6 +260,8 @@ TEST_SUITE("redis proxy") {
             CHECK(r.body == body);
         }
         CHECK(up.count(key) == 1);
+        CHECK(a.proc.running());
+        CHECK(b.proc.running());
     }
 
     TEST_CASE("SIGKILL of the proxy holding the lease: 409 until it lapses, then one retry runs") {
@@ -461,6 +463,49 @@ TEST_SUITE("redis proxy") {
             }
         }
         CHECK(stored > 0);
+        // The load really ran through the outage: refusals on the fail-closed route and
+        // unprotected forwards on the fail-open one.
+        const auto refused_in_load =
+            std::count_if(samples.begin(), samples.end(), [](const sample& s) {
+                return s.closed && s.answer && s.answer->status == 503;
+            });
+        const auto forwarded_in_load =
+            std::count_if(samples.begin(), samples.end(), [](const sample& s) {
+                return !s.closed && s.answer && s.answer->status == 200 &&
+                       s.answer->header("Idempotency-Status").empty();
+            });
+        CHECK(refused_in_load > 0);
+        CHECK(forwarded_in_load > 0);
+        CHECK(proxy.proc.running()); // no crash (the proxy runs under the sanitizers here too)
+
+        // Every guarded key of the load retried once, now that Redis is back: a recorded answer
+        // replays, a refused one may now run (once), an unrecorded one is replayed (completed
+        // in the background) or still leased; none runs a second time. Fail-open forwards were
+        // unprotected by definition and are not retried.
+        for (const auto& s : samples) {
+            const auto& first = *s.answer;
+            const auto first_status = first.header("Idempotency-Status");
+            if (!s.closed && first_status != "stored") {
+                continue;
+            }
+            CAPTURE(s.key);
+            CAPTURE(first.status);
+            CAPTURE(first_status);
+            const auto r = post(proxy.port, s.closed ? "/closed/x" : "/open/x", s.key);
+            CAPTURE(r.status);
+            CAPTURE(r.body);
+            const auto status = r.header("Idempotency-Status");
+            if (first_status == "stored") {
+                CHECK(status == "replayed");
+                CHECK(r.body == first.body);
+            } else if (first.status == 503) {
+                // A claim whose reply was lost in the outage may have left a lease behind.
+                CHECK((status == "stored" || is_in_progress(r)));
+            } else {
+                CHECK((status == "replayed" || is_in_progress(r)));
+            }
+            CHECK(up.count(s.key) <= 1);
+        }
 
         // A flushed script cache (NOSCRIPT) does not break the store: EVAL reloads it.
         redis.cli({"SCRIPT", "FLUSH"});
@@ -583,14 +628,17 @@ TEST_SUITE("redis proxy") {
         CHECK(f.status == 1);
         CHECK(ms(f.elapsed) < 5000);
         CHECK(contains(f.log, "TLS"));
+        CHECK(contains(f.log, "certificate"));
         CHECK(contains(f.log, "127.0.0.1:" + std::to_string(redis.port())));
     }
 
     TEST_CASE("round trips: one EVALSHA per claim and per completion, none else") {
         redis_server redis;
         upstream_process up;
+        // Health checks every 50 ms, so PINGs certainly run while the requests are counted.
         const auto cfg =
-            redis_proxy_config(up.port, redis.url() + "/0", guarded_route("pay", "/v1/pay"));
+            redis_proxy_config(up.port, redis.url() + "/0", guarded_route("pay", "/v1/pay"),
+                               {"health_check_interval: 50ms"});
         proxy_process proxy(cfg.yaml());
         wait_ready(proxy);
         // The start-up check and the connections' SCRIPT LOADs are behind us; health-check
@@ -617,6 +665,7 @@ TEST_SUITE("redis proxy") {
         }
         CHECK(redis.command_calls("evalsha") == 3 * n); // + one claim per replay
         CHECK(redis.command_calls("eval") == 0);        // no NOSCRIPT fallback
+        CHECK(redis.command_calls("ping") > 0);         // there were PINGs, not counted above
         CHECK(up.total() == static_cast<std::uint64_t>(n));
     }
 }
