@@ -174,6 +174,7 @@ struct link : std::enable_shared_from_this<link> {
     std::size_t unwritten = 0;                 // the last `unwritten` of fifo are in wbuf
     bool closed = false;
     error_code close_reason;
+    std::uint64_t* write_counter = nullptr; // the owning client's statistic (same thread)
 };
 
 net::awaitable<void> write_loop(std::shared_ptr<link> l) {
@@ -191,6 +192,9 @@ net::awaitable<void> write_loop(std::shared_ptr<link> l) {
             l->fifo[i]->written = true;
         }
         l->unwritten = 0;
+        if (l->write_counter != nullptr) {
+            ++*l->write_counter;
+        }
         error_code ec;
         if (l->tls) {
             std::tie(ec, std::ignore) =
@@ -399,6 +403,7 @@ struct redis_client::impl : std::enable_shared_from_this<redis_client::impl> {
         auto l = std::make_shared<link>(ex, ssl_ctx, options.url.tls);
         attempt = l;
         connecting = true;
+        l->write_counter = &writes;
         if (!ca_error.empty()) {
             co_return fail(l, errc::unavailable, ca_error);
         }
@@ -550,6 +555,7 @@ struct redis_client::impl : std::enable_shared_from_this<redis_client::impl> {
     redis_connect_report last_failure;
     std::uint64_t connects = 0;
     bool connecting = false; // a connection attempt is under way
+    std::uint64_t writes = 0;
     bool started = false;
     bool stopped = false;
 };
@@ -627,6 +633,10 @@ bool redis_client::ready() const noexcept {
 
 std::uint64_t redis_client::connect_count() const noexcept {
     return impl_->connects;
+}
+
+std::uint64_t redis_client::write_count() const noexcept {
+    return impl_->writes;
 }
 
 const redis_connect_report& redis_client::last_failure() const noexcept {

@@ -108,6 +108,9 @@ public:
     /// How many connections were established so far (reconnects are visible as > 1).
     std::uint64_t connect_count() const noexcept;
 
+    /// How many socket writes were issued so far (commands of one event-loop turn share one).
+    std::uint64_t write_count() const noexcept;
+
     /// The last connection failure (what an operator needs to read), empty if none.
     const redis_connect_report& last_failure() const noexcept;
 
