@@ -26,13 +26,15 @@ constexpr auto use_tuple = net::as_tuple(net::use_awaitable);
 }
 
 struct admin_server::impl : std::enable_shared_from_this<impl> {
-    impl(net::io_context& c, net::any_io_executor pe, std::shared_ptr<const config::config> cf,
-         metrics::registry& r, std::shared_ptr<store::store> s)
-        : ioc(c), probe_ex(std::move(pe)), cfg(std::move(cf)), reg(r), st(std::move(s)),
-          acceptor(c) {}
+    impl(net::io_context& c, std::vector<net::any_io_executor> w,
+         std::shared_ptr<const config::config> cf, metrics::registry& r,
+         std::shared_ptr<store::store> s)
+        : ioc(c), workers(std::move(w)), probe_ex(workers.front()), cfg(std::move(cf)), reg(r),
+          st(std::move(s)), acceptor(c) {}
 
     net::io_context& ioc;
-    net::any_io_executor probe_ex;
+    std::vector<net::any_io_executor> workers;
+    net::any_io_executor probe_ex; ///< where the probe loop itself runs
     std::shared_ptr<const config::config> cfg;
     metrics::registry& reg;
     std::shared_ptr<store::store> st;
@@ -50,8 +52,13 @@ struct admin_server::impl : std::enable_shared_from_this<impl> {
                 store_answered = true;
                 store_ok = true;
             } else {
-                auto r = co_await st->async_ping();
-                store_ok = r.has_value();
+                bool all = true;
+                for (const auto& ex : workers) {
+                    // Run the ping on that worker: its store connection lives there.
+                    auto r = co_await net::co_spawn(ex, st->async_ping(), net::use_awaitable);
+                    all = all && r.has_value();
+                }
+                store_ok = all;
                 if (store_ok) {
                     store_answered = true;
                 }
@@ -124,10 +131,10 @@ struct admin_server::impl : std::enable_shared_from_this<impl> {
     }
 };
 
-admin_server::admin_server(net::io_context& ioc, net::any_io_executor probe_ex,
+admin_server::admin_server(net::io_context& ioc, std::vector<net::any_io_executor> workers,
                            std::shared_ptr<const config::config> cfg, metrics::registry& reg,
                            std::shared_ptr<store::store> st)
-    : impl_(std::make_shared<impl>(ioc, std::move(probe_ex), std::move(cfg), reg, std::move(st))) {}
+    : impl_(std::make_shared<impl>(ioc, std::move(workers), std::move(cfg), reg, std::move(st))) {}
 
 admin_server::~admin_server() = default;
 

@@ -9,13 +9,16 @@
 #include <boost/asio/io_context.hpp>
 
 #include <memory>
+#include <vector>
 
 namespace onceproxy::app {
 
 class admin_server {
 public:
-    /// `probe_ex`: a worker executor the store probe runs on (stores bind to worker loops).
-    admin_server(boost::asio::io_context& ioc, boost::asio::any_io_executor probe_ex,
+    /// `workers`: the worker executors. The store is probed on each of them (the Redis store
+    /// keeps one connection per worker), and the store counts as answering only when every
+    /// worker's connection answers.
+    admin_server(boost::asio::io_context& ioc, std::vector<boost::asio::any_io_executor> workers,
                  std::shared_ptr<const config::config> cfg, metrics::registry& reg,
                  std::shared_ptr<store::store> st);
     ~admin_server();

@@ -136,7 +136,7 @@ int run(std::shared_ptr<const config::config> cfg, const run_options& opts) {
         return 1;
     }
 
-    admin_server admin(main_ioc, executors.front(), cfg, reg, st);
+    admin_server admin(main_ioc, executors, cfg, reg, st);
     unsigned short admin_port = 0;
     try {
         admin_port = admin.listen();
