@@ -402,6 +402,7 @@ struct redis_client::impl : std::enable_shared_from_this<redis_client::impl> {
         auto self = shared_from_this();
         auto l = std::make_shared<link>(ex, ssl_ctx, options.url.tls);
         attempt = l;
+        ++attempts;
         connecting = true;
         l->write_counter = &writes;
         if (!ca_error.empty()) {
@@ -556,6 +557,7 @@ struct redis_client::impl : std::enable_shared_from_this<redis_client::impl> {
     std::uint64_t connects = 0;
     bool connecting = false; // a connection attempt is under way
     std::uint64_t writes = 0;
+    std::uint64_t attempts = 0;
     bool started = false;
     bool stopped = false;
 };
@@ -633,6 +635,10 @@ bool redis_client::ready() const noexcept {
 
 std::uint64_t redis_client::connect_count() const noexcept {
     return impl_->connects;
+}
+
+std::uint64_t redis_client::attempt_count() const noexcept {
+    return impl_->attempts;
 }
 
 std::uint64_t redis_client::write_count() const noexcept {

@@ -292,6 +292,13 @@ TEST_CASE("redis store: survives a restart (appendonly): in-flight commands fail
         if (!down.has_value()) {
             CHECK(down.error() == store::errc::unavailable);
         }
+        // Reconnection attempts back off (50 ms doubling, jittered): a few per second, not a
+        // busy loop against a dead server.
+        const auto attempts_before = e.client().attempt_count();
+        co_await sleep_for(1'000ms);
+        const auto attempts = e.client().attempt_count() - attempts_before;
+        CHECK(attempts >= 2);
+        CHECK(attempts <= 10);
         s.start();
         co_return co_await e.client().async_wait_ready(10s);
     };

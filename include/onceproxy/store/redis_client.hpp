@@ -108,6 +108,9 @@ public:
     /// How many connections were established so far (reconnects are visible as > 1).
     std::uint64_t connect_count() const noexcept;
 
+    /// How many connection attempts were made so far (successful or not).
+    std::uint64_t attempt_count() const noexcept;
+
     /// How many socket writes were issued so far (commands of one event-loop turn share one).
     std::uint64_t write_count() const noexcept;
 

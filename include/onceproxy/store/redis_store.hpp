@@ -10,6 +10,11 @@
 // context is run by one thread; from any other executor an operation fails with
 // errc::unavailable.
 //
+// Lifecycle (app/): construct with the worker executors → co_await async_check_startup() (refuse
+// to start on an error) → start() → serve → stop() before the worker loops are torn down (the
+// connections keep their loops busy: reader, writer, health timer) → destroy once the worker
+// threads have been joined.
+//
 // Data model (Cluster-ready: every script touches only KEYS[1]): one Redis hash per
 // idempotency key, named key_prefix + key, with binary-safe fields
 //   v  = "1"                 record format version (a record of an unknown version is an error)
