@@ -33,11 +33,13 @@ namespace {
 struct worker {
     worker(net::io_context& c, std::shared_ptr<const config::config> cfg,
            std::shared_ptr<store::store> st, metrics::registry& reg)
-        : ioc(c), guard(net::make_work_guard(ioc)), fwd(ioc.get_executor(), cfg),
-          h(cfg, fwd, std::move(st), reg), srv(ioc, cfg, h, reg) {}
+        : ioc(c), guard(net::make_work_guard(ioc)), watch(ioc.get_executor()),
+          fwd(ioc.get_executor(), cfg, watch), h(cfg, fwd, std::move(st), reg),
+          srv(ioc, cfg, h, reg, watch) {}
 
     net::io_context& ioc;
     net::executor_work_guard<net::io_context::executor_type> guard;
+    upstream::deadline_watch watch; ///< coarse I/O deadlines of every socket of this worker
     upstream::forwarder fwd;
     http::handler h;
     http::server srv;
@@ -55,6 +57,7 @@ net::awaitable<void> drain_worker(worker& w, clock::time_point deadline) {
         co_await t.async_wait(net::as_tuple(net::use_awaitable));
     }
     w.srv.close_all();
+    w.watch.stop();
     w.ioc.stop();
 }
 
@@ -146,6 +149,7 @@ int run(std::shared_ptr<const config::config> cfg, const run_options& opts) {
     }
 
     for (auto& w : workers) {
+        w->watch.start();
         w->srv.start();
         w->thread = std::thread([&ioc = w->ioc] { ioc.run(); });
     }

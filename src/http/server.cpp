@@ -2,6 +2,7 @@
 
 #include "onceproxy/http/headers.hpp"
 #include "onceproxy/http/problem.hpp"
+#include "onceproxy/upstream/deadline_watch.hpp"
 #include "onceproxy/upstream/wire.hpp"
 
 #include <boost/asio/as_tuple.hpp>
@@ -32,10 +33,9 @@ namespace {
 constexpr auto use_tuple = net::as_tuple(net::use_awaitable);
 
 bool is_disconnect(const boost::system::error_code& ec) {
-    return ec == beast::error::timeout || ec == bhttp::error::end_of_stream ||
-           ec == net::error::eof || ec == net::error::connection_reset ||
-           ec == net::error::operation_aborted || ec == net::error::broken_pipe ||
-           ec == bhttp::error::partial_message;
+    return ec == bhttp::error::end_of_stream || ec == net::error::eof ||
+           ec == net::error::connection_reset || ec == net::error::operation_aborted ||
+           ec == net::error::broken_pipe || ec == bhttp::error::partial_message;
 }
 
 /// The upstream's Transfer-Encoding is hop-by-hop and stripped, and the body is buffered whole:
@@ -54,18 +54,19 @@ void frame_body(response& res, bool head_request) {
 
 struct server::impl : std::enable_shared_from_this<impl> {
     struct session_entry {
-        beast::tcp_stream* stream = nullptr;
+        tcp::socket* stream = nullptr;
         bool busy = false; ///< a request is being read or answered
     };
 
     impl(net::io_context& c, std::shared_ptr<const config::config> cf, handler& hd,
-         metrics::registry& r)
-        : ioc(c), cfg(std::move(cf)), h(hd), reg(r), acceptor(c) {}
+         metrics::registry& r, upstream::deadline_watch& w)
+        : ioc(c), cfg(std::move(cf)), h(hd), reg(r), watch(w), acceptor(c) {}
 
     net::io_context& ioc;
     std::shared_ptr<const config::config> cfg;
     handler& h;
     metrics::registry& reg;
+    upstream::deadline_watch& watch;
     tcp::acceptor acceptor;
     bool draining = false;
     std::list<session_entry> sessions;
@@ -95,11 +96,12 @@ struct server::impl : std::enable_shared_from_this<impl> {
         }
     }
 
-    net::awaitable<void> send_problem_and_close(beast::tcp_stream& stream, problem_code code,
-                                                std::string_view detail) {
+    net::awaitable<void> send_problem_and_close(tcp::socket& stream,
+                                                upstream::deadline_watch::slot& dl,
+                                                problem_code code, std::string_view detail) {
         auto res = make_problem(code, detail);
         res.keep_alive(false);
-        stream.expires_after(cfg->limits.idle_timeout);
+        dl.expires_after(cfg->limits.idle_timeout);
         co_await bhttp::async_write(stream, res, use_tuple);
         reg.unrouted().outcomes[static_cast<std::size_t>(metrics::outcome::rejected)].fetch_add(
             1, std::memory_order_relaxed);
@@ -116,7 +118,8 @@ struct server::impl : std::enable_shared_from_this<impl> {
             ctx.client_ip = ec ? "unknown" : ep.address().to_string();
             sock.set_option(tcp::no_delay(true), ec);
         }
-        beast::tcp_stream stream(std::move(sock));
+        tcp::socket stream(std::move(sock));
+        upstream::deadline_watch::slot dl(watch, stream);
         auto entry = sessions.insert(sessions.end(), session_entry{&stream, false});
         struct cleanup {
             impl* self;
@@ -136,7 +139,7 @@ struct server::impl : std::enable_shared_from_this<impl> {
             if (buffer.size() == 0) {
                 // Waiting for the next request: the idle deadline (header deadline for the
                 // first request of a connection).
-                stream.expires_after(first ? limits.header_timeout : limits.idle_timeout);
+                dl.expires_after(first ? limits.header_timeout : limits.idle_timeout);
                 auto [ec, n] = co_await stream.async_read_some(buffer.prepare(4096), use_tuple);
                 if (ec) {
                     break;
@@ -150,25 +153,25 @@ struct server::impl : std::enable_shared_from_this<impl> {
             bhttp::request_parser<bhttp::string_body> parser;
             parser.header_limit(static_cast<std::uint32_t>(limits.max_header_bytes));
             parser.body_limit(limits.max_request_bytes);
-            stream.expires_after(limits.header_timeout);
+            dl.expires_after(limits.header_timeout);
             auto [hec, hn] = co_await bhttp::async_read_header(stream, buffer, parser, use_tuple);
             (void)hn;
             if (hec) {
                 if (hec == bhttp::error::header_limit) {
-                    co_await send_problem_and_close(stream, problem_code::header_too_large,
+                    co_await send_problem_and_close(stream, dl, problem_code::header_too_large,
                                                     "request header exceeds max_header_bytes");
                 } else if (hec == bhttp::error::body_limit) {
-                    co_await send_problem_and_close(stream, problem_code::request_too_large,
+                    co_await send_problem_and_close(stream, dl, problem_code::request_too_large,
                                                     "request body exceeds max_request_bytes");
                 } else if (!is_disconnect(hec)) {
-                    co_await send_problem_and_close(stream, problem_code::bad_request,
+                    co_await send_problem_and_close(stream, dl, problem_code::bad_request,
                                                     "malformed request: " + hec.message());
                 }
                 break;
             }
             if (check_framing(parser.get()) != framing_error::none) {
                 co_await send_problem_and_close(
-                    stream, problem_code::bad_request,
+                    stream, dl, problem_code::bad_request,
                     "ambiguous message framing (Content-Length / Transfer-Encoding)");
                 break;
             }
@@ -192,15 +195,15 @@ struct server::impl : std::enable_shared_from_this<impl> {
                         }
                     }
                 }
-                stream.expires_after(limits.idle_timeout);
+                dl.expires_after(limits.idle_timeout);
                 auto [bec, bn] = co_await bhttp::async_read(stream, buffer, parser, use_tuple);
                 (void)bn;
                 if (bec) {
                     if (bec == bhttp::error::body_limit) {
-                        co_await send_problem_and_close(stream, problem_code::request_too_large,
+                        co_await send_problem_and_close(stream, dl, problem_code::request_too_large,
                                                         "request body exceeds max_request_bytes");
                     } else if (!is_disconnect(bec)) {
-                        co_await send_problem_and_close(stream, problem_code::bad_request,
+                        co_await send_problem_and_close(stream, dl, problem_code::bad_request,
                                                         "malformed request body: " + bec.message());
                     }
                     break;
@@ -209,11 +212,12 @@ struct server::impl : std::enable_shared_from_this<impl> {
             auto req = parser.release();
             const bool keep_alive = req.keep_alive();
             const bool head = req.method() == bhttp::verb::head;
+            dl.disarm(); // the upstream side has its own deadlines
             auto res = co_await h.async_handle(req, ctx);
             frame_body(res, head);
             const bool keep = keep_alive && !draining;
             res.keep_alive(keep);
-            stream.expires_after(limits.idle_timeout); // a client that reads nothing is dropped
+            dl.expires_after(limits.idle_timeout); // a client that reads nothing is dropped
             upstream::serialize_head(res, wire_head);
             const std::array<net::const_buffer, 2> wire{net::buffer(wire_head),
                                                         net::buffer(res.body())};
@@ -224,13 +228,13 @@ struct server::impl : std::enable_shared_from_this<impl> {
             }
         }
         boost::system::error_code ignored;
-        stream.socket().shutdown(tcp::socket::shutdown_send, ignored);
+        stream.shutdown(tcp::socket::shutdown_send, ignored);
     }
 };
 
 server::server(net::io_context& ioc, std::shared_ptr<const config::config> cfg, handler& h,
-               metrics::registry& reg)
-    : impl_(std::make_shared<impl>(ioc, std::move(cfg), h, reg)) {}
+               metrics::registry& reg, upstream::deadline_watch& watch)
+    : impl_(std::make_shared<impl>(ioc, std::move(cfg), h, reg, watch)) {}
 
 server::~server() = default;
 
@@ -268,7 +272,7 @@ void server::drain() {
     impl_->acceptor.close(ec);
     for (auto& s : impl_->sessions) {
         if (!s.busy) {
-            s.stream->socket().cancel(ec); // idle keep-alive connection: close it now
+            s.stream->cancel(ec); // idle keep-alive connection: close it now
         }
     }
 }
@@ -280,7 +284,7 @@ std::size_t server::active_sessions() const {
 void server::close_all() {
     boost::system::error_code ec;
     for (auto& s : impl_->sessions) {
-        s.stream->socket().close(ec);
+        s.stream->close(ec);
     }
 }
 

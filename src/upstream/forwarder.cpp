@@ -3,12 +3,12 @@
 #include "onceproxy/upstream/wire.hpp"
 
 #include <boost/asio/as_tuple.hpp>
+#include <boost/asio/connect.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
-#include <boost/beast/core/tcp_stream.hpp>
 #include <boost/beast/http/read.hpp>
 
 #include <sys/socket.h>
@@ -34,8 +34,10 @@ constexpr auto use_tuple = net::as_tuple(net::use_awaitable);
 constexpr std::size_t response_header_limit = 64 * 1024;
 
 struct connection {
-    explicit connection(net::any_io_executor ex) : stream(std::move(ex)) {}
-    beast::tcp_stream stream;
+    connection(net::any_io_executor ex, deadline_watch& watch)
+        : sock(std::move(ex)), dl(watch, sock) {}
+    tcp::socket sock;
+    deadline_watch::slot dl; ///< connect, write and read deadlines
     beast::flat_buffer buffer;
     clock::time_point idle_since{};
     std::string head; ///< the serialised request head being written
@@ -50,7 +52,7 @@ bool looks_alive(connection& c) {
         return false;
     }
     char byte = 0;
-    const auto n = ::recv(c.stream.socket().native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    const auto n = ::recv(c.sock.native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
     return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
 }
 
@@ -65,8 +67,8 @@ struct forwarder::impl {
         tcp::resolver::results_type endpoints;
     };
 
-    impl(net::any_io_executor ex, std::shared_ptr<const config::config> c)
-        : executor(std::move(ex)), cfg(std::move(c)) {
+    impl(net::any_io_executor ex, std::shared_ptr<const config::config> c, deadline_watch& w)
+        : executor(std::move(ex)), cfg(std::move(c)), watch(w) {
         for (const auto& u : cfg->upstreams) {
             pools.emplace_back().cfg = &u;
         }
@@ -74,11 +76,13 @@ struct forwarder::impl {
 
     net::any_io_executor executor;
     std::shared_ptr<const config::config> cfg;
+    deadline_watch& watch;
     std::deque<pool> pools; ///< a deque: pools are never moved once made
 
     void give_back(pool& p, std::unique_ptr<connection> c, bool reusable) {
         if (reusable && c->buffer.size() == 0) {
             c->idle_since = clock::now();
+            c->dl.disarm();
             p.idle.push_back(std::move(c));
         } else {
             --p.open;
@@ -137,20 +141,21 @@ struct forwarder::impl {
             }
             p.endpoints = std::move(results);
         }
-        auto c = std::make_unique<connection>(executor);
-        c->stream.expires_at(deadline);
-        auto [ec, ep] = co_await c->stream.async_connect(p.endpoints, use_tuple);
+        auto c = std::make_unique<connection>(executor, watch);
+        c->dl.expires_at(deadline);
+        auto [ec, ep] = co_await net::async_connect(c->sock, p.endpoints, use_tuple);
         if (ec) {
             p.endpoints = {}; // resolve again next time: the address may have moved
             co_return nullptr;
         }
-        c->stream.socket().set_option(tcp::no_delay(true), ec);
+        c->sock.set_option(tcp::no_delay(true), ec);
         co_return c;
     }
 };
 
-forwarder::forwarder(net::any_io_executor ex, std::shared_ptr<const config::config> cfg)
-    : impl_(std::make_unique<impl>(std::move(ex), std::move(cfg))) {}
+forwarder::forwarder(net::any_io_executor ex, std::shared_ptr<const config::config> cfg,
+                     deadline_watch& watch)
+    : impl_(std::make_unique<impl>(std::move(ex), std::move(cfg), watch)) {}
 
 forwarder::~forwarder() = default;
 
@@ -170,11 +175,12 @@ net::awaitable<forward_result> forwarder::async_forward(std::size_t upstream_ind
             co_return forward_result{a.failure, {}};
         }
         auto& c = *a.conn;
-        c.stream.expires_after(p.cfg->timeout);
+        c.dl.expires_after(p.cfg->timeout); // the whole exchange, write and response
         serialize_head(req, c.head);
         const std::array<net::const_buffer, 2> wire{net::buffer(c.head), net::buffer(req.body())};
-        auto [wec, written] = co_await net::async_write(c.stream, wire, use_tuple);
+        auto [wec, written] = co_await net::async_write(c.sock, wire, use_tuple);
         if (wec) {
+            const bool timed_out = c.dl.fired(); // read before give_back frees the connection
             impl_->give_back(p, std::move(a.conn), false);
             if (written == 0) {
                 // Nothing of the request left this process: a pooled connection that turned out
@@ -184,9 +190,8 @@ net::awaitable<forward_result> forwarder::async_forward(std::size_t upstream_ind
                 }
                 co_return forward_result{forward_status::connect_failed, {}};
             }
-            co_return forward_result{wec == beast::error::timeout
-                                         ? forward_status::timeout_after_send
-                                         : forward_status::reset_after_send,
+            co_return forward_result{timed_out ? forward_status::timeout_after_send
+                                               : forward_status::reset_after_send,
                                      {}};
         }
         for (;;) {
@@ -194,12 +199,13 @@ net::awaitable<forward_result> forwarder::async_forward(std::size_t upstream_ind
             parser.header_limit(response_header_limit);
             parser.body_limit(impl_->cfg->limits.max_response_bytes);
             parser.skip(head);
-            auto [rec, n] = co_await http::async_read(c.stream, c.buffer, parser, use_tuple);
+            auto [rec, n] = co_await http::async_read(c.sock, c.buffer, parser, use_tuple);
             (void)n;
             if (rec) {
+                const bool timed_out = c.dl.fired(); // read before give_back frees the connection
                 impl_->give_back(p, std::move(a.conn), false);
                 forward_status s = forward_status::reset_after_send;
-                if (rec == beast::error::timeout) {
+                if (timed_out) {
                     s = forward_status::timeout_after_send;
                 } else if (rec == http::error::body_limit) {
                     s = forward_status::response_too_large;

@@ -4,6 +4,7 @@
 // engine needs to tell "certainly never sent" from "outcome unknown".
 
 #include "onceproxy/config/config.hpp"
+#include "onceproxy/upstream/deadline_watch.hpp"
 
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/awaitable.hpp>
@@ -42,7 +43,9 @@ struct forward_result {
 /// must come from coroutines running on that executor (no locking).
 class forwarder {
 public:
-    forwarder(boost::asio::any_io_executor ex, std::shared_ptr<const config::config> cfg);
+    /// `watch`: the worker's coarse deadline clock (connect and response deadlines).
+    forwarder(boost::asio::any_io_executor ex, std::shared_ptr<const config::config> cfg,
+              deadline_watch& watch);
     ~forwarder();
     forwarder(const forwarder&) = delete;
     forwarder& operator=(const forwarder&) = delete;

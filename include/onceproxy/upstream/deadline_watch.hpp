@@ -1,0 +1,76 @@
+#pragma once
+// Coarse per-worker I/O deadlines. Every socket of a worker registers here once; before an
+// operation the owner moves the socket's deadline (a plain store, no system call), and a
+// single worker timer that ticks every `tick` cancels the pending operations of sockets whose
+// deadline has passed. Compared with Beast's tcp_stream, which arms and cancels a timer for
+// every read and write, this takes the timer queue (and its timerfd updates) off the hot path;
+// deadlines fire up to one tick late, which timeouts measured in seconds do not notice.
+//
+// Single-threaded: everything runs on the worker's executor.
+
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+#include <chrono>
+#include <list>
+#include <memory>
+
+namespace onceproxy::upstream {
+
+class deadline_watch {
+public:
+    using clock = std::chrono::steady_clock;
+
+    struct entry {
+        boost::asio::ip::tcp::socket* socket = nullptr;
+        clock::time_point deadline = clock::time_point::max();
+        bool fired = false; ///< the watch cancelled this socket's operations
+    };
+
+    struct state; ///< the entry list and the tick timer, shared with every slot
+
+    /// A socket's registration; unregisters on destruction.
+    class slot {
+    public:
+        slot() = default;
+        slot(deadline_watch& w, boost::asio::ip::tcp::socket& s);
+        slot(slot&& o) noexcept;
+        slot& operator=(slot&& o) noexcept;
+        ~slot();
+
+        /// The next operations must finish within `d` (from now).
+        void expires_after(clock::duration d) {
+            it_->deadline = clock::now() + d;
+            it_->fired = false;
+        }
+        void expires_at(clock::time_point t) {
+            it_->deadline = t;
+            it_->fired = false;
+        }
+        /// No deadline (an idle pooled connection, a session waiting for its upstream).
+        void disarm() { it_->deadline = clock::time_point::max(); }
+        /// True when the last failure came from the deadline, not from the peer.
+        bool fired() const { return it_->fired; }
+
+    private:
+        std::shared_ptr<state> state_; ///< keeps the list alive for frames destroyed late
+        std::list<entry>::iterator it_;
+    };
+
+    explicit deadline_watch(boost::asio::any_io_executor ex,
+                            clock::duration tick = std::chrono::milliseconds(50));
+    ~deadline_watch();
+    deadline_watch(const deadline_watch&) = delete;
+    deadline_watch& operator=(const deadline_watch&) = delete;
+
+    /// Starts the tick loop (call once on the worker).
+    void start();
+    /// Ends the tick loop.
+    void stop();
+
+private:
+    std::shared_ptr<state> state_;
+};
+
+} // namespace onceproxy::upstream

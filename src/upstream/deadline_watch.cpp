@@ -1,0 +1,76 @@
+#include "onceproxy/upstream/deadline_watch.hpp"
+
+#include <utility>
+
+namespace onceproxy::upstream {
+
+namespace net = boost::asio;
+
+struct deadline_watch::state {
+    explicit state(net::any_io_executor ex, clock::duration t) : timer(std::move(ex)), tick(t) {}
+    net::steady_timer timer;
+    clock::duration tick;
+    std::list<entry> entries;
+    bool running = false;
+
+    static void arm(const std::shared_ptr<state>& self) {
+        self->timer.expires_after(self->tick);
+        self->timer.async_wait([self](const boost::system::error_code& ec) {
+            if (ec || !self->running) {
+                return;
+            }
+            const auto now = clock::now();
+            for (auto& e : self->entries) {
+                if (!e.fired && e.deadline <= now) {
+                    e.fired = true;
+                    boost::system::error_code ignored;
+                    e.socket->cancel(ignored); // pending operations end with operation_aborted
+                }
+            }
+            arm(self);
+        });
+    }
+};
+
+deadline_watch::deadline_watch(net::any_io_executor ex, clock::duration tick)
+    : state_(std::make_shared<state>(std::move(ex), tick)) {}
+
+deadline_watch::~deadline_watch() {
+    stop();
+}
+
+void deadline_watch::start() {
+    if (!state_->running) {
+        state_->running = true;
+        state::arm(state_);
+    }
+}
+
+void deadline_watch::stop() {
+    state_->running = false;
+    state_->timer.cancel();
+}
+
+deadline_watch::slot::slot(deadline_watch& w, net::ip::tcp::socket& s)
+    : state_(w.state_), it_(state_->entries.insert(state_->entries.end(), entry{&s})) {}
+
+deadline_watch::slot::slot(slot&& o) noexcept : state_(std::move(o.state_)), it_(o.it_) {}
+
+deadline_watch::slot& deadline_watch::slot::operator=(slot&& o) noexcept {
+    if (this != &o) {
+        if (state_) {
+            state_->entries.erase(it_);
+        }
+        state_ = std::move(o.state_);
+        it_ = o.it_;
+    }
+    return *this;
+}
+
+deadline_watch::slot::~slot() {
+    if (state_) {
+        state_->entries.erase(it_);
+    }
+}
+
+} // namespace onceproxy::upstream
