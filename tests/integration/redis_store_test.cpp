@@ -728,3 +728,63 @@ TEST_CASE("redis store: one connection per worker executor, used from worker thr
         c->run_for(100ms);
     }
 }
+
+TEST_CASE("redis store: record format: binary-safe fields, versioned, foreign keys are errors") {
+    store_env env(make_config(shared_server().url()));
+    SUBCASE("fingerprints and owners are compared as bytes, NULs included") {
+        const std::string key = unique("binary");
+        const std::string fp_a("\0\x01\xff"
+                               "a",
+                               4);
+        const std::string fp_b("\0\x01\xff"
+                               "b",
+                               4);
+        const std::string owner("own\0er", 6);
+        CHECK(env.claim(key, owner, fp_a).status == claim_status::acquired);
+        CHECK(env.claim(key, "x", fp_b).status == claim_status::mismatch);
+        CHECK(env.claim(key, "x", fp_a).status == claim_status::in_flight);
+        auto wrong = env.go(env.store->async_extend(key, std::string("own", 3), 30'000ms));
+        REQUIRE(wrong.has_value());
+        CHECK(*wrong == fence_status::not_owner);
+        auto ok = env.go(env.store->async_extend(key, owner, 30'000ms));
+        REQUIRE(ok.has_value());
+        CHECK(*ok == fence_status::ok);
+        // The record is one hash with a version field (what an operator sees in redis-cli).
+        CHECK(shared_server().cli({"HGET", env.store->redis_key(key), "v"}) == "1\n");
+        CHECK(shared_server().cli({"HGET", env.store->redis_key(key), "st"}) == "f\n");
+    }
+    SUBCASE("a record of an unknown version is a protocol error, not a free key") {
+        const std::string key = unique("future");
+        shared_server().cli({"HSET", env.store->redis_key(key), "v", "2", "st", "c"});
+        auto r = env.go(env.store->async_claim({key, "fp", "o", 30'000ms}));
+        REQUIRE_FALSE(r.has_value());
+        CHECK(r.error() == store::errc::protocol);
+        // An error reply leaves the connection usable.
+        auto ping = env.go(env.store->async_ping());
+        CHECK(ping.has_value());
+        CHECK(env.client().connect_count() == 1);
+    }
+    SUBCASE("a key of another type is a protocol error") {
+        const std::string key = unique("string");
+        shared_server().cli({"SET", env.store->redis_key(key), "not a record"});
+        auto r = env.go(env.store->async_claim({key, "fp", "o", 30'000ms}));
+        REQUIRE_FALSE(r.has_value());
+        CHECK(r.error() == store::errc::protocol);
+    }
+    SUBCASE("leases and records expire through Redis's own expiry") {
+        const std::string key = unique("ttl");
+        CHECK(env.claim(key, "o", "fp", 5'000ms).status == claim_status::acquired);
+        const auto pttl = std::stoll(shared_server().cli({"PTTL", env.store->redis_key(key)}));
+        CHECK(pttl > 0);
+        CHECK(pttl <= 5'000);
+        auto in_flight = env.claim(key, "p", "fp");
+        CHECK(in_flight.status == claim_status::in_flight);
+        CHECK(in_flight.remaining_lease > 0ms);
+        CHECK(in_flight.remaining_lease <= 5'000ms);
+        auto done = env.go(env.store->async_complete(key, "o", "r", 3'600'000ms));
+        REQUIRE(done.has_value());
+        const auto record_ttl =
+            std::stoll(shared_server().cli({"PTTL", env.store->redis_key(key)}));
+        CHECK(record_ttl > 3'500'000);
+    }
+}
