@@ -22,8 +22,8 @@ SCENARIOS = [
     ("proxy_post", "onceproxy plain route, POST+key (Lua)"),
     ("replay", "onceproxy guarded, replay"),
     ("first", "onceproxy guarded, first execution"),
-    ("half_direct", "upstream directly, GET, c/2"),
-    ("half_proxy", "onceproxy plain route, GET, c/2"),
+    ("half_direct", "upstream directly, GET, half load"),
+    ("half_proxy", "onceproxy plain route, GET, half load"),
 ]
 UNITS = {"us": 1e-3, "ms": 1.0, "s": 1e3, "m": 60e3, "h": 3600e3}
 
@@ -213,7 +213,7 @@ def main() -> int:
     if "half_direct" in med and "half_proxy" in med:
         added = med["half_proxy"]["p99"] - med["half_direct"]["p99"]
         fig["half_load_p99_added_ms"] = added
-        print(f"  p99 added at half load (-c{meta['half_connections']}): direct "
+        print(f"  p99 added at half of peak load (paced, -c{meta['half_connections']}): direct "
               f"{med['half_direct']['p99']:.2f} ms, onceproxy {med['half_proxy']['p99']:.2f} ms, "
               f"added {added:.2f} ms  [<= 1 ms]")
     commandstats(d, meta, summary)

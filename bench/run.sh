@@ -218,8 +218,10 @@ run_scenario() {
         run_wrk "$round" first "$connections" "http://127.0.0.1:$proxy_port/pay/first" \
             fresh.lua "fe-$run_id-$round" ;;
     half)
-        run_wrk "$round" half_direct "$half_connections" "$direct_url"
-        run_wrk "$round" half_proxy "$half_connections" "$proxy_url" ;;
+        # Paced to half of onceproxy's measured peak (see half_delay_ms), the same offered rate
+        # for both, so the p99 difference is the latency onceproxy adds below saturation.
+        run_wrk "$round" half_direct "$half_connections" "$direct_url" paced.lua "$half_delay_ms"
+        run_wrk "$round" half_proxy "$half_connections" "$proxy_url" paced.lua "$half_delay_ms" ;;
     *) die "unknown scenario '$name'" ;;
     esac
 }
@@ -229,6 +231,20 @@ for s in "${scenario_list[@]}"; do
     case "$s" in direct | nginx | proxy | proxy_post | replay | first | half) ;;
     *) die "unknown scenario '$s' (direct,nginx,proxy,proxy_post,replay,first,half)" ;; esac
 done
+
+# Half of peak load: a short closed-loop run of onceproxy gives its peak; each of the
+# half_connections connections then waits so that together they offer about half of it.
+half_delay_ms=1
+if want half; then
+    peak_out="$work_dir/peak.txt"
+    timeout 30 wrk -t1 "-c$connections" -d3s "$proxy_url" >"$peak_out" 2>&1 || true
+    peak=$(awk '/Requests\/sec/ {print int($2)}' "$peak_out")
+    if [ -n "$peak" ] && [ "$peak" -gt 0 ]; then
+        half_delay_ms=$(python3 -c "print(max(1, round($half_connections * 1000 / ($peak / 2))))")
+    fi
+    log "half load: peak ${peak:-unknown} req/s, $half_connections connections pacing ${half_delay_ms} ms"
+    echo "${peak:-0} $half_delay_ms" >"$results/half.txt"
+fi
 
 n_warm=0
 if [ "$warmup" -gt 0 ]; then
