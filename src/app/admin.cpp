@@ -63,9 +63,14 @@ struct admin_server::impl : std::enable_shared_from_this<impl> {
                     store_answered = true;
                 }
             }
-            t.expires_after(store_answered ? std::chrono::seconds(2)
-                                           : std::chrono::milliseconds(200));
-            co_await t.async_wait(use_tuple);
+            // Sleep in short steps so a drain is not held up by a sleeping probe.
+            const auto until =
+                std::chrono::steady_clock::now() +
+                (store_answered ? std::chrono::milliseconds(2000) : std::chrono::milliseconds(200));
+            while (!stopped && std::chrono::steady_clock::now() < until) {
+                t.expires_after(std::chrono::milliseconds(100));
+                co_await t.async_wait(use_tuple);
+            }
         }
     }
 

@@ -17,9 +17,12 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
+#include <atomic>
+#include <condition_variable>
 #include <csignal>
 #include <cstdio>
 #include <fstream>
+#include <mutex>
 #include <thread>
 
 namespace onceproxy::app {
@@ -46,9 +49,17 @@ struct worker {
     std::thread thread;
 };
 
-/// Runs on the worker: stop accepting, wait for in-flight requests up to the deadline, then
-/// close what is left and stop the loop.
-net::awaitable<void> drain_worker(worker& w, clock::time_point deadline) {
+/// Shared by the draining workers: the last one to finish closes the Redis connections, whose
+/// coroutines live on every worker loop.
+struct drain_state {
+    std::atomic<std::size_t> remaining{0};
+    store::redis_store* redis = nullptr;
+};
+
+/// Runs on the worker: stop accepting, wait for in-flight requests up to the deadline, close
+/// what is left, then let the loop run out of work so every coroutine ends normally (a loop
+/// stopped with work pending would leave frames to be destroyed after the objects they use).
+net::awaitable<void> drain_worker(worker& w, clock::time_point deadline, drain_state& ds) {
     w.srv.drain();
     w.fwd.close_idle();
     net::steady_timer t(w.ioc);
@@ -57,8 +68,12 @@ net::awaitable<void> drain_worker(worker& w, clock::time_point deadline) {
         co_await t.async_wait(net::as_tuple(net::use_awaitable));
     }
     w.srv.close_all();
+    w.fwd.close_idle();
     w.watch.stop();
-    w.ioc.stop();
+    w.guard.reset();
+    if (ds.remaining.fetch_sub(1) == 1 && ds.redis != nullptr) {
+        ds.redis->stop(); // posts to every worker loop, all still running
+    }
 }
 
 } // namespace
@@ -164,6 +179,7 @@ int run(std::shared_ptr<const config::config> cfg, const run_options& opts) {
         std::rename(tmp.c_str(), opts.port_file.c_str());
     }
 
+    drain_state drain;
     net::signal_set signals(main_ioc, SIGTERM, SIGINT);
     signals.async_wait([&](const boost::system::error_code& ec, int sig) {
         if (ec) {
@@ -173,18 +189,39 @@ int run(std::shared_ptr<const config::config> cfg, const run_options& opts) {
                      static_cast<long long>(cfg->limits.drain_timeout.count()));
         admin.stop();
         const auto deadline = clock::now() + cfg->limits.drain_timeout;
+        drain.remaining = workers.size();
+        drain.redis = redis;
         for (auto& w : workers) {
-            net::co_spawn(w->ioc, drain_worker(*w, deadline), net::detached);
+            net::co_spawn(w->ioc, drain_worker(*w, deadline, drain), net::detached);
         }
         main_ioc.stop();
     });
     main_ioc.run();
+
+    // Bound the whole shutdown: background work (a completion retried until its lease ends)
+    // may outlast the drain; past the deadline plus a grace period the loops are stopped.
+    std::mutex m;
+    std::condition_variable cv;
+    bool joined = false;
+    std::thread watchdog([&] {
+        std::unique_lock lk(m);
+        if (!cv.wait_for(lk, cfg->limits.drain_timeout + std::chrono::seconds(3),
+                         [&] { return joined; })) {
+            std::fprintf(stderr, "onceproxy: shutdown overran the drain deadline; stopping\n");
+            for (auto& l : loops) {
+                l->stop();
+            }
+        }
+    });
     for (auto& w : workers) {
         w->thread.join();
     }
-    if (redis != nullptr) {
-        redis->stop();
+    {
+        std::lock_guard lk(m);
+        joined = true;
     }
+    cv.notify_one();
+    watchdog.join();
     std::fprintf(stderr, "onceproxy: drained, exiting\n");
     return 0;
 }
