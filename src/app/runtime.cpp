@@ -63,7 +63,8 @@ net::awaitable<void> drain_worker(worker& w, clock::time_point deadline, drain_s
     w.srv.drain();
     w.fwd.close_idle();
     net::steady_timer t(w.ioc);
-    while (w.srv.active_sessions() > 0 && clock::now() < deadline) {
+    while ((w.srv.active_sessions() > 0 || http::background_exchanges() > 0) &&
+           clock::now() < deadline) {
         t.expires_after(std::chrono::milliseconds(10));
         co_await t.async_wait(net::as_tuple(net::use_awaitable));
     }
@@ -80,6 +81,8 @@ net::awaitable<void> drain_worker(worker& w, clock::time_point deadline, drain_s
 
 int run(std::shared_ptr<const config::config> cfg, const run_options& opts) {
     std::signal(SIGPIPE, SIG_IGN);
+    // Reloading on SIGHUP is not in this version; ignore it rather than die undrained.
+    std::signal(SIGHUP, SIG_IGN);
     // TLS termination and TLS to upstreams are parsed by the config but not served yet: refuse
     // to start rather than silently speak plain text where the operator asked for TLS.
     if (cfg->tls) {

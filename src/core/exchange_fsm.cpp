@@ -173,6 +173,7 @@ action exchange_fsm::on_claim(const claim_event& ev, time_point now) {
         // the deadline; SPEC §3.6: bounded backoff, never a tight loop on the store.
         const time_point wake = std::min({now + wait_backoff_, now + remaining, wait_deadline_});
         wait_backoff_ = doubled(wait_backoff_, timing_.wait_backoff_max);
+        seen_in_flight_ = true;
         state_ = state::waiting;
         return wait(wake);
     }
@@ -193,7 +194,9 @@ action exchange_fsm::on_claim(const claim_event& ev, time_point now) {
                       now);
     case claim_result_kind::store_error:
         pending_outcome_ = exchange_outcome::store_error;
-        if (policy_.on_store_error == config::store_error_policy::fail_open) {
+        // A waiting duplicate already saw the first attempt in flight: failing open now would
+        // run the request a second time next to it.
+        if (policy_.on_store_error == config::store_error_policy::fail_open && !seen_in_flight_) {
             action a;
             a.kind = action_kind::passthrough;
             return answer(a, now);

@@ -16,6 +16,7 @@
 #include <boost/beast/core/string.hpp>
 #include <boost/beast/http/field.hpp>
 
+#include <atomic>
 #include <ctime>
 #include <optional>
 #include <random>
@@ -30,6 +31,9 @@ using clock = std::chrono::steady_clock;
 namespace {
 
 constexpr auto use_tuple = net::as_tuple(net::use_awaitable);
+
+/// Exchanges still completing after their client was answered (drain waits for them).
+std::atomic<std::size_t> background_count{0};
 
 std::string new_owner_token() {
     thread_local std::mt19937_64 rng{std::random_device{}()};
@@ -328,8 +332,11 @@ net::awaitable<std::optional<response>> drive(std::shared_ptr<exchange_state> s,
                 case store::claim_status::completed: {
                     auto rec = core::decode_record(r->record);
                     if (!rec) {
+                        // The request did run (the record exists) but this version cannot
+                        // read what was kept: never fail open into a second execution.
                         s->env.reg.store_errors.fetch_add(1, std::memory_order_relaxed);
-                        ev.kind = core::claim_result_kind::store_error;
+                        ev.kind = core::claim_result_kind::completed;
+                        ev.replayable = false;
                     } else {
                         ev.kind = core::claim_result_kind::completed;
                         ev.replayable = rec->replayable;
@@ -446,6 +453,7 @@ net::awaitable<void> drive_background(std::shared_ptr<exchange_state> s, core::a
     auto r = co_await drive(s, a);
     (void)r; // store-only by the fsm contract: no further client-facing action
     finish(*s);
+    --background_count;
 }
 
 } // namespace
@@ -474,6 +482,10 @@ response upstream_failure(upstream::forward_status s, metrics::registry& reg) {
                                 ? "could not connect to the upstream"
                                 : "the upstream closed the connection before a full response");
     }
+}
+
+std::size_t background_exchanges() noexcept {
+    return background_count.load();
 }
 
 bool is_guarded(const config::route_config& route, std::string_view method) noexcept {
@@ -541,6 +553,8 @@ net::awaitable<response> async_run_exchange(exchange_env& env, const config::rou
         if (next.kind != core::action_kind::done) {
             // Answered (e.g. unrecorded); completion retries go on without the client.
             report = s->report;
+            report.outcome = metrics::outcome::store_error; // answered unrecorded, so far
+            ++background_count;
             net::co_spawn(ex, drive_background(s, next), net::detached);
             co_return out;
         }

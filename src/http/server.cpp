@@ -175,6 +175,13 @@ struct server::impl : std::enable_shared_from_this<impl> {
                     "ambiguous message framing (Content-Length / Transfer-Encoding)");
                 break;
             }
+            if (parser.get().method() == bhttp::verb::trace &&
+                (parser.chunked() || parser.content_length().value_or(0) > 0)) {
+                // RFC 9110 §9.3.8: a TRACE request carries no content.
+                co_await send_problem_and_close(stream, dl, problem_code::bad_request,
+                                                "a TRACE request must not have a body");
+                break;
+            }
             if (!parser.is_done()) {
                 const auto expect = parser.get()[bhttp::field::expect];
                 if (!expect.empty()) {

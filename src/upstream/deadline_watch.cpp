@@ -21,7 +21,10 @@ struct deadline_watch::state {
             }
             const auto now = clock::now();
             for (auto& e : self->entries) {
-                if (!e.fired && e.deadline <= now) {
+                // Every tick, not once: an operation started after a cancel that found nothing
+                // pending (a read completing in the same loop turn) must not escape its
+                // deadline.
+                if (e.deadline <= now) {
                     e.fired = true;
                     boost::system::error_code ignored;
                     e.socket->cancel(ignored); // pending operations end with operation_aborted

@@ -63,7 +63,11 @@ struct forwarder::impl {
         const config::upstream_config* cfg = nullptr;
         std::vector<std::unique_ptr<connection>> idle;
         std::size_t open = 0; ///< idle + in use
-        std::list<net::steady_timer*> waiters;
+        struct waiter {
+            net::steady_timer* timer = nullptr;
+            bool listed = true; ///< still in `waiters` (not yet woken by give_back)
+        };
+        std::list<waiter*> waiters;
         tcp::resolver::results_type endpoints;
     };
 
@@ -87,8 +91,16 @@ struct forwarder::impl {
         } else {
             --p.open;
         }
+        wake_one(p); // a slot or a connection is free
+    }
+
+    /// Wakes the oldest waiter, taking it off the list so two wake-ups reach two waiters.
+    static void wake_one(pool& p) {
         if (!p.waiters.empty()) {
-            p.waiters.front()->cancel(); // wake the oldest waiter: a slot or connection is free
+            auto* w = p.waiters.front();
+            p.waiters.pop_front();
+            w->listed = false;
+            w->timer->cancel();
         }
     }
 
@@ -114,9 +126,7 @@ struct forwarder::impl {
                 auto c = co_await connect(p, deadline);
                 if (!c) {
                     --p.open;
-                    if (!p.waiters.empty()) {
-                        p.waiters.front()->cancel();
-                    }
+                    wake_one(p);
                     co_return acquired{nullptr, false, forward_status::connect_failed};
                 }
                 co_return acquired{std::move(c), false, forward_status::ok};
@@ -125,9 +135,12 @@ struct forwarder::impl {
                 co_return acquired{nullptr, false, forward_status::pool_exhausted};
             }
             net::steady_timer timer(executor, deadline);
-            auto it = p.waiters.insert(p.waiters.end(), &timer);
+            pool::waiter me{&timer};
+            auto it = p.waiters.insert(p.waiters.end(), &me);
             co_await timer.async_wait(use_tuple);
-            p.waiters.erase(it);
+            if (me.listed) {
+                p.waiters.erase(it);
+            }
         }
     }
 

@@ -209,6 +209,24 @@ TEST_SUITE("proxy") {
         CHECK(p.upstream.total() == 0);
     }
 
+    TEST_CASE("a TRACE request with a body gets 400 and the proxy stays up") {
+        proxied p;
+        const auto r = exchange_raw(p.proxy.port,
+                                    "TRACE / HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nabc");
+        REQUIRE(r);
+        check_problem(*r, 400, "request.malformed");
+        CHECK(p.upstream.total() == 0);
+        CHECK(fetch(p.proxy.port, "GET", "/after").status == 200);
+    }
+
+    TEST_CASE("SIGHUP does not stop the proxy (reload is not supported; the signal is ignored)") {
+        proxied p;
+        p.proxy.proc.signal(SIGHUP);
+        std::this_thread::sleep_for(200ms);
+        CHECK(p.proxy.proc.running());
+        CHECK(fetch(p.proxy.port, "GET", "/after-hup").status == 200);
+    }
+
     TEST_CASE("request smuggling shapes are refused with 400 and never reach the upstream") {
         proxied p;
         const std::string head = "POST /smuggle HTTP/1.1\r\nHost: x\r\n";

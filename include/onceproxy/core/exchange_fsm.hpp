@@ -285,6 +285,7 @@ private:
     duration retry_backoff_{0};
     time_point wake_at_ = time_point::max();
     bool lease_lost_ = false;
+    bool seen_in_flight_ = false; ///< a claim reported another attempt in flight (wait mode)
     bool client_gone_ = false;
     bool background_ = false; ///< the client was answered; completing in the background
 

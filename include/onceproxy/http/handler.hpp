@@ -43,4 +43,8 @@ private:
     std::unique_ptr<impl> impl_;
 };
 
+/// Exchanges of this process still retrying their completion after answering the client
+/// (`Idempotency-Status: unrecorded`); a drain waits for them so a record is not abandoned.
+std::size_t background_exchanges() noexcept;
+
 } // namespace onceproxy::http

@@ -316,6 +316,21 @@ TEST_CASE("exchange_fsm: store error at claim follows on_store_error") {
         CHECK(x.fsm.on_responded(x.now()).kind == action_kind::done);
         check_done(x, exchange_outcome::store_error);
     }
+    SUBCASE("fail_open never runs a waiting duplicate next to the attempt it saw in flight") {
+        idempotency_config p = make_policy();
+        p.on_store_error = store_error_policy::fail_open;
+        p.concurrent = concurrent_policy::wait;
+        exchange x(p);
+        x.fsm.start(with_key, x.now());
+        action a = x.fsm.on_claim(in_flight(20s), x.now());
+        REQUIRE(a.kind == action_kind::wait_until);
+        x.advance(a.wake_at - x.now());
+        REQUIRE(x.fsm.on_tick(x.now()).kind == action_kind::claim);
+        check_reject(x.fsm.on_claim(claim_failed(), x.now()), problem_code::store_unavailable, 503,
+                     1s);
+        CHECK(x.fsm.on_responded(x.now()).kind == action_kind::done);
+        check_done(x, exchange_outcome::store_error);
+    }
     SUBCASE("the Retry-After of the 503 is a timing knob") {
         exchange_timing t;
         t.store_unavailable_retry_after = 5s;
