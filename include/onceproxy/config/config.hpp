@@ -52,7 +52,7 @@ struct upstream_config {
     std::string host;
     std::uint16_t port = 0;
     duration connect_timeout{1'000};
-    duration timeout{30'000}; ///< whole-response deadline once the request is sent
+    duration timeout{30'000};          ///< whole-response deadline once the request is sent
     std::size_t max_connections = 256; ///< per worker
     duration idle_timeout{60'000};     ///< pooled connection kept this long unused
 };
@@ -145,14 +145,14 @@ struct idempotency_config {
     uncertain_policy on_upstream_uncertain = uncertain_policy::hold;
     store_error_policy on_store_error = store_error_policy::fail_closed;
     std::size_t max_record_bytes = 1024 * 1024;
-    bool stripe_compat = false;                  ///< also send Idempotent-Replayed: true
+    bool stripe_compat = false;                 ///< also send Idempotent-Replayed: true
     std::vector<std::string> exclude_headers{}; ///< response headers never recorded
 };
 
 enum class path_match_kind {
-    exact,    ///< path == value
-    prefix,   ///< path starts with value
-    pattern,  ///< template with {param} segments, each matching one non-empty segment
+    exact,   ///< path == value
+    prefix,  ///< path starts with value
+    pattern, ///< template with {param} segments, each matching one non-empty segment
 };
 
 struct route_match {

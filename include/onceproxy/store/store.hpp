@@ -25,10 +25,10 @@ using result = boost::system::result<T>;
 
 /// What a claim found, decided atomically with taking the lease.
 enum class claim_status {
-    acquired,    ///< the key was free: the caller now holds the lease
-    in_flight,   ///< another owner holds a lease, same fingerprint
-    completed,   ///< a record exists with the same fingerprint: replay it
-    mismatch,    ///< a lease or record exists with a different fingerprint
+    acquired,  ///< the key was free: the caller now holds the lease
+    in_flight, ///< another owner holds a lease, same fingerprint
+    completed, ///< a record exists with the same fingerprint: replay it
+    mismatch,  ///< a lease or record exists with a different fingerprint
 };
 
 struct claim_request {
