@@ -1,5 +1,7 @@
 #include "http/access_log.hpp"
 
+#include "http/random_id.hpp"
+
 #include <boost/json/serialize.hpp>
 #include <boost/json/value.hpp>
 
@@ -7,7 +9,6 @@
 
 #include <array>
 #include <chrono>
-#include <random>
 
 namespace onceproxy::http {
 
@@ -16,15 +17,7 @@ std::string ensure_request_id(request& req) {
     if (it != req.end() && !it->value().empty()) {
         return std::string(it->value());
     }
-    thread_local std::mt19937_64 rng{std::random_device{}()};
-    static constexpr char hex[] = "0123456789abcdef";
-    std::string id(32, '0');
-    auto a = rng();
-    auto b = rng();
-    for (std::size_t i = 0; i < 16; ++i) {
-        id[i] = hex[(a >> (i * 4)) & 0xF];
-        id[16 + i] = hex[(b >> (i * 4)) & 0xF];
-    }
+    auto id = random_hex_id();
     req.set("X-Request-Id", id);
     return id;
 }

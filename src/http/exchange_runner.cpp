@@ -1,5 +1,7 @@
 #include "http/exchange_runner.hpp"
 
+#include "http/random_id.hpp"
+
 #include "onceproxy/core/exchange_fsm.hpp"
 #include "onceproxy/core/fingerprint.hpp"
 #include "onceproxy/core/idempotency_key.hpp"
@@ -19,7 +21,6 @@
 #include <atomic>
 #include <ctime>
 #include <optional>
-#include <random>
 #include <vector>
 
 namespace onceproxy::http {
@@ -34,19 +35,6 @@ constexpr auto use_tuple = net::as_tuple(net::use_awaitable);
 
 /// Exchanges still completing after their client was answered (drain waits for them).
 std::atomic<std::size_t> background_count{0};
-
-std::string new_owner_token() {
-    thread_local std::mt19937_64 rng{std::random_device{}()};
-    static constexpr char hex[] = "0123456789abcdef";
-    std::string t(32, '0');
-    const auto a = rng();
-    const auto b = rng();
-    for (std::size_t i = 0; i < 16; ++i) {
-        t[i] = hex[(a >> (i * 4)) & 0xF];
-        t[16 + i] = hex[(b >> (i * 4)) & 0xF];
-    }
-    return t;
-}
 
 /// RFC 9110 §5.6.7 IMF-fixdate, for the fresh Date of a replay.
 std::string http_date() {
@@ -197,7 +185,7 @@ struct exchange_state {
     net::steady_timer timer; ///< the driver's wake-up; cancelled when the upstream answers
     std::string store_key;
     std::string fingerprint;
-    std::string owner = new_owner_token();
+    std::string owner = random_hex_id();                     ///< fencing token of this attempt
     std::optional<upstream::forward_result> upstream_result; ///< set once the call ends
     bool upstream_pending = false;
     std::string claimed_record;         ///< completed claim: the record to replay
