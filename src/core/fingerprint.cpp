@@ -14,11 +14,18 @@ namespace onceproxy::core {
 
 namespace {
 
+// OpenSSL 3 looks the algorithm up (an implicit fetch, with locks) on every EVP_sha256()
+// initialisation; fetching it once keeps that off the per-request path.
+const EVP_MD* sha256_md() {
+    static EVP_MD* md = EVP_MD_fetch(nullptr, "SHA256", nullptr);
+    return md != nullptr ? md : EVP_sha256();
+}
+
 /// Incremental SHA-256 over length-prefixed fields.
 class hasher {
 public:
     hasher() : ctx_(EVP_MD_CTX_new()) {
-        if (!ctx_ || EVP_DigestInit_ex(ctx_.get(), EVP_sha256(), nullptr) != 1) {
+        if (!ctx_ || EVP_DigestInit_ex(ctx_.get(), sha256_md(), nullptr) != 1) {
             throw std::runtime_error("SHA-256 unavailable");
         }
     }
