@@ -1,6 +1,6 @@
 # The two commands of the README: `make run` and `make test`. Both install what is missing
 # (Debian 12 packages, as root) before building.
-.PHONY: deps build run test test-build check-config bench format clean
+.PHONY: deps build run test test-build test-tsan check-config bench format clean
 
 JOBS ?= $(shell nproc)
 
@@ -23,6 +23,21 @@ check-config: test-build
 
 test: test-build check-config
 	@ctest --preset test -j $(JOBS)
+	@$(MAKE) --no-print-directory test-tsan
+
+# The multi-worker suites again under ThreadSanitizer. Reports go to files (the proxies run as
+# child processes, whose stderr the tests do not read); any report fails the target.
+TSAN_TARGETS = onceproxy onceproxy_test_upstream unit_store it_proxy_test it_idempotency_test
+TSAN_REPORTS = $(CURDIR)/build/tsan/reports
+test-tsan: deps
+	@cmake --preset tsan >/dev/null
+	@cmake --build --preset tsan -j $(JOBS) --target $(TSAN_TARGETS)
+	@rm -rf $(TSAN_REPORTS) && mkdir -p $(TSAN_REPORTS)
+	@TSAN_OPTIONS="log_path=$(TSAN_REPORTS)/tsan halt_on_error=0" \
+	  ctest --preset tsan -j $(JOBS) -R '^(unit\.store|integration\.proxy_test|integration\.idempotency_test)$$'
+	@if ls $(TSAN_REPORTS)/tsan* >/dev/null 2>&1; then \
+	  head -c 20000 $(TSAN_REPORTS)/tsan*; echo "ThreadSanitizer reported problems (above)"; exit 1; \
+	else echo "ThreadSanitizer: no reports"; fi
 
 bench: build
 	@bench/run.sh
