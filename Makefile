@@ -18,8 +18,11 @@ test-build: deps
 	@cmake --preset test >/dev/null
 	@cmake --build --preset test -j $(JOBS)
 
+# Every shipped config must load: examples and deployment files (the Redis overlay takes its
+# password from the environment).
 check-config: test-build
-	@build/test/src/onceproxy --check-config conf/*.yaml
+	@REDIS_PASSWORD=check build/test/src/onceproxy --check-config conf/*.yaml \
+	  deploy/container/onceproxy.yaml deploy/kubernetes/*/onceproxy.yaml
 
 test: test-build check-config
 	@ctest --preset test -j $(JOBS)
