@@ -1,0 +1,78 @@
+#include "onceproxy/metrics/registry.hpp"
+
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <sstream>
+#include <string>
+#include <vector>
+
+using namespace onceproxy::metrics;
+using namespace std::chrono_literals;
+
+namespace {
+
+std::vector<std::string> type_lines(const std::string& text) {
+    std::vector<std::string> out;
+    std::istringstream in(text);
+    for (std::string line; std::getline(in, line);) {
+        if (line.rfind("# TYPE ", 0) == 0) {
+            out.push_back(line);
+        }
+    }
+    return out;
+}
+
+} // namespace
+
+// Golden list: dashboards and alerts are built on these names; a change here is a breaking change
+// for operators and must be deliberate.
+TEST_CASE("metrics: the exposed metric families are stable") {
+    registry reg({"payments"});
+    const auto text = reg.render();
+    CHECK(type_lines(text) == std::vector<std::string>{
+                                  "# TYPE onceproxy_requests_total counter",
+                                  "# TYPE onceproxy_request_duration_seconds histogram",
+                                  "# TYPE onceproxy_upstream_duration_seconds histogram",
+                                  "# TYPE onceproxy_store_duration_seconds histogram",
+                                  "# TYPE onceproxy_open_connections gauge",
+                                  "# TYPE onceproxy_store_errors_total counter",
+                                  "# TYPE onceproxy_upstream_errors_total counter",
+                              });
+}
+
+TEST_CASE("metrics: every outcome of SPEC §6 has a series per route") {
+    registry reg({"payments", "orders"});
+    const auto text = reg.render();
+    for (const char* o : {"stored", "replayed", "in_progress", "mismatch", "missing_key",
+                          "invalid_key", "released", "held", "outcome_unknown", "not_replayable",
+                          "lease_lost", "record_failed", "store_error", "passthrough"}) {
+        CAPTURE(o);
+        for (const char* r : {"payments", "orders"}) {
+            CHECK(text.find("onceproxy_requests_total{route=\"" + std::string(r) + "\",outcome=\"" +
+                            o + "\"} 0\n") != std::string::npos);
+        }
+    }
+}
+
+TEST_CASE("metrics: counters and histograms render what was recorded") {
+    registry reg({"payments"});
+    reg.route(0).outcomes[static_cast<std::size_t>(outcome::replayed)] += 3;
+    reg.route(0).request_duration.observe(2ms);   // in the 0.0025 bucket and above
+    reg.route(0).request_duration.observe(700ms); // in the 1 bucket and above
+    reg.store_errors += 2;
+    const auto text = reg.render();
+    CHECK(text.find("onceproxy_requests_total{route=\"payments\",outcome=\"replayed\"} 3\n") !=
+          std::string::npos);
+    CHECK(text.find("onceproxy_request_duration_seconds_bucket{route=\"payments\",le=\"0.001\"} "
+                    "0\n") != std::string::npos);
+    CHECK(text.find("onceproxy_request_duration_seconds_bucket{route=\"payments\",le=\"0.0025\"} "
+                    "1\n") != std::string::npos);
+    CHECK(text.find("onceproxy_request_duration_seconds_bucket{route=\"payments\",le=\"1\"} 2\n") !=
+          std::string::npos);
+    CHECK(text.find("onceproxy_request_duration_seconds_bucket{route=\"payments\",le=\"+Inf\"} "
+                    "2\n") != std::string::npos);
+    CHECK(text.find("onceproxy_request_duration_seconds_count{route=\"payments\"} 2\n") !=
+          std::string::npos);
+    CHECK(text.find("onceproxy_store_errors_total 2\n") != std::string::npos);
+}
