@@ -199,7 +199,6 @@ response respond_with(exchange_state& s, core::idempotency_status st) {
     // The response is moved out unless a later completion retry would still need its bytes.
     const bool keep = st == core::idempotency_status::unrecorded && !s.payload;
     response res = keep ? s.upstream_result->res : std::move(s.upstream_result->res);
-    strip_hop_by_hop(res);
     if (st != core::idempotency_status::none) {
         res.set("Idempotency-Status", core::to_string(st));
     }
@@ -244,9 +243,7 @@ std::string build_payload(exchange_state& s, const core::action& a) {
     auto& res = s.upstream_result->res;
     rec.status = res.result_int();
     rec.replayable = a.replayable;
-    fields end_to_end = res.base();
-    strip_hop_by_hop(end_to_end);
-    for (const auto& f : end_to_end) {
+    for (const auto& f : res) {
         if (!excluded(s.route.idempotency, f.name_string())) {
             rec.headers.emplace_back(std::string(f.name_string()), std::string(f.value()));
         }
@@ -276,6 +273,10 @@ net::awaitable<void> call_upstream(std::shared_ptr<exchange_state> s) {
     s->report.upstream_ms =
         std::chrono::duration<double, std::milli>(clock::now() - s->upstream_started).count();
     s->env.reg.route(s->route_index).upstream_duration.observe(clock::now() - s->upstream_started);
+    if (r.status == upstream::forward_status::ok) {
+        // Once, here: both the record and the client response carry end-to-end headers only.
+        strip_hop_by_hop(r.res);
+    }
     s->upstream_result = std::move(r);
     s->upstream_pending = false;
     s->timer.cancel();
