@@ -173,24 +173,10 @@ bool http_client::read_continue(std::chrono::milliseconds timeout) {
 
 bool http_client::wait_closed(std::chrono::milliseconds timeout) {
     const auto deadline = clock::now() + timeout;
-    for (;;) {
-        const auto left =
-            std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock::now()).count();
-        if (left <= 0) {
-            return false;
-        }
-        pollfd p{fd_, POLLIN, 0};
-        if (::poll(&p, 1, static_cast<int>(left)) <= 0) {
-            return false;
-        }
-        char tmp[4096];
-        const auto n = ::recv(fd_, tmp, sizeof tmp, 0);
-        if (n <= 0) {
-            eof_ = true;
-            return true;
-        }
-        buf_.append(tmp, static_cast<std::size_t>(n));
+    while (fill(deadline)) {
+        // bytes after the response are kept in the buffer; keep reading until EOF or timeout
     }
+    return eof_;
 }
 
 http_response http_client::request(std::string_view method, std::string_view target,
