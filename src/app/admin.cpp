@@ -1,5 +1,8 @@
 #include "app/admin.hpp"
 
+#include "onceproxy/http/loop_guard.hpp"
+#include "onceproxy/upstream/message_parser.hpp"
+
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -103,11 +106,15 @@ struct admin_server::impl : std::enable_shared_from_this<impl> {
     }
 
     net::awaitable<void> session(tcp::socket sock) {
+        constexpr std::size_t header_limit = 16 * 1024;
         beast::tcp_stream stream(std::move(sock));
-        beast::flat_buffer buffer;
+        // The same bounded parser and buffer as the proxy listener: a hostile request on the
+        // admin port is an error answer, never an exception out of the event loop.
+        beast::flat_buffer buffer(upstream::read_buffer_limit(header_limit));
         for (;;) {
-            bhttp::request_parser<bhttp::string_body> parser;
-            parser.header_limit(16 * 1024);
+            upstream::request_parser parser;
+            parser.header_limit(header_limit);
+            parser.trailer_limit(header_limit);
             parser.body_limit(64 * 1024);
             stream.expires_after(std::chrono::seconds(30));
             auto [ec, n] = co_await bhttp::async_read(stream, buffer, parser, use_tuple);
@@ -126,12 +133,25 @@ struct admin_server::impl : std::enable_shared_from_this<impl> {
 
     net::awaitable<void> accept_loop() {
         auto self = shared_from_this();
+        http::accept_backoff backoff;
+        net::steady_timer t(ioc);
         while (acceptor.is_open()) {
             auto [ec, sock] = co_await acceptor.async_accept(use_tuple);
             if (ec) {
-                co_return;
+                if (ec == net::error::operation_aborted || !acceptor.is_open()) {
+                    co_return;
+                }
+                // Out of descriptors (a flood on the proxy port) is transient: the probes must
+                // answer again as soon as descriptors are free.
+                reg.accept_errors_admin.fetch_add(1, std::memory_order_relaxed);
+                t.expires_after(backoff.on_error("admin", ec));
+                co_await t.async_wait(use_tuple);
+                continue;
             }
-            net::co_spawn(ioc, session(std::move(sock)), net::detached);
+            backoff.reset();
+            net::co_spawn(ioc, session(std::move(sock)), [this, self](std::exception_ptr e) {
+                http::report_exception(e, "admin session", reg.internal_errors);
+            });
         }
     }
 };

@@ -3,6 +3,7 @@
 #include "app/admin.hpp"
 #include "app/store_factory.hpp"
 #include "onceproxy/http/handler.hpp"
+#include "onceproxy/http/loop_guard.hpp"
 #include "onceproxy/http/server.hpp"
 #include "onceproxy/metrics/registry.hpp"
 #include "onceproxy/store/redis_store.hpp"
@@ -17,6 +18,9 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
+#include <sys/resource.h>
+
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <csignal>
@@ -77,6 +81,40 @@ net::awaitable<void> drain_worker(worker& w, clock::time_point deadline, drain_s
     }
 }
 
+/// Client connections allowed at once: limits.max_connections, lowered so that clients alone
+/// can never use up the descriptors (each client connection may hold an upstream connection
+/// too; a reserve stays for listeners, event loops, Redis and the admin port). The soft
+/// RLIMIT_NOFILE is raised to the hard one first, as most servers do.
+std::uint64_t connection_limit(const config::config& cfg) {
+    rlimit rl{};
+    if (::getrlimit(RLIMIT_NOFILE, &rl) != 0) {
+        return cfg.limits.max_connections;
+    }
+    if (rl.rlim_cur < rl.rlim_max) {
+        rlimit raised = rl;
+        raised.rlim_cur = rl.rlim_max;
+        if (::setrlimit(RLIMIT_NOFILE, &raised) == 0) {
+            rl = raised;
+        }
+    }
+    if (rl.rlim_cur == RLIM_INFINITY) {
+        return cfg.limits.max_connections;
+    }
+    const std::uint64_t workers = cfg.workers == 0 ? 1 : cfg.workers;
+    const std::uint64_t reserve = 32 + workers * (8 + cfg.store.redis.connections_per_worker);
+    const std::uint64_t fit = rl.rlim_cur > reserve ? (rl.rlim_cur - reserve) / 2 : 1;
+    const std::uint64_t limit =
+        std::max<std::uint64_t>(1, std::min<std::uint64_t>(cfg.limits.max_connections, fit));
+    if (limit < cfg.limits.max_connections) {
+        std::fprintf(stderr,
+                     "onceproxy: limits.max_connections %zu lowered to %llu to fit the descriptor "
+                     "limit (RLIMIT_NOFILE %llu)\n",
+                     cfg.limits.max_connections, static_cast<unsigned long long>(limit),
+                     static_cast<unsigned long long>(rl.rlim_cur));
+    }
+    return limit;
+}
+
 } // namespace
 
 int run(std::shared_ptr<const config::config> cfg, const run_options& opts) {
@@ -104,6 +142,7 @@ int run(std::shared_ptr<const config::config> cfg, const run_options& opts) {
         route_names.push_back(r.name);
     }
     metrics::registry reg(route_names);
+    reg.connection_limit = connection_limit(*cfg);
 
     net::io_context main_ioc(1);
     const unsigned n = cfg->workers == 0 ? 1 : cfg->workers;
@@ -169,7 +208,9 @@ int run(std::shared_ptr<const config::config> cfg, const run_options& opts) {
     for (auto& w : workers) {
         w->watch.start();
         w->srv.start();
-        w->thread = std::thread([&ioc = w->ioc] { ioc.run(); });
+        w->thread = std::thread([&ioc = w->ioc, &reg] {
+            http::run_guarded(ioc, "worker event loop", reg.internal_errors);
+        });
     }
     admin.start();
 
@@ -199,7 +240,7 @@ int run(std::shared_ptr<const config::config> cfg, const run_options& opts) {
         }
         main_ioc.stop();
     });
-    main_ioc.run();
+    http::run_guarded(main_ioc, "admin event loop", reg.internal_errors);
 
     // Bound the whole shutdown: background work (a completion retried until its lease ends)
     // may outlast the drain; past the deadline plus a grace period the loops are stopped.

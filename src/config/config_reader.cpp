@@ -229,13 +229,28 @@ private:
     }
 
     void read_limits(const yaml_field& f, limits_config& limits) {
-        if (!f.present() ||
-            !w_.mapping(f, {"max_request_bytes", "max_header_bytes", "max_response_bytes",
-                            "header_timeout", "idle_timeout", "drain_timeout"})) {
+        if (!f.present() || !w_.mapping(f, {"max_request_bytes", "max_header_bytes",
+                                            "max_response_bytes", "header_timeout", "idle_timeout",
+                                            "drain_timeout", "max_connections"})) {
             return;
         }
         set(limits.max_request_bytes, w_.positive_size(w_.get(f, "max_request_bytes")));
-        set(limits.max_header_bytes, w_.positive_size(w_.get(f, "max_header_bytes")));
+        const auto header_field = w_.get(f, "max_header_bytes");
+        if (auto n = w_.positive_size(header_field)) {
+            if (*n > limits_config::max_header_bytes_cap) {
+                // Beast stores a field in at most 64 KiB; a larger section could not be parsed
+                // safely (and no real client needs it).
+                w_.error(header_field, "max_header_bytes " + std::to_string(*n) +
+                                           " is too large; expected at most 60KiB (" +
+                                           std::to_string(limits_config::max_header_bytes_cap) +
+                                           " bytes)");
+            } else {
+                limits.max_header_bytes = *n;
+            }
+        }
+        if (auto n = w_.integer(w_.get(f, "max_connections"), 1, 10'000'000)) {
+            limits.max_connections = static_cast<std::size_t>(*n);
+        }
         set(limits.max_response_bytes, w_.positive_size(w_.get(f, "max_response_bytes")));
         set(limits.header_timeout, w_.positive_duration(w_.get(f, "header_timeout")));
         set(limits.idle_timeout, w_.positive_duration(w_.get(f, "idle_timeout")));

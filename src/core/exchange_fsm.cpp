@@ -246,12 +246,22 @@ action exchange_fsm::on_upstream(const upstream_event& ev, time_point now) {
         next = step::release;
         break;
     case upstream_result::timed_out:
-    case upstream_result::reset: {
+    case upstream_result::reset:
+    case upstream_result::bad_response: {
         // Outcome unknown: the effect may have happened (SPEC §2).
-        const bool timed_out = ev.kind == upstream_result::timed_out;
-        pending_answer_ =
-            timed_out ? reject(problem_code::upstream_timeout, 504, idempotency_status::none)
-                      : reject(problem_code::upstream_unavailable, 502, idempotency_status::none);
+        switch (ev.kind) {
+        case upstream_result::timed_out:
+            pending_answer_ = reject(problem_code::upstream_timeout, 504, idempotency_status::none);
+            break;
+        case upstream_result::bad_response:
+            pending_answer_ =
+                reject(problem_code::upstream_bad_response, 502, idempotency_status::none);
+            break;
+        default:
+            pending_answer_ =
+                reject(problem_code::upstream_unavailable, 502, idempotency_status::none);
+            break;
+        }
         switch (policy_.on_upstream_uncertain) {
         case config::uncertain_policy::hold:
             // Keep the lease: retries see 409 until it lapses; tell this client when.
@@ -562,6 +572,8 @@ std::string_view to_string(problem_code c) noexcept {
         return "upstream.timeout";
     case problem_code::upstream_outcome_unknown:
         return "upstream.outcome_unknown";
+    case problem_code::upstream_bad_response:
+        return "upstream.bad_response";
     }
     return "?";
 }

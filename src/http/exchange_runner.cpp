@@ -66,6 +66,8 @@ problem_code to_http(core::problem_code c) {
         return problem_code::upstream_timeout;
     case core::problem_code::upstream_outcome_unknown:
         return problem_code::upstream_outcome_unknown;
+    case core::problem_code::upstream_bad_response:
+        return problem_code::upstream_bad_response;
     }
     return problem_code::bad_request;
 }
@@ -91,6 +93,9 @@ std::string_view problem_detail(core::problem_code c) {
     case core::problem_code::upstream_outcome_unknown:
         return "the upstream may or may not have processed this request; it will not be "
                "executed again under this key";
+    case core::problem_code::upstream_bad_response:
+        return "the request was sent to the upstream, but its answer was malformed or too large; "
+               "the upstream may have processed it";
     }
     return "";
 }
@@ -140,9 +145,10 @@ core::upstream_event to_event(const upstream::forward_result& r) {
     case forward_status::timeout_after_send:
         return {core::upstream_result::timed_out, 0, 0};
     case forward_status::reset_after_send:
+        return {core::upstream_result::reset, 0, 0};
     case forward_status::response_too_large:
     case forward_status::bad_response:
-        return {core::upstream_result::reset, 0, 0};
+        return {core::upstream_result::bad_response, 0, 0};
     }
     return {core::upstream_result::reset, 0, 0};
 }
@@ -406,8 +412,14 @@ net::awaitable<std::optional<response>> drive(std::shared_ptr<exchange_state> s,
             if (a.retry_after.count() > 0) {
                 retry = static_cast<unsigned>(a.retry_after.count());
             }
+            std::string_view detail = problem_detail(a.problem);
+            if (a.problem == core::problem_code::upstream_unavailable && s->upstream_result &&
+                !upstream::nothing_sent(s->upstream_result->status)) {
+                detail = "the connection to the upstream failed after the request was sent; the "
+                         "upstream may have processed it";
+            }
             auto res = make_problem(
-                to_http(a.problem), problem_detail(a.problem), 11,
+                to_http(a.problem), detail, 11,
                 a.http_status ? std::optional<unsigned>(a.http_status) : std::nullopt, retry);
             if (a.status_header != core::idempotency_status::none) {
                 res.set("Idempotency-Status", core::to_string(a.status_header));

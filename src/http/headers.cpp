@@ -110,3 +110,61 @@ framing_error check_framing(const fields& f) {
 }
 
 } // namespace onceproxy::http
+
+namespace onceproxy::http {
+
+namespace {
+
+/// RFC 3986 host [":" port] characters: reg-name / IPv4 / IP-literal, and the port's digits.
+bool valid_host_value(std::string_view v) {
+    for (const char c : v) {
+        const auto u = static_cast<unsigned char>(c);
+        const bool ok = (u >= 'a' && u <= 'z') || (u >= 'A' && u <= 'Z') ||
+                        (u >= '0' && u <= '9') ||
+                        std::string_view("-._~%!$&'()*+,;=:[]").find(c) != std::string_view::npos;
+        if (!ok) {
+            return false;
+        }
+    }
+    return true;
+}
+
+} // namespace
+
+std::string_view refuse_request_head(const request_head& h) {
+    switch (check_framing(h)) {
+    case framing_error::none:
+        break;
+    case framing_error::content_length_and_transfer_encoding:
+    case framing_error::repeated_content_length:
+    case framing_error::bad_transfer_encoding:
+        return "ambiguous message framing (Content-Length / Transfer-Encoding)";
+    }
+    const bool has_te = h.find(bhttp::field::transfer_encoding) != h.end();
+    if (h.version() < 11 && has_te) {
+        // RFC 9112 §6.1: an HTTP/1.0 message with Transfer-Encoding has faulty framing.
+        return "Transfer-Encoding is not allowed in an HTTP/1.0 request";
+    }
+    // RFC 9112 §3.2: 400 for an HTTP/1.1 request without Host, for more than one Host line,
+    // and for an invalid Host value. HTTP/1.0 clients may omit it.
+    const auto hosts = count_lines(h, "host");
+    if (hosts > 1) {
+        return "more than one Host header";
+    }
+    if (hosts == 0 && h.version() >= 11) {
+        return "an HTTP/1.1 request needs a Host header";
+    }
+    if (hosts == 1 && !valid_host_value(h[bhttp::field::host])) {
+        return "invalid Host header value";
+    }
+    if (h.method() == bhttp::verb::trace) {
+        const auto cl = trim(h[bhttp::field::content_length]);
+        if (has_te || (!cl.empty() && cl != "0")) {
+            // RFC 9110 §9.3.8: a TRACE request carries no content.
+            return "a TRACE request must not have a body";
+        }
+    }
+    return {};
+}
+
+} // namespace onceproxy::http

@@ -48,6 +48,8 @@ problem_row row(problem_code c) noexcept {
         return {"upstream.outcome_unknown", 502, "Upstream outcome unknown"};
     case problem_code::upstream_bad_response:
         return {"upstream.bad_response", 502, "Upstream sent an unusable response"};
+    case problem_code::connection_limit:
+        return {"proxy.connection_limit", 503, "Too many connections"};
     }
     return {"internal", 500, "Internal error"};
 }

@@ -1,8 +1,10 @@
 #include "onceproxy/http/server.hpp"
 
 #include "onceproxy/http/headers.hpp"
+#include "onceproxy/http/loop_guard.hpp"
 #include "onceproxy/http/problem.hpp"
 #include "onceproxy/upstream/deadline_watch.hpp"
+#include "onceproxy/upstream/message_parser.hpp"
 #include "onceproxy/upstream/wire.hpp"
 
 #include <boost/asio/as_tuple.hpp>
@@ -71,29 +73,64 @@ struct server::impl : std::enable_shared_from_this<impl> {
     bool draining = false;
     std::list<session_entry> sessions;
 
+    /// Completion of a spawned coroutine: an exception is a bug; log it, count it, go on.
+    auto log_failure(const char* what) {
+        return [this, self = shared_from_this(), what](std::exception_ptr e) {
+            report_exception(e, what, reg.internal_errors);
+        };
+    }
+
     net::awaitable<void> accept_loop() {
         auto self = shared_from_this();
+        accept_backoff backoff;
         while (acceptor.is_open()) {
             auto [ec, sock] = co_await acceptor.async_accept(use_tuple);
             if (ec) {
                 if (ec == net::error::operation_aborted || !acceptor.is_open()) {
                     co_return;
                 }
-                // Out of descriptors or a transient error: back off instead of spinning.
-                net::steady_timer t(ioc, std::chrono::milliseconds(20));
+                // Out of descriptors or a transient error: back off instead of spinning, and
+                // go on accepting (the connection waits in the kernel's backlog meanwhile).
+                reg.accept_errors_proxy.fetch_add(1, std::memory_order_relaxed);
+                net::steady_timer t(ioc, backoff.on_error("proxy", ec));
                 co_await t.async_wait(use_tuple);
                 continue;
             }
-            net::co_spawn(ioc, session(std::move(sock)), [](std::exception_ptr e) {
-                if (e) {
-                    try {
-                        std::rethrow_exception(e);
-                    } catch (const std::exception& ex) {
-                        std::fprintf(stderr, "onceproxy: session failed: %s\n", ex.what());
-                    }
-                }
-            });
+            backoff.reset();
+            if (static_cast<std::uint64_t>(reg.open_connections.load(std::memory_order_relaxed)) >=
+                reg.connection_limit.load(std::memory_order_relaxed)) {
+                reg.connections_refused.fetch_add(1, std::memory_order_relaxed);
+                net::co_spawn(ioc, refuse(std::move(sock)), log_failure("refused connection"));
+                continue;
+            }
+            net::co_spawn(ioc, session(std::move(sock)), log_failure("session"));
         }
+    }
+
+    /// Over limits.max_connections: a 503 problem, then the connection closes. The client's
+    /// first bytes are read and dropped for a moment so the close does not reset the answer away.
+    net::awaitable<void> refuse(tcp::socket sock) {
+        upstream::deadline_watch::slot dl(watch, sock);
+        dl.expires_after(std::chrono::seconds(1));
+        auto res =
+            make_problem(problem_code::connection_limit,
+                         "the proxy is at its connection limit; retry later", 11, std::nullopt, 1u);
+        res.keep_alive(false);
+        auto [wec, wn] = co_await bhttp::async_write(sock, res, use_tuple);
+        (void)wn;
+        boost::system::error_code ignored;
+        if (!wec) {
+            sock.shutdown(tcp::socket::shutdown_send, ignored);
+            std::array<char, 4096> sink{};
+            for (int i = 0; i < 16; ++i) {
+                auto [rec, rn] = co_await sock.async_read_some(net::buffer(sink), use_tuple);
+                (void)rn;
+                if (rec) {
+                    break;
+                }
+            }
+        }
+        sock.close(ignored);
     }
 
     net::awaitable<void> send_problem_and_close(tcp::socket& stream,
@@ -105,6 +142,28 @@ struct server::impl : std::enable_shared_from_this<impl> {
         co_await bhttp::async_write(stream, res, use_tuple);
         reg.unrouted().outcomes[static_cast<std::size_t>(metrics::outcome::rejected)].fetch_add(
             1, std::memory_order_relaxed);
+    }
+
+    /// The answer to a request that could not be read (anything but the client going away).
+    net::awaitable<void> send_read_failure(tcp::socket& stream, upstream::deadline_watch::slot& dl,
+                                           const boost::system::error_code& ec,
+                                           std::string_view what) {
+        if (ec == bhttp::error::body_limit) {
+            co_await send_problem_and_close(stream, dl, problem_code::request_too_large,
+                                            "request body exceeds max_request_bytes");
+        } else if (ec == bhttp::error::header_limit) {
+            co_await send_problem_and_close(
+                stream, dl, problem_code::header_too_large,
+                "request header or trailer fields exceed max_header_bytes");
+        } else if (ec == bhttp::error::buffer_overflow) {
+            co_await send_problem_and_close(
+                stream, dl, problem_code::header_too_large,
+                "a header line, chunk-size line or trailer section is longer than "
+                "max_header_bytes allows");
+        } else {
+            co_await send_problem_and_close(stream, dl, problem_code::bad_request,
+                                            "malformed " + std::string(what) + ": " + ec.message());
+        }
     }
 
     net::awaitable<void> session(tcp::socket sock) {
@@ -131,7 +190,9 @@ struct server::impl : std::enable_shared_from_this<impl> {
         } guard{this, entry};
 
         const auto& limits = cfg->limits;
-        beast::flat_buffer buffer;
+        // Bounded: a header, a chunk-size line or a trailer section that does not fit is a
+        // read error (buffer_overflow), never unbounded memory (see message_parser.hpp).
+        beast::flat_buffer buffer(upstream::read_buffer_limit(limits.max_header_bytes));
         std::string wire_head; // serialised response head, reused for every response
         bool first = true;
         while (!draining) {
@@ -150,36 +211,22 @@ struct server::impl : std::enable_shared_from_this<impl> {
             first = false;
             ctx.received = std::chrono::steady_clock::now();
 
-            bhttp::request_parser<bhttp::string_body> parser;
+            upstream::request_parser parser;
             parser.header_limit(static_cast<std::uint32_t>(limits.max_header_bytes));
             parser.body_limit(limits.max_request_bytes);
+            parser.trailer_limit(limits.max_header_bytes);
             dl.expires_after(limits.header_timeout);
             auto [hec, hn] = co_await bhttp::async_read_header(stream, buffer, parser, use_tuple);
             (void)hn;
             if (hec) {
-                if (hec == bhttp::error::header_limit) {
-                    co_await send_problem_and_close(stream, dl, problem_code::header_too_large,
-                                                    "request header exceeds max_header_bytes");
-                } else if (hec == bhttp::error::body_limit) {
-                    co_await send_problem_and_close(stream, dl, problem_code::request_too_large,
-                                                    "request body exceeds max_request_bytes");
-                } else if (!is_disconnect(hec)) {
-                    co_await send_problem_and_close(stream, dl, problem_code::bad_request,
-                                                    "malformed request: " + hec.message());
+                if (!is_disconnect(hec)) {
+                    co_await send_read_failure(stream, dl, hec, "request");
                 }
                 break;
             }
-            if (check_framing(parser.get()) != framing_error::none) {
-                co_await send_problem_and_close(
-                    stream, dl, problem_code::bad_request,
-                    "ambiguous message framing (Content-Length / Transfer-Encoding)");
-                break;
-            }
-            if (parser.get().method() == bhttp::verb::trace &&
-                (parser.chunked() || parser.content_length().value_or(0) > 0)) {
-                // RFC 9110 §9.3.8: a TRACE request carries no content.
-                co_await send_problem_and_close(stream, dl, problem_code::bad_request,
-                                                "a TRACE request must not have a body");
+            if (const auto why = refuse_request_head(parser.get()); !why.empty()) {
+                // Refused before any of the body is read or anything is sent upstream.
+                co_await send_problem_and_close(stream, dl, problem_code::bad_request, why);
                 break;
             }
             if (!parser.is_done()) {
@@ -206,16 +253,16 @@ struct server::impl : std::enable_shared_from_this<impl> {
                 auto [bec, bn] = co_await bhttp::async_read(stream, buffer, parser, use_tuple);
                 (void)bn;
                 if (bec) {
-                    if (bec == bhttp::error::body_limit) {
-                        co_await send_problem_and_close(stream, dl, problem_code::request_too_large,
-                                                        "request body exceeds max_request_bytes");
-                    } else if (!is_disconnect(bec)) {
-                        co_await send_problem_and_close(stream, dl, problem_code::bad_request,
-                                                        "malformed request body: " + bec.message());
+                    if (!is_disconnect(bec)) {
+                        co_await send_read_failure(stream, dl, bec, "request body");
                     }
                     break;
                 }
             }
+            // Trailer fields stay in the parser: the body is forwarded re-framed with a
+            // Content-Length, which carries no trailer (RFC 9112 §7.1.2 lets a recipient that
+            // removes the chunked coding discard them), and nothing of them may reach the
+            // header the route, key, scope and fingerprint are read from (RFC 9110 §6.5.1).
             auto req = parser.release();
             const bool keep_alive = req.keep_alive();
             const bool head = req.method() == bhttp::verb::head;
@@ -262,15 +309,7 @@ unsigned short server::port() const {
 }
 
 void server::start() {
-    net::co_spawn(impl_->ioc, impl_->accept_loop(), [](std::exception_ptr e) {
-        if (e) {
-            try {
-                std::rethrow_exception(e);
-            } catch (const std::exception& ex) {
-                std::fprintf(stderr, "onceproxy: accept loop failed: %s\n", ex.what());
-            }
-        }
-    });
+    net::co_spawn(impl_->ioc, impl_->accept_loop(), impl_->log_failure("accept loop"));
 }
 
 void server::drain() {

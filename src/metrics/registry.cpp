@@ -121,6 +121,28 @@ std::string registry::render() const {
            std::to_string(upstream_errors.load(std::memory_order_relaxed)) + "\n" +
            "onceproxy_upstream_errors_total{kind=\"timeout\"} " +
            std::to_string(upstream_timeouts.load(std::memory_order_relaxed)) + "\n";
+    out += "# HELP onceproxy_connection_limit Client connections allowed at once "
+           "(limits.max_connections, lowered to fit the descriptor limit).\n"
+           "# TYPE onceproxy_connection_limit gauge\n"
+           "onceproxy_connection_limit " +
+           std::to_string(connection_limit.load(std::memory_order_relaxed)) + "\n";
+    out += "# HELP onceproxy_connections_refused_total Client connections refused with 503 "
+           "because the connection limit was reached.\n"
+           "# TYPE onceproxy_connections_refused_total counter\n"
+           "onceproxy_connections_refused_total " +
+           std::to_string(connections_refused.load(std::memory_order_relaxed)) + "\n";
+    out += "# HELP onceproxy_accept_errors_total Failed accepts (e.g. out of descriptors), by "
+           "listener; the listener backs off and goes on.\n"
+           "# TYPE onceproxy_accept_errors_total counter\n"
+           "onceproxy_accept_errors_total{listener=\"proxy\"} " +
+           std::to_string(accept_errors_proxy.load(std::memory_order_relaxed)) + "\n" +
+           "onceproxy_accept_errors_total{listener=\"admin\"} " +
+           std::to_string(accept_errors_admin.load(std::memory_order_relaxed)) + "\n";
+    out += "# HELP onceproxy_internal_errors_total Exceptions caught in an event loop or a "
+           "connection (logged; the worker goes on serving).\n"
+           "# TYPE onceproxy_internal_errors_total counter\n"
+           "onceproxy_internal_errors_total " +
+           std::to_string(internal_errors.load(std::memory_order_relaxed)) + "\n";
     return out;
 }
 

@@ -1,5 +1,6 @@
 #include "onceproxy/upstream/forwarder.hpp"
 
+#include "onceproxy/upstream/message_parser.hpp"
 #include "onceproxy/upstream/wire.hpp"
 
 #include <boost/asio/as_tuple.hpp>
@@ -31,13 +32,14 @@ using clock = std::chrono::steady_clock;
 namespace {
 
 constexpr auto use_tuple = net::as_tuple(net::use_awaitable);
-constexpr std::size_t response_header_limit = 64 * 1024;
 
 struct connection {
     connection(net::any_io_executor ex, deadline_watch& watch)
-        : sock(std::move(ex)), dl(watch, sock) {}
+        : sock(std::move(ex)), dl(watch, sock), buffer(read_buffer_limit(max_header_section)) {}
     tcp::socket sock;
     deadline_watch::slot dl; ///< connect, write and read deadlines
+    /// Bounded like the client side: an over-long header, chunk line or trailer section from
+    /// the upstream is a parse error (bad_response), not unbounded memory or a throw.
     beast::flat_buffer buffer;
     clock::time_point idle_since{};
     std::string head; ///< the serialised request head being written
@@ -208,8 +210,9 @@ net::awaitable<forward_result> forwarder::async_forward(std::size_t upstream_ind
                                      {}};
         }
         for (;;) {
-            http::response_parser<http::string_body> parser;
-            parser.header_limit(response_header_limit);
+            response_parser parser;
+            parser.header_limit(static_cast<std::uint32_t>(max_header_section));
+            parser.trailer_limit(max_header_section);
             parser.body_limit(impl_->cfg->limits.max_response_bytes);
             parser.skip(head);
             auto [rec, n] = co_await http::async_read(c.sock, c.buffer, parser, use_tuple);
@@ -234,6 +237,8 @@ net::awaitable<forward_result> forwarder::async_forward(std::size_t upstream_ind
                 continue; // interim response (RFC 9110 §15.2): the final one follows
             }
             const bool reusable = parser.keep_alive() && !parser.need_eof();
+            // Trailer fields stay behind in the parser: the client gets the body re-framed with
+            // a Content-Length, which carries none (RFC 9112 §7.1.2).
             forward_result out{forward_status::ok, parser.release()};
             impl_->give_back(p, std::move(a.conn), reusable);
             co_return out;

@@ -90,6 +90,8 @@ void request_facts::clear() {
     body_size.reset();
     binary = false;
     chunked = false;
+    trailer_bytes = 0;
+    malformed = false;
     extra_headers.clear();
 }
 
@@ -163,6 +165,12 @@ void request_reader::on_field_impl(http::field name, boost::beast::string_view n
             f.binary = value == "1";
         } else if (which == "chunked") {
             f.chunked = value == "1";
+        } else if (which == "trailer-bytes") {
+            f.bad_test_header |= !parse_u64(value, n) || n > (std::uint64_t{64} << 20);
+            f.trailer_bytes = n;
+            f.chunked = true;
+        } else if (which == "malformed") {
+            f.malformed = value == "1";
         } else if (which == "header") {
             auto const colon = value.find(':');
             std::string_view const hname = trim(value.substr(0, colon));

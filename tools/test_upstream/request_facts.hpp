@@ -47,7 +47,9 @@ struct request_facts {
     std::optional<std::uint64_t> body_size;
     bool binary = false;
     bool chunked = false;
-    std::string extra_headers; // "Name: value\r\n" lines from X-Test-Header
+    std::uint64_t trailer_bytes = 0; // chunked: end with a trailer field of this many bytes
+    bool malformed = false;          // answer with bytes that are not an HTTP response
+    std::string extra_headers;       // "Name: value\r\n" lines from X-Test-Header
 
     void clear();
 };

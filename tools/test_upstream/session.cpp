@@ -194,19 +194,25 @@ net::awaitable<bool> write_reply(tcp::socket& socket, reply const& r, request_fa
         body = {};
     std::array<char, 24> chunk_size{};
     std::size_t chunk_size_len = 0;
-    std::string_view trailer;
+    std::string trailer;
     if (r.chunked && status_allows_body(r.status) && !r.head_request) {
-        // The whole body as one chunk, then the last chunk (RFC 9112 §7.1).
+        // The whole body as one chunk, then the last chunk (RFC 9112 §7.1) and, on request, a
+        // trailer field of X-Test-Trailer-Bytes bytes.
         if (!body.empty()) {
             auto const res =
                 std::to_chars(chunk_size.data(), chunk_size.data() + 20, body.size(), 16);
             chunk_size_len = static_cast<std::size_t>(res.ptr - chunk_size.data());
             chunk_size[chunk_size_len++] = '\r';
             chunk_size[chunk_size_len++] = '\n';
-            trailer = "\r\n0\r\n\r\n";
-        } else {
-            trailer = "0\r\n\r\n";
+            trailer = "\r\n";
         }
+        trailer += "0\r\n";
+        if (f.trailer_bytes > 0) {
+            trailer += "X-Test-Trailer: ";
+            trailer.append(f.trailer_bytes, 't');
+            trailer += "\r\n";
+        }
+        trailer += "\r\n";
     }
     std::array<net::const_buffer, 4> const buffers{
         net::buffer(head), net::buffer(chunk_size.data(), chunk_size_len),
@@ -365,6 +371,13 @@ net::awaitable<void> serve(tcp::socket& socket, execution_counts& counts) {
             append_number(execution_id, seq);
 
             if (facts.drop) {
+                close_socket(socket);
+                co_return;
+            }
+            if (facts.malformed) {
+                static constexpr std::string_view garbage = "HTTP/1.1 2x0 nonsense\r\n\r\n";
+                co_await net::async_write(socket, net::buffer(garbage.data(), garbage.size()),
+                                          use_tuple);
                 close_socket(socket);
                 co_return;
             }

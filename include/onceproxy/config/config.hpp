@@ -37,8 +37,14 @@ struct admin_config {
 };
 
 struct limits_config {
+    /// Upper bound of max_header_bytes: below the 64 KiB a single header field can take.
+    static constexpr std::size_t max_header_bytes_cap = 60 * 1024;
+
     std::size_t max_request_bytes = 1024 * 1024;
-    std::size_t max_header_bytes = 16 * 1024;
+    std::size_t max_header_bytes = 16 * 1024; ///< request header; also bounds trailers
+    /// Client connections open at once, all workers together; above it a new connection gets
+    /// 503 and is closed. Lowered at start-up to what the descriptor limit allows.
+    std::size_t max_connections = 10'000;
     std::size_t max_response_bytes = 64 * 1024 * 1024; ///< upstream responses are buffered
     duration header_timeout{10'000};
     duration idle_timeout{60'000};

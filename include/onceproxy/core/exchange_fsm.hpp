@@ -82,15 +82,16 @@ enum class action_kind {
 
 /// Stable problem codes of the errors the exchange produces (SPEC §3.2).
 enum class problem_code {
-    missing_key,             ///< 400 idempotency.missing_key
-    invalid_key,             ///< 400 idempotency.invalid_key
-    payload_mismatch,        ///< 422 or 409 idempotency.payload_mismatch
-    in_progress,             ///< 409 idempotency.in_progress, Retry-After
-    store_unavailable,       ///< 503 idempotency.store_unavailable, Retry-After
-    response_not_replayable, ///< 409 idempotency.response_not_replayable
-    upstream_unavailable,    ///< 502 upstream.unavailable
-    upstream_timeout,        ///< 504 upstream.timeout
-    upstream_outcome_unknown ///< 502 upstream.outcome_unknown (recorded under `fail`)
+    missing_key,              ///< 400 idempotency.missing_key
+    invalid_key,              ///< 400 idempotency.invalid_key
+    payload_mismatch,         ///< 422 or 409 idempotency.payload_mismatch
+    in_progress,              ///< 409 idempotency.in_progress, Retry-After
+    store_unavailable,        ///< 503 idempotency.store_unavailable, Retry-After
+    response_not_replayable,  ///< 409 idempotency.response_not_replayable
+    upstream_unavailable,     ///< 502 upstream.unavailable
+    upstream_timeout,         ///< 504 upstream.timeout
+    upstream_outcome_unknown, ///< 502 upstream.outcome_unknown (recorded under `fail`)
+    upstream_bad_response,    ///< 502 upstream.bad_response: sent, but the answer was unusable
 };
 
 /// The Idempotency-Status header of a respond or reject.
@@ -162,10 +163,11 @@ enum class fence_event {
 
 /// How the upstream call ended.
 enum class upstream_result {
-    response,  ///< a complete response arrived (`status`, `body_bytes`)
-    not_sent,  ///< failed before anything was sent (connect failure): certainly no effect
-    timed_out, ///< outcome unknown: the request was sent, no complete response in time
-    reset,     ///< outcome unknown: the request was sent, the connection broke before a response
+    response,     ///< a complete response arrived (`status`, `body_bytes`)
+    not_sent,     ///< failed before anything was sent (connect failure): certainly no effect
+    timed_out,    ///< outcome unknown: the request was sent, no complete response in time
+    reset,        ///< outcome unknown: the request was sent, the connection broke before a response
+    bad_response, ///< outcome unknown: the request was sent, the answer was unusable (malformed)
 };
 
 struct upstream_event {

@@ -29,6 +29,13 @@ enum class framing_error {
 /// Checks the framing headers of a request header block.
 framing_error check_framing(const fields& f);
 
+using request_head = boost::beast::http::request_header<fields>;
+
+/// Why a request head must be refused with 400 before its body is read or anything is sent
+/// upstream (empty: acceptable): ambiguous framing (check_framing), Transfer-Encoding on
+/// HTTP/1.0, a missing (HTTP/1.1), repeated or invalid Host, a TRACE with a body.
+std::string_view refuse_request_head(const request_head& h);
+
 /// Number of header lines named `name` (case-insensitive).
 std::size_t count_lines(const fields& f, std::string_view name);
 

@@ -29,6 +29,7 @@ enum class problem_code {
     upstream_timeout,         ///< 504 upstream.timeout
     upstream_outcome_unknown, ///< 502 upstream.outcome_unknown (recorded on `fail` routes)
     upstream_bad_response,    ///< 502 upstream.bad_response (response too large or unparsable)
+    connection_limit,         ///< 503 proxy.connection_limit (limits.max_connections reached)
 };
 
 /// "idempotency.missing_key" etc.

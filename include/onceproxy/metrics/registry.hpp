@@ -71,6 +71,11 @@ public:
     std::atomic<std::uint64_t> store_errors{0};
     std::atomic<std::uint64_t> upstream_errors{0};
     std::atomic<std::uint64_t> upstream_timeouts{0};
+    std::atomic<std::uint64_t> connection_limit{0};    ///< effective limits.max_connections
+    std::atomic<std::uint64_t> connections_refused{0}; ///< over the limit: 503 and closed
+    std::atomic<std::uint64_t> accept_errors_proxy{0}; ///< accept() failures, proxy listener
+    std::atomic<std::uint64_t> accept_errors_admin{0}; ///< accept() failures, admin listener
+    std::atomic<std::uint64_t> internal_errors{0};     ///< exceptions caught in an event loop
 
     /// Prometheus text exposition format 0.0.4.
     std::string render() const;

@@ -606,6 +606,14 @@ TEST_CASE("exchange_fsm: outcome unknown with hold keeps the lease") {
         CHECK(x.fsm.on_responded(x.now()).kind == action_kind::done);
         check_done(x, exchange_outcome::held);
     }
+    SUBCASE("malformed answer after sending: 502 upstream.bad_response, still held") {
+        // The request reached the upstream: the answer says so rather than "unreachable".
+        x.advance(1s);
+        action a = x.fsm.on_upstream(uncertain(upstream_result::bad_response), x.now());
+        check_reject(a, problem_code::upstream_bad_response, 502, 29s);
+        CHECK(x.fsm.on_responded(x.now()).kind == action_kind::done);
+        check_done(x, exchange_outcome::held);
+    }
 }
 
 TEST_CASE("exchange_fsm: outcome unknown with release frees the key") {
@@ -626,7 +634,8 @@ TEST_CASE("exchange_fsm: outcome unknown with fail records the 502 problem") {
     p.on_upstream_uncertain = uncertain_policy::fail;
     exchange x(p);
     x.start_and_acquire();
-    for (auto kind : {upstream_result::timed_out, upstream_result::reset}) {
+    for (auto kind :
+         {upstream_result::timed_out, upstream_result::reset, upstream_result::bad_response}) {
         CAPTURE(static_cast<int>(kind));
         exchange y(p);
         y.start_and_acquire();

@@ -36,6 +36,7 @@ constexpr expected_row table[] = {
     {problem_code::upstream_timeout, "upstream.timeout", 504},
     {problem_code::upstream_outcome_unknown, "upstream.outcome_unknown", 502},
     {problem_code::upstream_bad_response, "upstream.bad_response", 502},
+    {problem_code::connection_limit, "proxy.connection_limit", 503},
 };
 
 } // namespace

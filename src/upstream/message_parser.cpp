@@ -1,0 +1,144 @@
+#include "onceproxy/upstream/message_parser.hpp"
+
+#include <boost/beast/http/error.hpp>
+
+#include <limits>
+#include <new>
+
+namespace onceproxy::upstream {
+
+namespace bhttp = boost::beast::http;
+
+namespace {
+
+/// What Beast's `fields` can store without throwing (16-bit offsets, name and value each plus
+/// their separators).
+constexpr std::size_t max_field_part = std::numeric_limits<std::uint16_t>::max() - 2;
+
+/// The body buffer reserved up front for a Content-Length: capped, so a peer announcing a large
+/// body it never sends costs no memory (the body still grows to its limit as bytes arrive).
+constexpr std::size_t max_reserve = 1024 * 1024;
+
+} // namespace
+
+template <bool isRequest>
+void message_parser<isRequest>::on_request_impl(bhttp::verb method, string_view method_str,
+                                                string_view target, int version, error_code& ec) {
+    if constexpr (isRequest) {
+        if (target.size() > max_field_part || method_str.size() > max_field_part) {
+            ec = bhttp::error::header_limit;
+            return;
+        }
+        m_.target(target);
+        if (method != bhttp::verb::unknown) {
+            m_.method(method);
+        } else {
+            m_.method_string(method_str);
+        }
+        m_.version(static_cast<unsigned>(version));
+    } else {
+        (void)method;
+        (void)method_str;
+        (void)target;
+        (void)version;
+        (void)ec;
+    }
+}
+
+template <bool isRequest>
+void message_parser<isRequest>::on_response_impl(int code, string_view reason, int version,
+                                                 error_code& ec) {
+    if constexpr (!isRequest) {
+        if (reason.size() > max_field_part) {
+            ec = bhttp::error::header_limit;
+            return;
+        }
+        m_.result(static_cast<unsigned>(code));
+        m_.reason(reason);
+        m_.version(static_cast<unsigned>(version));
+    } else {
+        (void)code;
+        (void)reason;
+        (void)version;
+        (void)ec;
+    }
+}
+
+template <bool isRequest>
+void message_parser<isRequest>::on_field_impl(bhttp::field name, string_view name_string,
+                                              string_view value, error_code& ec) {
+    if (name_string.size() > max_field_part || value.size() > max_field_part) {
+        ec = bhttp::error::header_limit; // `fields` would throw; refuse instead
+        return;
+    }
+    if (!header_done_) {
+        m_.insert(name, name_string, value);
+        return;
+    }
+    // A trailer field: kept apart from the header, within its own budget.
+    trailer_bytes_ += name_string.size() + value.size() + 4;
+    if (trailer_bytes_ > trailer_limit_) {
+        ec = bhttp::error::header_limit;
+        return;
+    }
+    trailers_.insert(name, name_string, value);
+}
+
+template <bool isRequest>
+void message_parser<isRequest>::on_header_impl(error_code& ec) {
+    ec = {};
+    header_done_ = true;
+}
+
+template <bool isRequest>
+void message_parser<isRequest>::on_body_init_impl(
+    const boost::optional<std::uint64_t>& content_length, error_code& ec) {
+    ec = {};
+    auto& body = m_.body();
+    body.clear();
+    if (content_length) {
+        try {
+            body.reserve(
+                static_cast<std::size_t>(std::min<std::uint64_t>(*content_length, max_reserve)));
+        } catch (const std::bad_alloc&) {
+            ec = bhttp::error::bad_alloc;
+        }
+    }
+}
+
+template <bool isRequest>
+std::size_t message_parser<isRequest>::on_body_impl(string_view data, error_code& ec) {
+    try {
+        m_.body().append(data.data(), data.size());
+    } catch (const std::bad_alloc&) {
+        ec = bhttp::error::bad_alloc;
+        return 0;
+    }
+    return data.size();
+}
+
+template <bool isRequest>
+void message_parser<isRequest>::on_chunk_header_impl(std::uint64_t, string_view extensions,
+                                                     error_code& ec) {
+    // Extensions have no meaning to the proxy and are not forwarded (the body is re-framed);
+    // a bound keeps a peer from making every chunk line arbitrarily long.
+    if (extensions.size() > max_chunk_extension) {
+        ec = bhttp::error::bad_chunk_extension;
+    }
+}
+
+template <bool isRequest>
+std::size_t message_parser<isRequest>::on_chunk_body_impl(std::uint64_t, string_view data,
+                                                          error_code& ec) {
+    return on_body_impl(data, ec);
+}
+
+template <bool isRequest>
+void message_parser<isRequest>::on_finish_impl(error_code& ec) {
+    ec = {};
+}
+
+template class message_parser<true>;
+template class message_parser<false>;
+
+} // namespace onceproxy::upstream
