@@ -114,7 +114,7 @@ void upstream_process::reset() const {
 }
 
 proxy_process::proxy_process(const std::string& yaml, unsigned short upstream_port,
-                             const substitutions& extra) {
+                             const substitutions& extra, const std::vector<std::string>& launcher) {
     std::string text = yaml;
     replace_all(text, "{UPSTREAM_PORT}", std::to_string(upstream_port));
     for (const auto& [from, to] : extra) {
@@ -122,8 +122,9 @@ proxy_process::proxy_process(const std::string& yaml, unsigned short upstream_po
     }
     config_file = dir.write("config.yaml", text);
     const auto port_file = dir.file("ports");
-    proc = process({ONCEPROXY_BIN, "--config", config_file, "--port-file", port_file},
-                   dir.file("proxy.log"));
+    std::vector<std::string> argv = launcher;
+    argv.insert(argv.end(), {ONCEPROXY_BIN, "--config", config_file, "--port-file", port_file});
+    proc = process(std::move(argv), dir.file("proxy.log"));
     const auto ports = wait_for_port_file(proc, port_file);
     if (ports.empty()) {
         fail_start("onceproxy (config:\n" + text + ")", proc);

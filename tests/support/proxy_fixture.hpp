@@ -51,8 +51,10 @@ struct proxy_process {
     /// `extra` pair applied in order) and starts onceproxy. Waits for the port file (bounded by
     /// start_timeout); throws std::runtime_error with the log when the proxy exits or stays
     /// silent.
+    /// `launcher`: words put before the binary, e.g. {"prlimit", "--nofile=128", "--"}.
     explicit proxy_process(const std::string& yaml, unsigned short upstream_port = 0,
-                           const substitutions& extra = {});
+                           const substitutions& extra = {},
+                           const std::vector<std::string>& launcher = {});
 
     /// SIGTERM, then waits up to `timeout`; returns the exit status (-1: still running).
     int terminate(std::chrono::milliseconds timeout = std::chrono::seconds(10));

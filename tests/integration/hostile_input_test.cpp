@@ -1,0 +1,386 @@
+// Input an attacker or a broken peer sends, against the real onceproxy binary (memory store) and
+// the real test upstream over loopback sockets. Every case checks what a user would see: the
+// answer to the hostile request, that the process is still serving, and that a response recorded
+// before the attack still replays (a crashed process would have forgotten it, and a retry of an
+// already executed request would then execute a second time).
+
+#include "support/http_client.hpp"
+#include "support/problem_check.hpp"
+#include "support/process.hpp"
+#include "support/proxy_fixture.hpp"
+
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+using namespace onceproxy::test;
+using namespace std::chrono_literals;
+
+namespace {
+
+const char* const guarded_routes = R"(  - name: payments
+    match: { prefix: /v1/payments }
+    upstream: app
+    idempotency: { mode: required, lease: 3s }
+)";
+
+/// A test upstream and a proxy with a guarded /v1/payments route and a plain catch-all.
+struct proxied {
+    upstream_process upstream;
+    proxy_process proxy;
+    explicit proxied(proxy_config c = {}) : upstream(), proxy(with_routes(c), upstream.port) {}
+
+    static std::string with_routes(proxy_config& c) {
+        c.routes = guarded_routes + c.routes;
+        c.upstream_settings.push_back("timeout: 2s");
+        return c.yaml();
+    }
+
+    /// POST /v1/payments with `key` on a fresh connection.
+    http_response pay(const std::string& key, const header_list& extra = {}) const {
+        header_list h{{"Idempotency-Key", key}, {"Content-Type", "application/json"}};
+        h.insert(h.end(), extra.begin(), extra.end());
+        return fetch(proxy.port, "POST", "/v1/payments", h, R"({"amount":1000})");
+    }
+
+    /// Records a payment under `key` and returns its execution id.
+    std::string record(const std::string& key) const {
+        const auto r = pay(key);
+        REQUIRE(r.status == 200);
+        REQUIRE(r.header("Idempotency-Status") == "stored");
+        return json_member(r.body, "execution_id");
+    }
+
+    /// The process is alive, serves a plain request, and the payment recorded under `key`
+    /// (execution `id`) replays without a second execution.
+    void check_still_serving(const std::string& key, const std::string& id) {
+        REQUIRE(proxy.proc.running());
+        CHECK(fetch(proxy.port, "GET", "/alive").status == 200);
+        const auto again = pay(key);
+        CHECK(again.status == 200);
+        CHECK(again.header("Idempotency-Status") == "replayed");
+        CHECK(json_member(again.body, "execution_id") == id);
+        CHECK(upstream.count(key) == 1);
+    }
+};
+
+/// Sends raw bytes on a fresh connection and reads one response (nullopt: closed, no answer).
+std::optional<http_response> exchange_raw(unsigned short port, const std::string& bytes,
+                                          bool* closed_after = nullptr) {
+    http_client c(port);
+    c.send_raw(bytes);
+    auto r = c.read_response(10s);
+    if (closed_after != nullptr) {
+        *closed_after = c.wait_closed(5s);
+    }
+    return r;
+}
+
+/// A chunked request with body "hello" and `trailer` (CRLF-terminated field lines).
+std::string chunked_with_trailer(const std::string& method, const std::string& target,
+                                 const std::string& headers, const std::string& trailer) {
+    return method + " " + target + " HTTP/1.1\r\nHost: x\r\n" + headers +
+           "Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n" + trailer + "\r\n";
+}
+
+/// The counter or gauge line `name` (with labels) of a /metrics text, as a number (-1: absent).
+long long metric(const std::string& text, const std::string& series) {
+    const auto pos = text.find("\n" + series + " ");
+    if (pos == std::string::npos) {
+        return -1;
+    }
+    return std::stoll(text.substr(pos + series.size() + 2));
+}
+
+} // namespace
+
+TEST_SUITE("hostile input") {
+
+    TEST_CASE("a 65,534-byte trailer field gets 431 and the process keeps its records") {
+        proxied p;
+        const auto id = p.record("trailer-crash-1");
+        const std::string big(65'534, 'a');
+        bool closed = false;
+        // The exact request of the report, on the plain route...
+        auto r = exchange_raw(p.proxy.port,
+                              chunked_with_trailer("GET", "/", "", "X: " + big + "\r\n"), &closed);
+        REQUIRE(r);
+        check_problem(*r, 431, "request.header_too_large");
+        CHECK(closed);
+        // ... and on the guarded route.
+        r = exchange_raw(p.proxy.port, chunked_with_trailer("POST", "/v1/payments",
+                                                            "Idempotency-Key: trailer-crash-2\r\n",
+                                                            "X: " + big + "\r\n"));
+        REQUIRE(r);
+        check_problem(*r, 431, "request.header_too_large");
+        CHECK(p.upstream.count("trailer-crash-2") == 0);
+        p.check_still_serving("trailer-crash-1", id);
+    }
+
+    TEST_CASE("the same request on the admin port is refused; probes keep answering") {
+        proxied p;
+        const auto id = p.record("trailer-admin-1");
+        const std::string big(65'534, 'a');
+        const auto r = exchange_raw(
+            p.proxy.admin_port, chunked_with_trailer("GET", "/healthz", "", "X: " + big + "\r\n"));
+        // No answer is owed on the admin port, but the process must survive it.
+        (void)r;
+        REQUIRE(p.proxy.proc.running());
+        CHECK(p.proxy.admin("/healthz").status == 200);
+        CHECK(p.proxy.admin("/readyz").status == 200);
+        p.check_still_serving("trailer-admin-1", id);
+    }
+
+    TEST_CASE("an upstream response with a 70,000-byte trailer is a 502, not a crash") {
+        proxied p;
+        const auto id = p.record("upstream-trailer-1");
+        // Plain route: the upstream answered something the proxy will not pass on.
+        auto r = fetch(p.proxy.port, "GET", "/big-trailer", {{"X-Test-Trailer-Bytes", "70000"}});
+        check_problem(r, 502, "upstream.bad_response");
+        // Guarded route: the request was sent, so the key is held, not released.
+        r = p.pay("upstream-trailer-2", {{"X-Test-Trailer-Bytes", "70000"}});
+        check_problem(r, 502, "upstream.bad_response");
+        CHECK(json_member(r.body, "detail").find("was sent") != std::string::npos);
+        CHECK(p.upstream.count("upstream-trailer-2") == 1);
+        const auto retry = p.pay("upstream-trailer-2", {{"X-Test-Trailer-Bytes", "70000"}});
+        check_problem(retry, 409, "idempotency.in_progress");
+        CHECK(p.upstream.count("upstream-trailer-2") == 1);
+        p.check_still_serving("upstream-trailer-1", id);
+    }
+
+    TEST_CASE("a small upstream trailer is not turned into a response header") {
+        proxied p;
+        const auto r =
+            fetch(p.proxy.port, "GET", "/small-trailer", {{"X-Test-Trailer-Bytes", "10"}});
+        CHECK(r.status == 200);
+        CHECK_FALSE(r.has_header("X-Test-Trailer"));
+        CHECK(json_member(r.body, "path") == "/small-trailer");
+    }
+
+    TEST_CASE("max_header_bytes above 60KiB is a config error with its position") {
+        temp_dir dir;
+        proxy_config c;
+        c.upstream_port = 9;
+        c.limits.push_back("max_header_bytes: 64KiB");
+        const auto file = dir.write("big-header.yaml", c.yaml());
+        process check({ONCEPROXY_BIN, "--check-config", file}, dir.file("out.log"));
+        const int status = check.wait(20s);
+        CHECK(status != 0);
+        const auto log = check.log();
+        INFO(log);
+        CHECK(log.find("big-header.yaml:") != std::string::npos);
+        CHECK(log.find("max_header_bytes") != std::string::npos);
+        CHECK(log.find("at most 60KiB") != std::string::npos);
+    }
+
+    TEST_CASE("at the 60KiB cap a 65,534-byte header is refused with 431") {
+        proxy_config c;
+        c.limits.push_back("max_header_bytes: 60KiB");
+        proxied p(c);
+        const auto id = p.record("header-cap-1");
+        bool closed = false;
+        const auto r = exchange_raw(
+            p.proxy.port,
+            "GET / HTTP/1.1\r\nHost: x\r\nX: " + std::string(65'534, 'a') + "\r\n\r\n", &closed);
+        REQUIRE(r);
+        check_problem(*r, 431, "request.header_too_large");
+        CHECK(closed);
+        // A header just under the cap still passes.
+        const auto ok = fetch(p.proxy.port, "GET", "/ok", {{"X-Big", std::string(50'000, 'b')}});
+        CHECK(ok.status == 200);
+        p.check_still_serving("header-cap-1", id);
+    }
+
+    TEST_CASE("megabytes of small trailer fields are refused, not buffered") {
+        proxied p;
+        std::string trailer;
+        for (int i = 0; i < 2000; ++i) {
+            trailer += "X-T" + std::to_string(i) + ": " + std::string(1000, 'v') + "\r\n";
+        }
+        bool closed = false;
+        const auto r =
+            exchange_raw(p.proxy.port, chunked_with_trailer("POST", "/", "", trailer), &closed);
+        REQUIRE(r);
+        check_problem(*r, 431, "request.header_too_large");
+        CHECK(closed);
+        CHECK(p.upstream.total() == 0);
+    }
+
+    TEST_CASE("an over-long chunk extension is refused") {
+        proxied p;
+        const std::string req = "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+                                "5;ext=" +
+                                std::string(8000, 'e') + "\r\nhello\r\n0\r\n\r\n";
+        const auto r = exchange_raw(p.proxy.port, req);
+        REQUIRE(r);
+        check_problem(*r, 400, "request.malformed");
+        CHECK(p.upstream.total() == 0);
+    }
+
+    TEST_CASE("trailer fields never act as headers") {
+        proxied p;
+        SUBCASE("an Idempotency-Key sent as a trailer is no key") {
+            const auto r = exchange_raw(p.proxy.port,
+                                        chunked_with_trailer("POST", "/v1/payments",
+                                                             "Content-Type: application/json\r\n",
+                                                             "Idempotency-Key: late-key\r\n"));
+            REQUIRE(r);
+            check_problem(*r, 400, "idempotency.missing_key");
+            CHECK(p.upstream.total() == 0);
+        }
+        SUBCASE("trailers are not forwarded as headers on a plain route") {
+            const auto r = exchange_raw(
+                p.proxy.port, chunked_with_trailer("POST", "/plain", "",
+                                                   "Idempotency-Key: smuggled\r\n"
+                                                   "X-Forwarded-For: 6.6.6.6\r\nHost: evil\r\n"));
+            REQUIRE(r);
+            CHECK(r->status == 200);
+            CHECK(json_member(r->body, "key") == "null");
+            CHECK(json_member(r->body, "body_bytes") == "5");
+            CHECK(r->header("X-Echo-Forwarded-For") == "127.0.0.1");
+        }
+    }
+
+    TEST_CASE("Host: missing on HTTP/1.1 or repeated gets 400; HTTP/1.0 may omit it") {
+        proxied p;
+        bool closed = false;
+        auto r = exchange_raw(p.proxy.port, "GET /no-host HTTP/1.1\r\n\r\n", &closed);
+        REQUIRE(r);
+        check_problem(*r, 400, "request.malformed");
+        CHECK(closed);
+        r = exchange_raw(p.proxy.port, "GET /two-hosts HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n");
+        REQUIRE(r);
+        check_problem(*r, 400, "request.malformed");
+        r = exchange_raw(p.proxy.port, "GET /bad-host HTTP/1.1\r\nHost: a b/c\r\n\r\n");
+        REQUIRE(r);
+        check_problem(*r, 400, "request.malformed");
+        CHECK(p.upstream.total() == 0);
+        r = exchange_raw(p.proxy.port, "GET /http10 HTTP/1.0\r\n\r\n");
+        REQUIRE(r);
+        CHECK(r->status == 200);
+        CHECK(json_member(r->body, "path") == "/http10");
+    }
+
+    TEST_CASE("Transfer-Encoding on an HTTP/1.0 request is refused before anything is sent") {
+        proxied p;
+        bool closed = false;
+        const auto r =
+            exchange_raw(p.proxy.port,
+                         "POST / HTTP/1.0\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+                         "5\r\nhello\r\n0\r\n\r\n",
+                         &closed);
+        REQUIRE(r);
+        check_problem(*r, 400, "request.malformed");
+        CHECK(closed);
+        CHECK(p.upstream.total() == 0);
+    }
+
+    TEST_CASE("a malformed upstream answer says the request was sent") {
+        proxied p;
+        auto r = p.pay("malformed-1", {{"X-Test-Malformed", "1"}});
+        check_problem(r, 502, "upstream.bad_response");
+        CHECK(json_member(r.body, "detail").find("was sent") != std::string::npos);
+        CHECK(p.upstream.count("malformed-1") == 1);
+        // Outcome unknown under the default `hold`: no second execution while the lease runs.
+        r = p.pay("malformed-1", {{"X-Test-Malformed", "1"}});
+        check_problem(r, 409, "idempotency.in_progress");
+        CHECK(p.upstream.count("malformed-1") == 1);
+        r = fetch(p.proxy.port, "GET", "/plain-malformed", {{"X-Test-Malformed", "1"}});
+        check_problem(r, 502, "upstream.bad_response");
+    }
+
+    TEST_CASE("above limits.max_connections a new connection gets 503 and is closed") {
+        proxy_config c;
+        c.limits.push_back("max_connections: 4");
+        proxied p(c);
+        std::vector<std::unique_ptr<http_client>> held;
+        for (int i = 0; i < 4; ++i) {
+            held.push_back(std::make_unique<http_client>(p.proxy.port));
+            CHECK(held.back()->request("GET", "/held").status == 200);
+        }
+        {
+            http_client extra(p.proxy.port);
+            extra.send_raw(make_request("GET", "/one-too-many"));
+            const auto r = extra.read_response(5s);
+            REQUIRE(r);
+            check_problem(*r, 503, "proxy.connection_limit");
+            CHECK(r->header("Retry-After") == "1");
+            CHECK(extra.wait_closed(5s));
+        }
+        // The held connections keep working; once one closes there is room again.
+        CHECK(held.front()->request("GET", "/still-held").status == 200);
+        held.pop_back();
+        bool served = false;
+        for (int i = 0; i < 50 && !served; ++i) {
+            http_client again(p.proxy.port);
+            again.send_raw(make_request("GET", "/room-again"));
+            const auto r = again.read_response(5s);
+            served = r && r->status == 200;
+            if (!served) {
+                std::this_thread::sleep_for(20ms);
+            }
+        }
+        CHECK(served);
+        const auto text = p.proxy.admin("/metrics").body;
+        CHECK(metric(text, "onceproxy_connection_limit") == 4);
+        CHECK(metric(text, "onceproxy_connections_refused_total") >= 1);
+    }
+
+    TEST_CASE("out of descriptors: the admin listener recovers and the client cap protects it") {
+        upstream_process upstream;
+        proxy_config c;
+        proxy_process proxy(proxied::with_routes(c), upstream.port, {},
+                            {"/usr/bin/prlimit", "--nofile=128:128", "--"});
+        auto text = proxy.admin("/metrics").body;
+        const auto limit = metric(text, "onceproxy_connection_limit");
+        INFO("connection limit " << limit);
+        CHECK(limit > 0);
+        CHECK(limit < 64); // lowered from 10000 to fit 128 descriptors
+
+        // A flood on the proxy port: connections above the cap are refused, never accepted
+        // into descriptor exhaustion; the probes keep answering meanwhile.
+        {
+            std::vector<std::unique_ptr<http_client>> flood;
+            for (int i = 0; i < 150; ++i) {
+                flood.push_back(std::make_unique<http_client>(proxy.port));
+            }
+            std::this_thread::sleep_for(300ms);
+            CHECK(proxy.admin("/healthz").status == 200);
+            text = proxy.admin("/metrics").body;
+            CHECK(metric(text, "onceproxy_connections_refused_total") > 0);
+        }
+
+        // A flood on the admin port itself exhausts the descriptors: accept fails (EMFILE).
+        // Once the flood goes away, the admin listener must answer again.
+        {
+            std::vector<std::unique_ptr<http_client>> flood;
+            for (int i = 0; i < 200; ++i) {
+                flood.push_back(std::make_unique<http_client>(proxy.admin_port));
+            }
+            std::this_thread::sleep_for(500ms);
+        }
+        bool healthy = false;
+        for (int i = 0; i < 100 && !healthy; ++i) {
+            try {
+                http_client probe(proxy.admin_port);
+                probe.send_raw(make_request("GET", "/healthz"));
+                const auto r = probe.read_response(2s);
+                healthy = r && r->status == 200;
+            } catch (const std::exception&) {
+            }
+            if (!healthy) {
+                std::this_thread::sleep_for(50ms);
+            }
+        }
+        CHECK(healthy);
+        text = proxy.admin("/metrics").body;
+        CHECK(metric(text, "onceproxy_accept_errors_total{listener=\"admin\"}") > 0);
+        CHECK(proxy.proc.running());
+        // And the proxy port serves again.
+        CHECK(fetch(proxy.port, "GET", "/after-flood").status == 200);
+    }
+}
