@@ -1031,6 +1031,39 @@ TEST_SUITE("idempotency") {
         CHECK(s.upstream.count(key) == 2);
     }
 
+    // Issue "headers nominated by Connection": a client cannot make the proxy drop the key or
+    // the principal by naming them in Connection (RFC 9110 §7.6.1 lets a proxy keep them).
+
+    TEST_CASE("Connection: Idempotency-Key, Authorization keeps the key and the scope") {
+        auto& s = shared();
+        const auto key = unique_key("conn-nominated");
+        const auto as = [](const char* who) {
+            return header_list{{"Connection", "Idempotency-Key, Authorization"},
+                               {"Authorization", std::string("Bearer ") + who}};
+        };
+        const auto first = post(s.proxy.port, "/v1/payments", key, as("conn-a"));
+        REQUIRE(first.status == 200);
+        CHECK(first.header("Idempotency-Status") == "stored");
+        const auto retry = post(s.proxy.port, "/v1/payments", key, as("conn-a"));
+        CHECK(retry.header("Idempotency-Status") == "replayed");
+        CHECK(retry.body == first.body);
+        CHECK(s.upstream.count(key) == 1);
+
+        // Another principal with the same key is another scope: it executes on its own.
+        const auto other = post(s.proxy.port, "/v1/payments", key, as("conn-b"));
+        CHECK(other.header("Idempotency-Status") == "stored");
+        CHECK(execution_id(other) != execution_id(first));
+        CHECK(s.upstream.count(key) == 2);
+
+        // On an optional route a dropped key would have meant an unprotected execution.
+        const auto okey = unique_key("conn-optional");
+        const auto o1 = post(s.proxy.port, "/v1/optional", okey, as("conn-a"));
+        const auto o2 = post(s.proxy.port, "/v1/optional", okey, as("conn-a"));
+        CHECK(o1.header("Idempotency-Status") == "stored");
+        CHECK(o2.header("Idempotency-Status") == "replayed");
+        CHECK(s.upstream.count(okey) == 1);
+    }
+
     TEST_CASE("a chunked upstream response replays with the same bytes, framed anew") {
         auto& s = shared();
         const auto key = unique_key("chunked");
