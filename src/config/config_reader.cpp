@@ -450,7 +450,7 @@ private:
         if (!w_.mapping(f, {"mode", "methods", "key", "scope", "fingerprint", "ttl", "lease",
                             "concurrent", "wait_timeout", "mismatch_status", "record", "release",
                             "on_upstream_uncertain", "on_store_error", "max_record_bytes",
-                            "stripe_compat", "exclude_headers"})) {
+                            "stripe_compat", "exclude_headers", "record_set_cookie"})) {
             return b;
         }
         b.mode = w_.enumeration<idempotency_mode>(w_.get(f, "mode"),
@@ -496,6 +496,7 @@ private:
         b.max_record_bytes = w_.positive_size(w_.get(f, "max_record_bytes"));
         b.stripe_compat = w_.boolean(w_.get(f, "stripe_compat"));
         b.exclude_headers = read_header_list(w_.get(f, "exclude_headers"));
+        b.record_set_cookie = w_.boolean(w_.get(f, "record_set_cookie"));
         return b;
     }
 

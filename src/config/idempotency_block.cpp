@@ -15,28 +15,7 @@ void apply(T& out, const std::optional<T>& value) {
     }
 }
 
-void add_range(status_set& set, std::size_t first, std::size_t last) {
-    for (std::size_t s = first; s <= last; ++s) {
-        set.set(s);
-    }
-}
-
 } // namespace
-
-status_set default_record_statuses() {
-    status_set s;
-    add_range(s, 200, 499);
-    return s;
-}
-
-status_set default_release_statuses() {
-    status_set s;
-    s.set(408);
-    s.set(425);
-    s.set(429);
-    add_range(s, 500, 599);
-    return s;
-}
 
 idempotency_block merge(const idempotency_block& parent, const idempotency_block& child) {
     idempotency_block out;
@@ -67,13 +46,12 @@ idempotency_block merge(const idempotency_block& parent, const idempotency_block
     inherit(out.max_record_bytes, parent.max_record_bytes, child.max_record_bytes);
     inherit(out.stripe_compat, parent.stripe_compat, child.stripe_compat);
     inherit(out.exclude_headers, parent.exclude_headers, child.exclude_headers);
+    inherit(out.record_set_cookie, parent.record_set_cookie, child.record_set_cookie);
     return out;
 }
 
 idempotency_config resolve(const idempotency_block& block) {
-    idempotency_config out; // built-in defaults from config.hpp
-    out.record = default_record_statuses();
-    out.release = default_release_statuses();
+    idempotency_config out; // built-in defaults: config.hpp's member initialisers, nothing else
     apply(out.mode, block.mode);
     apply(out.methods, block.methods);
     apply(out.key.header, block.key_header);
@@ -96,6 +74,7 @@ idempotency_config resolve(const idempotency_block& block) {
     apply(out.max_record_bytes, block.max_record_bytes);
     apply(out.stripe_compat, block.stripe_compat);
     apply(out.exclude_headers, block.exclude_headers);
+    apply(out.record_set_cookie, block.record_set_cookie);
     return out;
 }
 

@@ -38,6 +38,7 @@ struct idempotency_block {
     std::optional<std::size_t> max_record_bytes;
     std::optional<bool> stripe_compat;
     std::optional<std::vector<std::string>> exclude_headers;
+    std::optional<bool> record_set_cookie;
 };
 
 /// `child` over `parent`, field by field (a set child field wins).
@@ -45,11 +46,5 @@ idempotency_block merge(const idempotency_block& parent, const idempotency_block
 
 /// Fills every unset field from the built-in defaults.
 idempotency_config resolve(const idempotency_block& block);
-
-/// Built-in `record` set: 2xx, 3xx, 4xx.
-status_set default_record_statuses();
-
-/// Built-in `release` set: 408, 425, 429, 5xx.
-status_set default_release_statuses();
 
 } // namespace onceproxy::config

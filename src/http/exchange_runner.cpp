@@ -157,6 +157,9 @@ bool excluded(const config::idempotency_config& p, std::string_view name) {
     if (boost::beast::iequals(name, "date") || boost::beast::iequals(name, "content-length")) {
         return true; // regenerated on replay (SPEC §3.7)
     }
+    if (!p.record_set_cookie && boost::beast::iequals(name, "set-cookie")) {
+        return true; // a replayed cookie would hand the first caller's session to the key's holder
+    }
     for (const auto& e : p.exclude_headers) {
         if (boost::beast::iequals(name, e)) {
             return true;

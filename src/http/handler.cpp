@@ -70,7 +70,7 @@ net::awaitable<response> handler::async_handle(request& req, const request_conte
     if (m.cfg->access_log) {
         request_id = ensure_request_id(req);
     }
-    strip_hop_by_hop(req);
+    strip_hop_by_hop(req, request_fields_in_use(route->idempotency));
     add_forwarded(req, ctx.client_ip, ctx.tls ? "https" : "http");
     req.version(11);
     req.keep_alive(true);

@@ -18,6 +18,15 @@ bool starts_with_icase(std::string_view s, std::string_view prefix) {
     return s.size() >= prefix.size() && beast::iequals(s.substr(0, prefix.size()), prefix);
 }
 
+bool listed(std::string_view name, std::span<const std::string_view> names) {
+    for (const auto n : names) {
+        if (beast::iequals(name, n)) {
+            return true;
+        }
+    }
+    return false;
+}
+
 std::string_view trim(std::string_view s) {
     while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) {
         s.remove_prefix(1);
@@ -30,13 +39,18 @@ std::string_view trim(std::string_view s) {
 
 } // namespace
 
-void strip_hop_by_hop(fields& f) {
-    // Headers named by Connection are hop-by-hop too (RFC 9110 §7.6.1).
+void strip_hop_by_hop(fields& f, std::span<const std::string_view> keep) {
+    // Headers named by Connection are hop-by-hop too (RFC 9110 §7.6.1), except those in `keep`.
+    // The RFC forbids a sender to nominate a field meant for every recipient; a client that does
+    // anyway is not obeyed for the fields the proxy reads, or `Connection: Idempotency-Key` would
+    // run a keyed request as a keyless one and `Connection: Authorization` would drop the scope.
     std::vector<std::string> named;
     for (auto it = f.find(bhttp::field::connection);
          it != f.end() && it->name() == bhttp::field::connection; ++it) {
         for (auto token : bhttp::token_list{it->value()}) {
-            named.emplace_back(token);
+            if (!listed(token, keep)) {
+                named.emplace_back(token);
+            }
         }
     }
     for (const auto& n : named) {
@@ -55,6 +69,14 @@ void strip_hop_by_hop(fields& f) {
             ++it;
         }
     }
+}
+
+std::vector<std::string_view> request_fields_in_use(const config::idempotency_config& idem) {
+    std::vector<std::string_view> out{"Host",          "Content-Length", "Content-Type",
+                                      "Authorization", "Cookie",         idem.key.header};
+    out.insert(out.end(), idem.scope_headers.begin(), idem.scope_headers.end());
+    out.insert(out.end(), idem.fingerprint_headers.begin(), idem.fingerprint_headers.end());
+    return out;
 }
 
 void add_forwarded(fields& f, std::string_view client_ip, std::string_view proto) {

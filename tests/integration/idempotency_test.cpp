@@ -966,6 +966,104 @@ TEST_SUITE("idempotency") {
         CHECK(replay.body == first.body);
     }
 
+    // Issue "a replay can hand one user another user's cookie": Set-Cookie stays out of the
+    // record by default, and a session cookie scopes the key like Authorization does.
+
+    TEST_CASE("default route: Set-Cookie goes to the first caller only, never into a replay") {
+        auto& s = shared();
+        const auto key = unique_key("default-cookie");
+        const header_list h{{"X-Test-Header", "Set-Cookie: session=alice-secret"}};
+        const auto first = post(s.proxy.port, "/v1/payments", key, h);
+        REQUIRE(first.status == 200);
+        CHECK(first.header("Idempotency-Status") == "stored");
+        CHECK(first.header("Set-Cookie") == "session=alice-secret");
+        const auto replay = post(s.proxy.port, "/v1/payments", key, h);
+        CHECK(replay.header("Idempotency-Status") == "replayed");
+        CHECK_FALSE(replay.has_header("Set-Cookie"));
+        CHECK(replay.body == first.body);
+        CHECK(s.upstream.count(key) == 1);
+    }
+
+    TEST_CASE("record_set_cookie: true records and replays Set-Cookie") {
+        auto& s = shared();
+        proxy_config c;
+        c.upstream_port = s.upstream.port;
+        c.routes = "  - name: sessions\n    match: { path: /v1/sessions }\n    upstream: app\n"
+                   "    idempotency: { mode: required, record_set_cookie: true }\n";
+        proxy_process proxy(c.yaml());
+        const auto key = unique_key("recorded-cookie");
+        const header_list h{{"X-Test-Header", "Set-Cookie: session=opted-in"}};
+        const auto first = post(proxy.port, "/v1/sessions", key, h);
+        REQUIRE(first.status == 200);
+        CHECK(first.header("Set-Cookie") == "session=opted-in");
+        const auto replay = post(proxy.port, "/v1/sessions", key, h);
+        CHECK(replay.header("Idempotency-Status") == "replayed");
+        CHECK(replay.header("Set-Cookie") == "session=opted-in");
+        CHECK(s.upstream.count(key) == 1);
+    }
+
+    TEST_CASE("two users authenticated by cookies, one key and body: each executes once and "
+              "never sees the other's answer") {
+        auto& s = shared();
+        const auto key = unique_key("cookie-users");
+        const header_list alice{{"Cookie", "session=alice"},
+                                {"X-Test-Header", "Set-Cookie: session=alice-renewed"}};
+        const header_list bob{{"Cookie", "session=bob"},
+                              {"X-Test-Header", "Set-Cookie: session=bob-renewed"}};
+        const auto a1 = post(s.proxy.port, "/v1/payments", key, alice);
+        REQUIRE(a1.status == 200);
+        CHECK(a1.header("Idempotency-Status") == "stored");
+        const auto b1 = post(s.proxy.port, "/v1/payments", key, bob);
+        REQUIRE(b1.status == 200);
+        CHECK(b1.header("Idempotency-Status") == "stored");
+        CHECK(execution_id(b1) != execution_id(a1));
+        CHECK(b1.header("Set-Cookie") == "session=bob-renewed");
+        CHECK(s.upstream.count(key) == 2);
+
+        const auto a2 = post(s.proxy.port, "/v1/payments", key, alice);
+        const auto b2 = post(s.proxy.port, "/v1/payments", key, bob);
+        CHECK(a2.header("Idempotency-Status") == "replayed");
+        CHECK(b2.header("Idempotency-Status") == "replayed");
+        CHECK(a2.body == a1.body);
+        CHECK(b2.body == b1.body);
+        CHECK(b2.body != a1.body);
+        CHECK_FALSE(b2.has_header("Set-Cookie"));
+        CHECK(s.upstream.count(key) == 2);
+    }
+
+    // Issue "headers nominated by Connection": a client cannot make the proxy drop the key or
+    // the principal by naming them in Connection (RFC 9110 §7.6.1 lets a proxy keep them).
+
+    TEST_CASE("Connection: Idempotency-Key, Authorization keeps the key and the scope") {
+        auto& s = shared();
+        const auto key = unique_key("conn-nominated");
+        const auto as = [](const char* who) {
+            return header_list{{"Connection", "Idempotency-Key, Authorization"},
+                               {"Authorization", std::string("Bearer ") + who}};
+        };
+        const auto first = post(s.proxy.port, "/v1/payments", key, as("conn-a"));
+        REQUIRE(first.status == 200);
+        CHECK(first.header("Idempotency-Status") == "stored");
+        const auto retry = post(s.proxy.port, "/v1/payments", key, as("conn-a"));
+        CHECK(retry.header("Idempotency-Status") == "replayed");
+        CHECK(retry.body == first.body);
+        CHECK(s.upstream.count(key) == 1);
+
+        // Another principal with the same key is another scope: it executes on its own.
+        const auto other = post(s.proxy.port, "/v1/payments", key, as("conn-b"));
+        CHECK(other.header("Idempotency-Status") == "stored");
+        CHECK(execution_id(other) != execution_id(first));
+        CHECK(s.upstream.count(key) == 2);
+
+        // On an optional route a dropped key would have meant an unprotected execution.
+        const auto okey = unique_key("conn-optional");
+        const auto o1 = post(s.proxy.port, "/v1/optional", okey, as("conn-a"));
+        const auto o2 = post(s.proxy.port, "/v1/optional", okey, as("conn-a"));
+        CHECK(o1.header("Idempotency-Status") == "stored");
+        CHECK(o2.header("Idempotency-Status") == "replayed");
+        CHECK(s.upstream.count(okey) == 1);
+    }
+
     TEST_CASE("a chunked upstream response replays with the same bytes, framed anew") {
         auto& s = shared();
         const auto key = unique_key("chunked");

@@ -9,6 +9,9 @@
 
 #include <doctest/doctest.h>
 
+#include <boost/json/parse.hpp>
+#include <boost/json/value.hpp>
+
 #include <signal.h>
 
 #include <chrono>
@@ -523,6 +526,45 @@ TEST_SUITE("proxy") {
         check_problem(fetch(p.proxy.port, "GET", "/elsewhere"), 404, "route.not_found");
         CHECK(fetch(p.proxy.port, "GET", "/only/this").status == 200);
         CHECK(p.upstream.total() == 1);
+    }
+
+    TEST_CASE("access log: invalid UTF-8 from the client is escaped, every line is valid JSON") {
+        proxy_config cfg;
+        cfg.access_log = true;
+        proxied p(cfg);
+        // 0xff never occurs in UTF-8; 0xc3 starts a two-byte sequence that '(' does not finish.
+        // "\xc3\xa9" (é) is valid and must stay as it is.
+        http_client c(p.proxy.port);
+        c.send_raw("GET /caf\xc3\xa9/\xff/\xc3\x28?q=1 HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                   "X-Request-Id: req-\xff-\xc3\x28-end\r\n\r\n");
+        const auto r = c.read_response(5s);
+        REQUIRE(r.has_value());
+        CHECK(r->status == 200);
+
+        const auto log = p.proxy.log();
+        std::istringstream lines(log);
+        std::string line;
+        int json_lines = 0;
+        bool found = false;
+        while (std::getline(lines, line)) {
+            if (line.empty() || line.front() != '{') {
+                continue; // not an access-log line
+            }
+            ++json_lines;
+            INFO("log line: " << line);
+            boost::system::error_code ec;
+            const auto v = boost::json::parse(line, ec); // rejects invalid UTF-8 by default
+            REQUIRE_FALSE(ec);
+            REQUIRE(v.is_object());
+            const auto& o = v.as_object();
+            const auto* id = o.if_contains("request_id");
+            if (id != nullptr && id->is_string() && id->as_string() == "req-\\xff-\\xc3(-end") {
+                found = true;
+                CHECK(o.at("path").as_string() == "/caf\xc3\xa9/\\xff/\\xc3(");
+            }
+        }
+        CHECK(json_lines >= 1);
+        CHECK(found);
     }
 
     TEST_CASE("command line: --check-config, --version, --help") {

@@ -19,6 +19,8 @@ using duration = std::chrono::milliseconds;
 struct endpoint {
     std::string host = "127.0.0.1";
     std::uint16_t port = 0;
+
+    friend bool operator==(const endpoint&, const endpoint&) = default;
 };
 
 /// Inbound TLS termination (cert and key are PEM files).
@@ -29,6 +31,8 @@ struct tls_files {
 
 struct readiness_config {
     bool require_store = false; ///< /readyz follows the store after the first answer
+
+    friend bool operator==(const readiness_config&, const readiness_config&) = default;
 };
 
 struct admin_config {
@@ -49,6 +53,8 @@ struct limits_config {
     duration header_timeout{10'000};
     duration idle_timeout{60'000};
     duration drain_timeout{30'000}; ///< SIGTERM: bound on finishing in-flight requests
+
+    friend bool operator==(const limits_config&, const limits_config&) = default;
 };
 
 struct upstream_config {
@@ -61,6 +67,8 @@ struct upstream_config {
     duration timeout{30'000};          ///< whole-response deadline once the request is sent
     std::size_t max_connections = 256; ///< per worker
     duration idle_timeout{60'000};     ///< pooled connection kept this long unused
+
+    friend bool operator==(const upstream_config&, const upstream_config&) = default;
 };
 
 enum class store_type {
@@ -82,16 +90,22 @@ struct redis_config {
     duration health_check_interval{5'000};
     maxmemory_check maxmemory_policy = maxmemory_check::refuse;
     std::string tls_ca_file; ///< rediss://: CA bundle; empty = system default
+
+    friend bool operator==(const redis_config&, const redis_config&) = default;
 };
 
 struct memory_store_config {
     std::size_t max_bytes = 256 * 1024 * 1024; ///< records + leases; full → claims refused
+
+    friend bool operator==(const memory_store_config&, const memory_store_config&) = default;
 };
 
 struct store_config {
     store_type type = store_type::memory;
     memory_store_config memory;
     redis_config redis;
+
+    friend bool operator==(const store_config&, const store_config&) = default;
 };
 
 enum class idempotency_mode {
@@ -124,6 +138,27 @@ enum class store_error_policy {
 /// A set of HTTP status codes (100..599), from entries like 2xx, 404.
 using status_set = std::bitset<600>;
 
+/// Built-in `record` set: 2xx, 3xx, 4xx.
+inline status_set default_record_statuses() {
+    status_set s;
+    for (std::size_t code = 200; code <= 499; ++code) {
+        s.set(code);
+    }
+    return s;
+}
+
+/// Built-in `release` set: 408, 425, 429, 5xx.
+inline status_set default_release_statuses() {
+    status_set s;
+    s.set(408);
+    s.set(425);
+    s.set(429);
+    for (std::size_t code = 500; code <= 599; ++code) {
+        s.set(code);
+    }
+    return s;
+}
+
 /// Where the idempotency key comes from.
 struct key_config {
     std::string header = "Idempotency-Key"; ///< header name (also a natural-key header)
@@ -131,14 +166,20 @@ struct key_config {
     std::size_t max_length = 255;
     key_syntax syntax = key_syntax::lenient;
     bool forward = true; ///< forward the key header to the upstream unchanged
+
+    friend bool operator==(const key_config&, const key_config&) = default;
 };
 
-/// Fully resolved idempotency settings of one route (defaults merged in).
+/// Fully resolved idempotency settings of one route (defaults merged in). The member initialisers
+/// below are THE built-in defaults: conf/example.yaml documents the same values, and a unit test
+/// (load_test.cpp) fails when the two disagree.
 struct idempotency_config {
     idempotency_mode mode = idempotency_mode::off;
     std::vector<std::string> methods{"POST", "PATCH"}; ///< guarded methods (upper case)
     key_config key;
-    std::vector<std::string> scope_headers{"Authorization"};
+    // Cookie too: an app that authenticates with a session cookie must not put every user in one
+    // scope, where user B's retry of A's key and body would replay A's answer (and its cookie).
+    std::vector<std::string> scope_headers{"Authorization", "Cookie"};
     std::vector<std::string> fingerprint_headers{"Content-Type"};
     bool json_canonical = true;
     duration ttl{24LL * 3600 * 1000};
@@ -146,13 +187,18 @@ struct idempotency_config {
     concurrent_policy concurrent = concurrent_policy::conflict;
     duration wait_timeout{10'000};
     unsigned mismatch_status = 422; ///< 422 or 409
-    status_set record;              ///< default 2xx, 3xx, 4xx
-    status_set release;             ///< default 408, 425, 429, 5xx; wins over record
+    status_set record = default_record_statuses();
+    status_set release = default_release_statuses(); ///< wins over record
     uncertain_policy on_upstream_uncertain = uncertain_policy::hold;
     store_error_policy on_store_error = store_error_policy::fail_closed;
     std::size_t max_record_bytes = 1024 * 1024;
     bool stripe_compat = false;                 ///< also send Idempotent-Replayed: true
-    std::vector<std::string> exclude_headers{}; ///< response headers never recorded
+    std::vector<std::string> exclude_headers{}; ///< extra response headers never recorded
+    /// Set-Cookie is left out of the record (the first caller still gets it) unless this is
+    /// true: a replay handing out a session cookie is a session handed to whoever sends the key.
+    bool record_set_cookie = false;
+
+    friend bool operator==(const idempotency_config&, const idempotency_config&) = default;
 };
 
 enum class path_match_kind {

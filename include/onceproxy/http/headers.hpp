@@ -2,10 +2,14 @@
 // Header rules of a proxy hop (RFC 9110 §7.6.1): hop-by-hop removal, X-Forwarded-*, framing
 // checks against request smuggling. Pure functions on Beast field sets.
 
+#include "onceproxy/config/config.hpp"
+
 #include <boost/beast/http/fields.hpp>
 #include <boost/beast/http/message.hpp>
 
+#include <span>
 #include <string_view>
+#include <vector>
 
 namespace onceproxy::http {
 
@@ -13,7 +17,17 @@ using fields = boost::beast::http::fields;
 
 /// Removes Connection and every header it names, Keep-Alive, TE, Trailer, Transfer-Encoding,
 /// Upgrade and every Proxy-* header. Content-Length is left alone (the caller re-frames).
-void strip_hop_by_hop(fields& f);
+///
+/// A name in `keep` (case-insensitive) is not removed because Connection names it: a client must
+/// not be able to make the proxy drop a field it depends on (the idempotency key, the principal)
+/// by nominating it. `keep` does not save a field that is hop-by-hop in its own right (Upgrade,
+/// Proxy-*, ...). The strings `keep` views must outlive the call only.
+void strip_hop_by_hop(fields& f, std::span<const std::string_view> keep = {});
+
+/// The request fields the proxy itself depends on for a route with idempotency settings `idem`,
+/// to pass to strip_hop_by_hop: Host, Content-Length, Content-Type, Authorization, Cookie, and
+/// the route's key header, scope headers and fingerprint headers. The views point into `idem`.
+std::vector<std::string_view> request_fields_in_use(const config::idempotency_config& idem);
 
 /// Appends the client address to X-Forwarded-For and sets X-Forwarded-Proto.
 void add_forwarded(fields& f, std::string_view client_ip, std::string_view proto);

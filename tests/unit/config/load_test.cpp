@@ -104,13 +104,83 @@ TEST_CASE("conf/example.yaml loads and shows every knob") {
     CHECK(c->store.memory.max_bytes == 256U * 1024 * 1024);
     CHECK(c->store.redis.command_timeout == 250ms);
     REQUIRE(c->routes.size() == 4);
-    CHECK(c->routes[0].idempotency.ttl == 7 * 24h);
-    CHECK(c->routes[0].idempotency.exclude_headers == std::vector<std::string>{"Set-Cookie"});
+    CHECK(c->routes[0].idempotency.scope_headers ==
+          std::vector<std::string>{"Authorization", "Cookie"});
+    CHECK_FALSE(c->routes[0].idempotency.record_set_cookie);
     CHECK(c->routes[1].idempotency.key.json_pointer == "/id");
     CHECK(c->routes[1].idempotency.ttl == 30 * 24h);
     CHECK(c->routes[2].match.kind == cfg::path_match_kind::pattern);
     CHECK(c->routes[2].idempotency.ttl == 24h); // from defaults
     CHECK(c->routes[3].idempotency.mode == cfg::idempotency_mode::off);
+}
+
+// The example documents every knob "with its built-in default": this keeps that true by
+// construction, so a default changed in config.hpp without the example (or the reverse) fails.
+TEST_CASE("conf/example.yaml documents exactly the built-in defaults") {
+    const auto c = cfg::load_file(conf_path("example.yaml"));
+    const cfg::config builtin;
+
+    REQUIRE_FALSE(c->routes.empty());
+    REQUIRE(c->routes[0].name == "payments");
+    auto documented = c->routes[0].idempotency;
+    const cfg::idempotency_config idem;
+    // `mode` is off when unset, so the example has to set it to show a guarded route.
+    CHECK(documented.mode == cfg::idempotency_mode::required);
+    documented.mode = idem.mode;
+    CHECK(documented.scope_headers == idem.scope_headers); // the field most likely to drift
+    CHECK(documented.exclude_headers == idem.exclude_headers);
+    CHECK(documented.record_set_cookie == idem.record_set_cookie);
+    CHECK(documented == idem);
+    // Routes that set nothing but `mode` resolve to the same values, defaults block included.
+    CHECK(c->routes[2].name == "orders");
+    auto orders = c->routes[2].idempotency;
+    orders.mode = idem.mode;
+    CHECK(orders == idem);
+
+    CHECK(c->listen == builtin.listen);
+    CHECK(c->admin.readiness == builtin.admin.readiness);
+    CHECK(c->access_log == builtin.access_log);
+    CHECK(c->limits == builtin.limits);
+    CHECK(c->store == builtin.store);
+
+    REQUIRE(c->upstreams.size() == 1);
+    const auto& app = c->upstreams[0];
+    cfg::upstream_config up; // the address is the example's own; every setting is built-in
+    up.name = app.name;
+    up.url = app.url;
+    up.tls = app.tls;
+    up.host = app.host;
+    up.port = app.port;
+    CHECK(app == up);
+}
+
+TEST_CASE("record_set_cookie is read, inherited from defaults and overridden by a route") {
+    const auto c = cfg::load_string(std::string{minimal_upstream} +
+                                        "defaults: { mode: required, record_set_cookie: true }\n"
+                                        "routes:\n"
+                                        "  - { name: a, match: { path: /a }, upstream: app }\n"
+                                        "  - name: b\n"
+                                        "    match: { path: /b }\n"
+                                        "    upstream: app\n"
+                                        "    idempotency: { record_set_cookie: false }\n",
+                                    "inline.yaml");
+    CHECK(c->routes[0].idempotency.record_set_cookie);
+    CHECK_FALSE(c->routes[1].idempotency.record_set_cookie);
+    CHECK_FALSE(cfg::idempotency_config{}.record_set_cookie);
+
+    const auto errors =
+        errors_of_text(std::string{minimal_upstream} +
+                       "defaults: { record_set_cookie: sometimes }\n"
+                       "routes: [{ name: a, match: { prefix: / }, upstream: app }]\n");
+    REQUIRE(errors.size() == 1);
+    CHECK(errors[0].line == 2);
+}
+
+TEST_CASE("the built-in scope is Authorization and Cookie, and Set-Cookie is not recorded") {
+    const cfg::idempotency_config idem;
+    CHECK(idem.scope_headers == std::vector<std::string>{"Authorization", "Cookie"});
+    CHECK_FALSE(idem.record_set_cookie);
+    CHECK(idem.exclude_headers.empty());
 }
 
 TEST_CASE("defaults are inherited by routes and overridden field by field") {

@@ -5,7 +5,9 @@
 #include <boost/beast/http/field.hpp>
 #include <boost/beast/http/string_body.hpp>
 
+#include <algorithm>
 #include <string>
+#include <string_view>
 #include <vector>
 
 using namespace onceproxy::http;
@@ -80,6 +82,71 @@ TEST_SUITE("headers") {
             auto f = make({{"Connection", ""}, {"Accept", "*/*"}});
             strip_hop_by_hop(f);
             CHECK(lines(f) == std::vector<std::string>{"Accept: */*"});
+        }
+    }
+
+    TEST_CASE("strip_hop_by_hop keeps a nominated field that is in `keep`") {
+        const std::vector<std::string_view> keep{"Idempotency-Key", "Authorization"};
+        SUBCASE("the key and the principal survive, other nominated fields go") {
+            auto f = make({{"Connection", "idempotency-key, AUTHORIZATION, X-Drop"},
+                           {"Idempotency-Key", "k1"},
+                           {"Authorization", "Bearer a"},
+                           {"X-Drop", "1"},
+                           {"X-Kept", "2"}});
+            strip_hop_by_hop(f, keep);
+            CHECK(lines(f) == std::vector<std::string>{"Idempotency-Key: k1",
+                                                       "Authorization: Bearer a", "X-Kept: 2"});
+        }
+        SUBCASE("without `keep` (responses) a nominated field still goes") {
+            auto f = make({{"Connection", "Authorization"}, {"Authorization", "Bearer a"}});
+            strip_hop_by_hop(f);
+            CHECK(lines(f).empty());
+        }
+        SUBCASE("`keep` does not save a field that is hop-by-hop in its own right") {
+            const std::vector<std::string_view> hop{"Upgrade", "Proxy-Authorization", "TE"};
+            auto f = make({{"Connection", "Upgrade, Proxy-Authorization, TE"},
+                           {"Upgrade", "websocket"},
+                           {"Proxy-Authorization", "Basic eA=="},
+                           {"TE", "trailers"},
+                           {"Accept", "*/*"}});
+            strip_hop_by_hop(f, hop);
+            CHECK(lines(f) == std::vector<std::string>{"Accept: */*"});
+        }
+    }
+
+    TEST_CASE("request_fields_in_use: the fixed set plus the route's key, scope and fingerprint") {
+        SUBCASE("built-in idempotency settings") {
+            const onceproxy::config::idempotency_config idem;
+            const auto in_use = request_fields_in_use(idem);
+            for (const auto* name : {"Host", "Content-Length", "Content-Type", "Authorization",
+                                     "Cookie", "Idempotency-Key"}) {
+                INFO(name);
+                CHECK(std::find(in_use.begin(), in_use.end(), std::string_view(name)) !=
+                      in_use.end());
+            }
+        }
+        SUBCASE("a route with its own key, scope and fingerprint headers keeps them all") {
+            onceproxy::config::idempotency_config idem;
+            idem.key.header = "X-Request-Key";
+            idem.scope_headers = {"X-Tenant"};
+            idem.fingerprint_headers = {"X-Signature"};
+            auto f = make({{"Connection", "keep-alive, Host, Content-Type, Content-Length, Cookie, "
+                                          "Authorization, x-request-key, X-Tenant, X-Signature, "
+                                          "X-Other"},
+                           {"Host", "h"},
+                           {"Content-Type", "application/json"},
+                           {"Content-Length", "2"},
+                           {"Cookie", "s=1"},
+                           {"Authorization", "Bearer a"},
+                           {"X-Request-Key", "k"},
+                           {"X-Tenant", "t"},
+                           {"X-Signature", "sig"},
+                           {"X-Other", "o"}});
+            strip_hop_by_hop(f, request_fields_in_use(idem));
+            CHECK(lines(f) == std::vector<std::string>{
+                                  "Host: h", "Content-Type: application/json", "Content-Length: 2",
+                                  "Cookie: s=1", "Authorization: Bearer a", "X-Request-Key: k",
+                                  "X-Tenant: t", "X-Signature: sig"});
         }
     }
 
