@@ -8,6 +8,9 @@
 
 #include <boost/beast/http/field.hpp>
 
+#include <string_view>
+#include <vector>
+
 namespace onceproxy::http {
 
 namespace net = boost::asio;
@@ -20,6 +23,15 @@ struct handler::impl {
     std::shared_ptr<store::store> st;
     metrics::registry& reg;
     exchange_env env{cfg, fwd, st, reg};
+    /// Per route: the request fields Connection may not nominate away (computed once; the
+    /// views point into `cfg`).
+    std::vector<std::vector<std::string_view>> fields_in_use = [this] {
+        std::vector<std::vector<std::string_view>> out;
+        for (const auto& r : cfg->routes) {
+            out.push_back(request_fields_in_use(r.idempotency));
+        }
+        return out;
+    }();
 };
 
 handler::handler(std::shared_ptr<const config::config> cfg, upstream::forwarder& fwd,
@@ -70,7 +82,7 @@ net::awaitable<response> handler::async_handle(request& req, const request_conte
     if (m.cfg->access_log) {
         request_id = ensure_request_id(req);
     }
-    strip_hop_by_hop(req, request_fields_in_use(route->idempotency));
+    strip_hop_by_hop(req, m.fields_in_use[route_index]);
     add_forwarded(req, ctx.client_ip, ctx.tls ? "https" : "http");
     req.version(11);
     req.keep_alive(true);

@@ -1,0 +1,34 @@
+// RESP replies as the Redis client reads them: bytes fed in pieces (the first byte sets the
+// piece size), replies taken until more bytes are needed or the stream is refused.
+#include "store/resp_reader.hpp"
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+    using onceproxy::store::resp_reader;
+    if (size == 0) {
+        return 0;
+    }
+    const std::size_t piece = 1 + data[0] % 64;
+    resp_reader reader;
+    onceproxy::store::redis_reply reply;
+    for (std::size_t at = 1; at < size; at += piece) {
+        const auto n = std::min(piece, size - at);
+        if (reader.feed(reinterpret_cast<const char*>(data + at), n) ==
+            resp_reader::status::protocol_error) {
+            return 0;
+        }
+        for (;;) {
+            const auto st = reader.next(reply);
+            if (st == resp_reader::status::protocol_error) {
+                return 0;
+            }
+            if (st == resp_reader::status::need_more) {
+                break;
+            }
+        }
+    }
+    return 0;
+}

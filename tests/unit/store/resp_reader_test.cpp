@@ -1,0 +1,44 @@
+#include "store/resp_reader.hpp"
+
+#include <doctest/doctest.h>
+
+#include <string>
+#include <vector>
+
+using onceproxy::store::redis_reply;
+using onceproxy::store::resp_reader;
+
+TEST_CASE("resp_reader: replies split anywhere across reads come out whole and in order") {
+    static constexpr char wire[] =
+        "+OK\r\n$5\r\nhe\0lo\r\n:42\r\n*2\r\n$1\r\na\r\n$-1\r\n-ERR boom\r\n";
+    const std::string bytes(wire, sizeof wire - 1);
+    for (std::size_t split = 0; split <= bytes.size(); ++split) {
+        CAPTURE(split);
+        resp_reader r;
+        std::vector<redis_reply> got;
+        for (const auto& part : {bytes.substr(0, split), bytes.substr(split)}) {
+            REQUIRE(r.feed(part.data(), part.size()) == resp_reader::status::need_more);
+            redis_reply rep;
+            while (r.next(rep) == resp_reader::status::reply) {
+                got.push_back(rep);
+            }
+        }
+        REQUIRE(got.size() == 5);
+        CHECK(got[0].type == redis_reply::kind::status);
+        CHECK(got[0].str == "OK");
+        CHECK(got[1].type == redis_reply::kind::string);
+        CHECK(got[1].str == std::string("he\0lo", 5));
+        CHECK(got[2].integer == 42);
+        REQUIRE(got[3].elements.size() == 2);
+        CHECK(got[3].elements[1].type == redis_reply::kind::nil);
+        CHECK(got[4].is_error("ERR"));
+    }
+}
+
+TEST_CASE("resp_reader: bytes that are not RESP are a protocol error") {
+    resp_reader r;
+    const std::string junk = "HTTP/1.1 200 OK\r\n";
+    r.feed(junk.data(), junk.size());
+    redis_reply rep;
+    CHECK(r.next(rep) == resp_reader::status::protocol_error);
+}
