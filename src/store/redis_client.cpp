@@ -1,6 +1,7 @@
 #include "onceproxy/store/redis_client.hpp"
 
 #include "onceproxy/store/error.hpp"
+#include "store/resp_reader.hpp"
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -39,39 +40,6 @@ using boost::system::error_code;
 namespace {
 
 constexpr auto use_tuple = net::as_tuple(net::use_awaitable);
-
-redis_reply convert(const redisReply& r) {
-    redis_reply out;
-    switch (r.type) {
-    case REDIS_REPLY_STRING:
-        out.type = redis_reply::kind::string;
-        out.str.assign(r.str, r.len);
-        break;
-    case REDIS_REPLY_STATUS:
-        out.type = redis_reply::kind::status;
-        out.str.assign(r.str, r.len);
-        break;
-    case REDIS_REPLY_ERROR:
-        out.type = redis_reply::kind::error;
-        out.str.assign(r.str, r.len);
-        break;
-    case REDIS_REPLY_INTEGER:
-        out.type = redis_reply::kind::integer;
-        out.integer = r.integer;
-        break;
-    case REDIS_REPLY_ARRAY:
-        out.type = redis_reply::kind::array;
-        out.elements.reserve(r.elements);
-        for (std::size_t i = 0; i < r.elements; ++i) {
-            out.elements.push_back(convert(*r.element[i]));
-        }
-        break;
-    default:
-        out.type = redis_reply::kind::nil;
-        break;
-    }
-    return out;
-}
 
 // RESP encoding of one command through hiredis; false only if hiredis cannot allocate.
 bool append_command(std::string& out, const std::vector<std::string>& args) {
@@ -114,16 +82,11 @@ struct pending {
     redis_reply reply;
 };
 
-struct reader_deleter {
-    void operator()(redisReader* r) const noexcept { redisReaderFree(r); }
-};
-
 // One established (or being established) connection. A new link per attempt: the coroutines
 // of an old link only ever touch their own link, so a late completion cannot hit a new socket.
 struct link : std::enable_shared_from_this<link> {
     link(const net::any_io_executor& ex, ssl::context& ctx, bool use_tls)
-        : stream(ex, ctx), tls(use_tls), write_signal(ex), closed_signal(ex), health_timer(ex),
-          reader(redisReaderCreate()) {
+        : stream(ex, ctx), tls(use_tls), write_signal(ex), closed_signal(ex), health_timer(ex) {
         write_signal.expires_at(net::steady_timer::time_point::max());
         closed_signal.expires_at(net::steady_timer::time_point::max());
     }
@@ -168,7 +131,7 @@ struct link : std::enable_shared_from_this<link> {
     net::steady_timer write_signal;
     net::steady_timer closed_signal;
     net::steady_timer health_timer; // cancelled by close(), so no timer outlives the link
-    std::unique_ptr<redisReader, reader_deleter> reader;
+    resp_reader reader;
     std::string wbuf;                          // encoded commands not yet handed to a write
     std::deque<std::shared_ptr<pending>> fifo; // every request awaiting its reply, in order
     std::size_t unwritten = 0;                 // the last `unwritten` of fifo are in wbuf
@@ -223,35 +186,33 @@ net::awaitable<void> read_loop(std::shared_ptr<link> l) {
             l->close(errc::unavailable);
             co_return;
         }
-        if (redisReaderFeed(l->reader.get(), buf.data(), n) != REDIS_OK) {
+        if (l->reader.feed(buf.data(), n) == resp_reader::status::protocol_error) {
             l->close(errc::protocol);
             co_return;
         }
         for (;;) {
-            void* raw = nullptr;
-            if (redisReaderGetReply(l->reader.get(), &raw) != REDIS_OK) {
+            redis_reply reply;
+            const auto st = l->reader.next(reply);
+            if (st == resp_reader::status::protocol_error) {
                 // The reader is unusable after a protocol error: only a new connection helps.
                 l->close(errc::protocol);
                 co_return;
             }
-            if (raw == nullptr) {
+            if (st == resp_reader::status::need_more) {
                 break;
             }
-            auto* reply = static_cast<redisReply*>(raw);
             if (l->fifo.empty() || l->fifo.size() == l->unwritten) {
                 // A reply nobody asked for: the stream can no longer be matched.
-                freeReplyObject(reply);
                 l->close(errc::protocol);
                 co_return;
             }
             auto p = std::move(l->fifo.front());
             l->fifo.pop_front();
             if (!p->done) {
-                p->reply = convert(*reply);
+                p->reply = std::move(reply);
                 p->done = true;
                 p->timer.cancel();
             }
-            freeReplyObject(reply);
         }
     }
 }

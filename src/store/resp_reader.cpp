@@ -51,7 +51,7 @@ resp_reader::~resp_reader() = default;
 
 resp_reader::status resp_reader::feed(const char* data, std::size_t n) {
     return redisReaderFeed(reader_.get(), data, n) == REDIS_OK ? status::need_more
-                                                              : status::protocol_error;
+                                                               : status::protocol_error;
 }
 
 resp_reader::status resp_reader::next(redis_reply& out) {
