@@ -1,6 +1,6 @@
 # The two commands of the README: `make run` and `make test`. Both install what is missing
 # (Debian 12 packages, as root) before building.
-.PHONY: deps build run test test-build test-tsan check-config bench format clean
+.PHONY: deps build run test test-build test-tsan check-config bench format clean fuzz fuzz-build
 
 JOBS ?= $(shell nproc)
 
@@ -41,6 +41,16 @@ test-tsan: deps
 	@if ls $(TSAN_REPORTS)/tsan* >/dev/null 2>&1; then \
 	  head -c 20000 $(TSAN_REPORTS)/tsan*; echo "ThreadSanitizer reported problems (above)"; exit 1; \
 	else echo "ThreadSanitizer: no reports"; fi
+
+# libFuzzer targets (clang, ASan+UBSan) over the parsers that read peer input; each runs for
+# FUZZ_SECONDS (default 60) from the seeds in tests/fuzz/corpus/. CI runs them briefly.
+fuzz-build:
+	@scripts/install-deps.sh fuzz
+	@cmake --preset fuzz >/dev/null
+	@cmake --build --preset fuzz -j $(JOBS) --target fuzzers
+
+fuzz: fuzz-build
+	@scripts/fuzz.sh
 
 bench: build
 	@bench/run.sh

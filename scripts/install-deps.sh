@@ -6,6 +6,10 @@ pkgs=(g++ cmake ninja-build pkg-config ccache libssl-dev openssl
       libboost1.81-dev libboost-json1.81-dev libboost-url1.81-dev libboost-system1.81-dev
       libhiredis-dev libyaml-cpp-dev doctest-dev redis-server redis-tools
       curl python3 nginx-light wrk)
+# `install-deps.sh fuzz`: also clang and its libFuzzer runtime (make fuzz).
+if [ "${1:-}" = fuzz ]; then
+  pkgs+=(clang libclang-rt-14-dev)
+fi
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")

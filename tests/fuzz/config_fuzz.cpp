@@ -8,8 +8,8 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
     try {
-        (void)onceproxy::config::load_string(
-            std::string(reinterpret_cast<const char*>(data), size), "fuzz.yaml");
+        (void)onceproxy::config::load_string(std::string(reinterpret_cast<const char*>(data), size),
+                                             "fuzz.yaml");
     } catch (const onceproxy::config::config_errors& e) {
         if (e.errors().empty()) {
             __builtin_trap();

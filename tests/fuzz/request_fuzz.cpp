@@ -62,6 +62,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
                 }
             }
             if (input.empty()) {
+                if (!parser.got_some()) {
+                    return 0; // the client went away between requests
+                }
                 parser.put_eof(ec);
                 if (ec || !parser.is_done()) {
                     return 0;
@@ -94,8 +97,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
             (void)onceproxy::core::parse_idempotency_key(
                 lines, onceproxy::config::key_syntax::lenient, 255);
         }
-        (void)route;
-        onceproxy::http::strip_hop_by_hop(req);
+        if (route != nullptr) {
+            onceproxy::http::strip_hop_by_hop(
+                req, onceproxy::http::request_fields_in_use(route->idempotency));
+        } else {
+            onceproxy::http::strip_hop_by_hop(req);
+        }
         onceproxy::http::add_forwarded(req, "127.0.0.1", "http");
     }
     return 0;

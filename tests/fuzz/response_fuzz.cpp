@@ -38,6 +38,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
                 }
             }
             if (input.empty()) {
+                if (!parser.got_some()) {
+                    return 0; // the upstream closed before answering
+                }
                 parser.put_eof(ec);
                 if (ec || !parser.is_done()) {
                     return 0;

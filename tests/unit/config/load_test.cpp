@@ -342,6 +342,18 @@ TEST_CASE("empty and multi-document files are rejected") {
                        "listen: 1.2.3.4:5\n");
     REQUIRE(errors.size() == 1);
     CHECK(errors[0].message.find("single YAML document") != std::string::npos);
+    CHECK(errors[0].line == 4);
+}
+
+// Found by the config fuzz target: yaml-cpp 0.7's LoadAll never returns on a stray ',' at the
+// top level (endless empty documents), so `--check-config` hung on a 2-byte file.
+TEST_CASE("a stray top-level ',' is a syntax error, not a hang") {
+    for (const char* text : {",\n", ",isten: nope\nroutes: [ {name: 1} ]\n", "a: 1\n,\n"}) {
+        CAPTURE(text);
+        const auto errors = errors_of_text(text);
+        REQUIRE(errors.size() == 1);
+        CHECK(errors[0].message.find("YAML syntax error") != std::string::npos);
+    }
 }
 
 TEST_CASE("${VAR} substitution from the environment") {
