@@ -1,6 +1,7 @@
 #include "onceproxy/metrics/registry.hpp"
 
 #include <cstdio>
+#include <initializer_list>
 
 namespace onceproxy::metrics {
 
@@ -107,42 +108,43 @@ std::string registry::render() const {
             ((*r).*member).render(out, name, "route=\"" + r->name + "\"");
         }
     }
-    out += "# HELP onceproxy_open_connections Client connections currently open.\n"
-           "# TYPE onceproxy_open_connections gauge\n"
-           "onceproxy_open_connections " +
-           std::to_string(open_connections.load(std::memory_order_relaxed)) + "\n";
-    out += "# HELP onceproxy_store_errors_total Store operations that failed.\n"
-           "# TYPE onceproxy_store_errors_total counter\n"
-           "onceproxy_store_errors_total " +
-           std::to_string(store_errors.load(std::memory_order_relaxed)) + "\n";
-    out += "# HELP onceproxy_upstream_errors_total Upstream exchanges that failed, by kind.\n"
-           "# TYPE onceproxy_upstream_errors_total counter\n"
-           "onceproxy_upstream_errors_total{kind=\"unavailable\"} " +
-           std::to_string(upstream_errors.load(std::memory_order_relaxed)) + "\n" +
-           "onceproxy_upstream_errors_total{kind=\"timeout\"} " +
-           std::to_string(upstream_timeouts.load(std::memory_order_relaxed)) + "\n";
-    out += "# HELP onceproxy_connection_limit Client connections allowed at once "
-           "(limits.max_connections, lowered to fit the descriptor limit).\n"
-           "# TYPE onceproxy_connection_limit gauge\n"
-           "onceproxy_connection_limit " +
-           std::to_string(connection_limit.load(std::memory_order_relaxed)) + "\n";
-    out += "# HELP onceproxy_connections_refused_total Client connections refused with 503 "
-           "because the connection limit was reached.\n"
-           "# TYPE onceproxy_connections_refused_total counter\n"
-           "onceproxy_connections_refused_total " +
-           std::to_string(connections_refused.load(std::memory_order_relaxed)) + "\n";
-    out += "# HELP onceproxy_accept_errors_total Failed accepts (e.g. out of descriptors), by "
-           "listener; the listener backs off and goes on.\n"
-           "# TYPE onceproxy_accept_errors_total counter\n"
-           "onceproxy_accept_errors_total{listener=\"proxy\"} " +
-           std::to_string(accept_errors_proxy.load(std::memory_order_relaxed)) + "\n" +
-           "onceproxy_accept_errors_total{listener=\"admin\"} " +
-           std::to_string(accept_errors_admin.load(std::memory_order_relaxed)) + "\n";
-    out += "# HELP onceproxy_internal_errors_total Exceptions caught in an event loop or a "
-           "connection (logged; the worker goes on serving).\n"
-           "# TYPE onceproxy_internal_errors_total counter\n"
-           "onceproxy_internal_errors_total " +
-           std::to_string(internal_errors.load(std::memory_order_relaxed)) + "\n";
+    struct sample {
+        const char* labels; ///< "" or `{name="value"}`
+        std::uint64_t value;
+    };
+    const auto family = [&out](const char* name, const char* type, const char* help,
+                               std::initializer_list<sample> samples) {
+        out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
+        for (const auto& s : samples) {
+            out += std::string(name) + s.labels + " " + std::to_string(s.value) + "\n";
+        }
+    };
+    const auto get = [](const auto& a) {
+        return static_cast<std::uint64_t>(a.load(std::memory_order_relaxed));
+    };
+    family("onceproxy_open_connections", "gauge", "Client connections currently open.",
+           {{"", get(open_connections)}});
+    family("onceproxy_store_errors_total", "counter", "Store operations that failed.",
+           {{"", get(store_errors)}});
+    family("onceproxy_upstream_errors_total", "counter", "Upstream exchanges that failed, by kind.",
+           {{"{kind=\"unavailable\"}", get(upstream_errors)},
+            {"{kind=\"timeout\"}", get(upstream_timeouts)}});
+    family("onceproxy_connection_limit", "gauge",
+           "Client connections allowed at once (limits.max_connections, lowered to fit the "
+           "descriptor limit).",
+           {{"", get(connection_limit)}});
+    family("onceproxy_connections_refused_total", "counter",
+           "Client connections refused with 503 because the connection limit was reached.",
+           {{"", get(connections_refused)}});
+    family("onceproxy_accept_errors_total", "counter",
+           "Failed accepts (e.g. out of descriptors), by listener; the listener backs off and "
+           "goes on.",
+           {{"{listener=\"proxy\"}", get(accept_errors_proxy)},
+            {"{listener=\"admin\"}", get(accept_errors_admin)}});
+    family("onceproxy_internal_errors_total", "counter",
+           "Exceptions caught in an event loop or a connection (logged; the worker goes on "
+           "serving).",
+           {{"", get(internal_errors)}});
     return out;
 }
 

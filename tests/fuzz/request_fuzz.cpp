@@ -2,6 +2,7 @@
 // body and trailer limits), pipelined messages, then on every head the checks and rewrites the
 // session does before forwarding: framing/Host refusal, route match, hop-by-hop stripping with
 // the route's protected fields, X-Forwarded-*, and the idempotency key.
+#include "feed.hpp"
 #include "onceproxy/config/load.hpp"
 #include "onceproxy/config/route_table.hpp"
 #include "onceproxy/core/idempotency_key.hpp"
@@ -37,7 +38,6 @@ routes:
 } // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-    namespace bhttp = boost::beast::http;
     constexpr std::size_t header_limit = 2048;
     const auto& cfg = fuzz_config();
     boost::beast::flat_buffer buffer(onceproxy::upstream::read_buffer_limit(header_limit));
@@ -48,38 +48,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         parser.header_limit(header_limit);
         parser.trailer_limit(header_limit);
         parser.body_limit(8192);
-        boost::system::error_code ec;
-        while (!parser.is_done()) {
-            if (buffer.size() > 0) {
-                const auto used = parser.put(buffer.data(), ec);
-                buffer.consume(used);
-                if (ec == bhttp::error::need_more) {
-                    ec = {};
-                } else if (ec) {
-                    return 0;
-                } else if (used > 0) {
-                    continue;
-                }
-            }
-            if (input.empty()) {
-                if (!parser.got_some()) {
-                    return 0; // the client went away between requests
-                }
-                parser.put_eof(ec);
-                if (ec || !parser.is_done()) {
-                    return 0;
-                }
-                break;
-            }
-            const auto room = buffer.max_size() - buffer.size();
-            if (room == 0) {
-                return 0; // buffer_overflow in the real read
-            }
-            const auto n = std::min({input.size(), room, std::size_t{997}});
-            auto mb = buffer.prepare(n);
-            boost::asio::buffer_copy(mb, boost::asio::buffer(input.data(), n));
-            buffer.commit(n);
-            input.remove_prefix(n);
+        if (!onceproxy::fuzz::parse_next(parser, buffer, input, 997)) {
+            return 0;
         }
         auto req = parser.release();
         if (!onceproxy::http::refuse_request_head(req).empty()) {

@@ -1,6 +1,7 @@
 // Upstream bytes as the forwarder reads them: the bounded response parser and read buffer
 // (header, trailer and body limits), interim 1xx answers, then the hop-by-hop stripping the
 // client response gets.
+#include "feed.hpp"
 #include "onceproxy/http/headers.hpp"
 #include "onceproxy/upstream/message_parser.hpp"
 
@@ -13,7 +14,6 @@
 #include <string_view>
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-    namespace bhttp = boost::beast::http;
     constexpr std::size_t header_limit = 2048;
     boost::beast::flat_buffer buffer(onceproxy::upstream::read_buffer_limit(header_limit));
     std::string_view input(reinterpret_cast<const char*>(data), size);
@@ -24,38 +24,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         parser.trailer_limit(header_limit);
         parser.body_limit(16384);
         parser.skip(head);
-        boost::system::error_code ec;
-        while (!parser.is_done()) {
-            if (buffer.size() > 0) {
-                const auto used = parser.put(buffer.data(), ec);
-                buffer.consume(used);
-                if (ec == bhttp::error::need_more) {
-                    ec = {};
-                } else if (ec) {
-                    return 0;
-                } else if (used > 0) {
-                    continue;
-                }
-            }
-            if (input.empty()) {
-                if (!parser.got_some()) {
-                    return 0; // the upstream closed before answering
-                }
-                parser.put_eof(ec);
-                if (ec || !parser.is_done()) {
-                    return 0;
-                }
-                break;
-            }
-            const auto room = buffer.max_size() - buffer.size();
-            if (room == 0) {
-                return 0;
-            }
-            const auto n = std::min({input.size(), room, std::size_t{1021}});
-            auto mb = buffer.prepare(n);
-            boost::asio::buffer_copy(mb, boost::asio::buffer(input.data(), n));
-            buffer.commit(n);
-            input.remove_prefix(n);
+        if (!onceproxy::fuzz::parse_next(parser, buffer, input, 1021)) {
+            return 0;
         }
         auto res = parser.release();
         onceproxy::http::strip_hop_by_hop(res);
