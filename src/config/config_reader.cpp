@@ -553,7 +553,7 @@ private:
         std::map<std::string, int, std::less<>> names;
         for (std::size_t i = 0; i < f.node.size(); ++i) {
             const yaml_field rf = w_.item(f, i);
-            if (!w_.mapping(rf, {"name", "match", "upstream", "idempotency"})) {
+            if (!w_.mapping(rf, {"name", "match", "upstream", "limits", "idempotency"})) {
                 continue;
             }
             route_config route;
@@ -600,11 +600,44 @@ private:
             }
             // The one merge step: route over defaults over built-ins.
             route.idempotency = resolve(merge(defaults, own));
+            read_route_limits(w_.get(rf, "limits"), cfg.limits, route);
             if (up != nullptr) {
                 check_lease(route, *up, marks, defaults_marks, upstream);
             }
             cfg.routes.push_back(std::move(route));
         }
+    }
+
+    /// A route's own body limits over the global ones. `none` lifts a limit; a route that
+    /// guards requests buffers them (fingerprint, record), so it must keep both.
+    void read_route_limits(const yaml_field& f, const limits_config& global, route_config& route) {
+        route.limits.max_request_bytes = global.max_request_bytes;
+        route.limits.max_response_bytes = global.max_response_bytes;
+        if (!f.present() || !w_.mapping(f, {"max_request_bytes", "max_response_bytes"})) {
+            return;
+        }
+        const auto read = [&](const char* key, std::optional<std::size_t>& out) {
+            const yaml_field v = w_.get(f, key);
+            if (!v.present()) {
+                return;
+            }
+            if (v.node.IsScalar() && v.node.Scalar() == "none") {
+                if (route.idempotency.mode != idempotency_mode::off) {
+                    w_.error(v, std::string(key) +
+                                    ": none is only allowed on a route without idempotency; a "
+                                    "guarded route buffers requests and responses, so it needs "
+                                    "a size");
+                    return;
+                }
+                out.reset();
+                return;
+            }
+            if (auto n = w_.positive_size(v)) {
+                out = *n;
+            }
+        };
+        read("max_request_bytes", route.limits.max_request_bytes);
+        read("max_response_bytes", route.limits.max_response_bytes);
     }
 
     // The lease must not be shorter than the upstream timeout. While the proxy lives it extends

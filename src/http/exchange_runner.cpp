@@ -278,7 +278,8 @@ core::fence_event to_fence(const store::result<store::fence_status>& r) {
 }
 
 net::awaitable<void> call_upstream(std::shared_ptr<exchange_state> s) {
-    auto r = co_await s->env.fwd.async_forward(s->route.upstream_index, s->req);
+    auto r = co_await s->env.fwd.async_forward(s->route.upstream_index, s->req,
+                                               s->route.limits.max_response_bytes);
     s->report.upstream_ms =
         std::chrono::duration<double, std::milli>(clock::now() - s->upstream_started).count();
     s->env.reg.route(s->route_index).upstream_duration.observe(clock::now() - s->upstream_started);

@@ -2,6 +2,7 @@
 
 #include "http/access_log.hpp"
 #include "http/exchange_runner.hpp"
+#include "http/plain_relay.hpp"
 #include "onceproxy/config/route_table.hpp"
 #include "onceproxy/http/headers.hpp"
 #include "onceproxy/http/problem.hpp"
@@ -32,6 +33,7 @@ struct handler::impl {
         }
         return out;
     }();
+    plain_relay relay{cfg, fwd, reg, fields_in_use};
 };
 
 handler::handler(std::shared_ptr<const config::config> cfg, upstream::forwarder& fwd,
@@ -52,6 +54,25 @@ void count(metrics::route_metrics& m, metrics::outcome o) {
 }
 
 } // namespace
+
+const config::route_config* handler::route_for(const request& head, std::size_t& index) const {
+    const auto* route =
+        config::find_route(*impl_->cfg, head.method_string(), path_of(head.target()));
+    if (route != nullptr) {
+        index = static_cast<std::size_t>(route - impl_->cfg->routes.data());
+    }
+    return route;
+}
+
+bool handler::streams(const config::route_config& route, std::string_view method) const {
+    return !(impl_->st && is_guarded(route, method));
+}
+
+net::awaitable<bool> handler::async_relay(client_side client, upstream::request_parser& parser,
+                                          const config::route_config& route,
+                                          std::size_t route_index, const request_context& ctx) {
+    return impl_->relay.async_relay(client, parser, route, route_index, ctx);
+}
 
 net::awaitable<response> handler::async_handle(request& req, const request_context& ctx) {
     auto& m = *impl_;
@@ -105,7 +126,8 @@ net::awaitable<response> handler::async_handle(request& req, const request_conte
     }
 
     const auto up_start = clock::now();
-    auto fr = co_await m.fwd.async_forward(route->upstream_index, req);
+    auto fr =
+        co_await m.fwd.async_forward(route->upstream_index, req, route->limits.max_response_bytes);
     rm.upstream_duration.observe(clock::now() - up_start);
     response res;
     if (fr.status == upstream::forward_status::ok) {

@@ -1,5 +1,7 @@
 #include "onceproxy/http/problem.hpp"
 
+#include <boost/asio/error.hpp>
+#include <boost/beast/http/error.hpp>
 #include <boost/beast/http/field.hpp>
 #include <boost/json/serialize.hpp>
 #include <boost/json/value.hpp>
@@ -55,6 +57,31 @@ problem_row row(problem_code c) noexcept {
 }
 
 } // namespace
+
+std::optional<response> read_failure_problem(const boost::system::error_code& ec,
+                                             std::string_view what) {
+    namespace net = boost::asio;
+    if (ec == bhttp::error::end_of_stream || ec == bhttp::error::partial_message ||
+        ec == net::error::eof || ec == net::error::connection_reset ||
+        ec == net::error::operation_aborted || ec == net::error::broken_pipe) {
+        return std::nullopt;
+    }
+    if (ec == bhttp::error::body_limit) {
+        return make_problem(problem_code::request_too_large,
+                            "request body exceeds max_request_bytes");
+    }
+    if (ec == bhttp::error::header_limit) {
+        return make_problem(problem_code::header_too_large,
+                            "request header or trailer fields exceed max_header_bytes");
+    }
+    if (ec == bhttp::error::buffer_overflow) {
+        return make_problem(problem_code::header_too_large,
+                            "a header line, chunk-size line or trailer section is longer than "
+                            "max_header_bytes allows");
+    }
+    return make_problem(problem_code::bad_request,
+                        "malformed " + std::string(what) + ": " + ec.message());
+}
 
 std::string_view code_name(problem_code c) noexcept {
     return row(c).code;

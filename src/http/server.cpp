@@ -1,5 +1,6 @@
 #include "onceproxy/http/server.hpp"
 
+#include "http/plain_relay.hpp"
 #include "onceproxy/http/headers.hpp"
 #include "onceproxy/http/loop_guard.hpp"
 #include "onceproxy/http/problem.hpp"
@@ -33,12 +34,6 @@ using tcp = net::ip::tcp;
 namespace {
 
 constexpr auto use_tuple = net::as_tuple(net::use_awaitable);
-
-bool is_disconnect(const boost::system::error_code& ec) {
-    return ec == bhttp::error::end_of_stream || ec == net::error::eof ||
-           ec == net::error::connection_reset || ec == net::error::operation_aborted ||
-           ec == net::error::broken_pipe || ec == bhttp::error::partial_message;
-}
 
 /// The upstream's Transfer-Encoding is hop-by-hop and stripped, and the body is buffered whole:
 /// without a Content-Length a keep-alive client could not tell where the body ends. Responses
@@ -144,25 +139,16 @@ struct server::impl : std::enable_shared_from_this<impl> {
             1, std::memory_order_relaxed);
     }
 
-    /// The answer to a request that could not be read (anything but the client going away).
+    /// Answers a request that could not be read (unless the client went away) and closes.
     net::awaitable<void> send_read_failure(tcp::socket& stream, upstream::deadline_watch::slot& dl,
                                            const boost::system::error_code& ec,
                                            std::string_view what) {
-        if (ec == bhttp::error::body_limit) {
-            co_await send_problem_and_close(stream, dl, problem_code::request_too_large,
-                                            "request body exceeds max_request_bytes");
-        } else if (ec == bhttp::error::header_limit) {
-            co_await send_problem_and_close(
-                stream, dl, problem_code::header_too_large,
-                "request header or trailer fields exceed max_header_bytes");
-        } else if (ec == bhttp::error::buffer_overflow) {
-            co_await send_problem_and_close(
-                stream, dl, problem_code::header_too_large,
-                "a header line, chunk-size line or trailer section is longer than "
-                "max_header_bytes allows");
-        } else {
-            co_await send_problem_and_close(stream, dl, problem_code::bad_request,
-                                            "malformed " + std::string(what) + ": " + ec.message());
+        if (auto res = read_failure_problem(ec, what)) {
+            res->keep_alive(false);
+            dl.expires_after(cfg->limits.idle_timeout);
+            co_await bhttp::async_write(stream, *res, use_tuple);
+            reg.unrouted().outcomes[static_cast<std::size_t>(metrics::outcome::rejected)].fetch_add(
+                1, std::memory_order_relaxed);
         }
     }
 
@@ -213,15 +199,13 @@ struct server::impl : std::enable_shared_from_this<impl> {
 
             upstream::request_parser parser;
             parser.header_limit(static_cast<std::uint32_t>(limits.max_header_bytes));
-            parser.body_limit(limits.max_request_bytes);
+            parser.body_limit(boost::none); // the route's limit, set once the route is known
             parser.trailer_limit(limits.max_header_bytes);
             dl.expires_after(limits.header_timeout);
             auto [hec, hn] = co_await bhttp::async_read_header(stream, buffer, parser, use_tuple);
             (void)hn;
             if (hec) {
-                if (!is_disconnect(hec)) {
-                    co_await send_read_failure(stream, dl, hec, "request");
-                }
+                co_await send_read_failure(stream, dl, hec, "request");
                 break;
             }
             if (const auto why = refuse_request_head(parser.get()); !why.empty()) {
@@ -229,33 +213,51 @@ struct server::impl : std::enable_shared_from_this<impl> {
                 co_await send_problem_and_close(stream, dl, problem_code::bad_request, why);
                 break;
             }
+            const auto expect = parser.get()[bhttp::field::expect];
+            if (!parser.is_done() && !expect.empty() && !beast::iequals(expect, "100-continue")) {
+                auto res =
+                    make_problem(problem_code::bad_request, "unsupported Expect value", 11, 417u);
+                res.keep_alive(false);
+                co_await bhttp::async_write(stream, res, use_tuple);
+                break;
+            }
+            std::size_t route_index = 0;
+            const auto* route = h.route_for(parser.get(), route_index);
+            const auto body_limit = route != nullptr
+                                        ? route->limits.max_request_bytes
+                                        : std::optional<std::size_t>(limits.max_request_bytes);
+            if (body_limit && parser.content_length().value_or(0) > *body_limit) {
+                co_await send_problem_and_close(stream, dl, problem_code::request_too_large,
+                                                "request body exceeds max_request_bytes");
+                break;
+            }
+            parser.body_limit(body_limit ? boost::optional<std::uint64_t>(*body_limit)
+                                         : boost::none);
+            if (route != nullptr && h.streams(*route, parser.get().method_string())) {
+                // The plain path: streamed both ways, nothing buffered whole.
+                const bool keep =
+                    co_await h.async_relay(client_side{stream, buffer, dl, wire_head, draining},
+                                           parser, *route, route_index, ctx);
+                if (!keep) {
+                    break;
+                }
+                continue;
+            }
             if (!parser.is_done()) {
-                const auto expect = parser.get()[bhttp::field::expect];
-                if (!expect.empty()) {
-                    if (!beast::iequals(expect, "100-continue")) {
-                        auto res = make_problem(problem_code::bad_request,
-                                                "unsupported Expect value", 11, 417u);
-                        res.keep_alive(false);
-                        co_await bhttp::async_write(stream, res, use_tuple);
+                if (!expect.empty() && parser.get().version() >= 11) {
+                    static constexpr std::string_view cont = "HTTP/1.1 100 Continue\r\n\r\n";
+                    auto [wec, wn] = co_await net::async_write(
+                        stream, net::buffer(cont.data(), cont.size()), use_tuple);
+                    (void)wn;
+                    if (wec) {
                         break;
-                    }
-                    if (parser.get().version() >= 11) {
-                        static constexpr std::string_view cont = "HTTP/1.1 100 Continue\r\n\r\n";
-                        auto [wec, wn] = co_await net::async_write(
-                            stream, net::buffer(cont.data(), cont.size()), use_tuple);
-                        (void)wn;
-                        if (wec) {
-                            break;
-                        }
                     }
                 }
                 dl.expires_after(limits.idle_timeout);
                 auto [bec, bn] = co_await bhttp::async_read(stream, buffer, parser, use_tuple);
                 (void)bn;
                 if (bec) {
-                    if (!is_disconnect(bec)) {
-                        co_await send_read_failure(stream, dl, bec, "request body");
-                    }
+                    co_await send_read_failure(stream, dl, bec, "request body");
                     break;
                 }
             }

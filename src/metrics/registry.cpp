@@ -145,6 +145,11 @@ std::string registry::render() const {
            "Exceptions caught in an event loop or a connection (logged; the worker goes on "
            "serving).",
            {{"", get(internal_errors)}});
+    family("onceproxy_tunnels_total", "counter",
+           "Connections upgraded (101 Switching Protocols) and relayed as byte tunnels.",
+           {{"", get(tunnels_total)}});
+    family("onceproxy_tunnels_open", "gauge", "Upgraded connections open now.",
+           {{"", get(tunnels_open)}});
     return out;
 }
 

@@ -33,18 +33,6 @@ namespace {
 
 constexpr auto use_tuple = net::as_tuple(net::use_awaitable);
 
-struct connection {
-    connection(net::any_io_executor ex, deadline_watch& watch)
-        : sock(std::move(ex)), dl(watch, sock), buffer(read_buffer_limit(max_header_section)) {}
-    tcp::socket sock;
-    deadline_watch::slot dl; ///< connect, write and read deadlines
-    /// Bounded like the client side: an over-long header, chunk line or trailer section from
-    /// the upstream is a parse error (bad_response), not unbounded memory or a throw.
-    beast::flat_buffer buffer;
-    clock::time_point idle_since{};
-    std::string head; ///< the serialised request head being written
-};
-
 // A pooled connection the upstream closed while it sat idle shows EOF (or an error) to a
 // non-blocking peek; unexpected bytes (a stray response) also make it unusable. (A readiness
 // wait kept pending on idle connections was measured too: Asio re-arms epoll for it with one
@@ -168,6 +156,23 @@ struct forwarder::impl {
     }
 };
 
+connection::connection(net::any_io_executor ex, deadline_watch& watch)
+    : sock(std::move(ex)), dl(watch, sock), buffer(read_buffer_limit(max_header_section)) {}
+
+net::awaitable<lent_connection> forwarder::async_acquire(std::size_t upstream_index) {
+    auto& p = impl_->pools.at(upstream_index);
+    auto a = co_await impl_->acquire(p);
+    co_return lent_connection{std::move(a.conn), a.reused, a.failure};
+}
+
+void forwarder::release(std::size_t upstream_index, std::unique_ptr<connection> c, bool reusable) {
+    impl_->give_back(impl_->pools.at(upstream_index), std::move(c), reusable);
+}
+
+const config::upstream_config& forwarder::upstream(std::size_t upstream_index) const {
+    return *impl_->pools.at(upstream_index).cfg;
+}
+
 forwarder::forwarder(net::any_io_executor ex, std::shared_ptr<const config::config> cfg,
                      deadline_watch& watch)
     : impl_(std::make_unique<impl>(std::move(ex), std::move(cfg), watch)) {}
@@ -181,7 +186,8 @@ void forwarder::close_idle() {
     }
 }
 
-net::awaitable<forward_result> forwarder::async_forward(std::size_t upstream_index, request& req) {
+net::awaitable<forward_result> forwarder::async_forward(std::size_t upstream_index, request& req,
+                                                        std::optional<std::size_t> max_response) {
     auto& p = impl_->pools.at(upstream_index);
     const bool head = req.method() == http::verb::head;
     for (int attempt = 0;; ++attempt) {
@@ -213,7 +219,8 @@ net::awaitable<forward_result> forwarder::async_forward(std::size_t upstream_ind
             response_parser parser;
             parser.header_limit(static_cast<std::uint32_t>(max_header_section));
             parser.trailer_limit(max_header_section);
-            parser.body_limit(impl_->cfg->limits.max_response_bytes);
+            parser.body_limit(max_response ? boost::optional<std::uint64_t>(*max_response)
+                                           : boost::none);
             parser.skip(head);
             auto [rec, n] = co_await http::async_read(c.sock, c.buffer, parser, use_tuple);
             (void)n;

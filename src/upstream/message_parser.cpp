@@ -2,6 +2,7 @@
 
 #include <boost/beast/http/error.hpp>
 
+#include <algorithm>
 #include <limits>
 #include <new>
 
@@ -96,7 +97,9 @@ void message_parser<isRequest>::on_body_init_impl(
     ec = {};
     auto& body = m_.body();
     body.clear();
-    if (content_length) {
+    if (stream_capacity_ > 0) {
+        body.reserve(stream_capacity_);
+    } else if (content_length) {
         try {
             body.reserve(
                 static_cast<std::size_t>(std::min<std::uint64_t>(*content_length, max_reserve)));
@@ -108,6 +111,16 @@ void message_parser<isRequest>::on_body_init_impl(
 
 template <bool isRequest>
 std::size_t message_parser<isRequest>::on_body_impl(string_view data, error_code& ec) {
+    if (stream_capacity_ > 0) {
+        auto& body = m_.body();
+        const auto n = std::min(data.size(), stream_capacity_ - body.size());
+        if (n == 0 && !data.empty()) {
+            ec = bhttp::error::need_buffer; // the staging buffer is full: the caller drains it
+            return 0;
+        }
+        body.append(data.data(), n);
+        return n;
+    }
     try {
         m_.body().append(data.data(), data.size());
     } catch (const std::bad_alloc&) {

@@ -213,9 +213,18 @@ struct route_match {
     std::string path; ///< the exact path, prefix or template as written
 };
 
+/// Body limits of one route, resolved (the global `limits:` values unless the route sets its
+/// own). nullopt: no limit, allowed only where the route never buffers (no idempotency).
+struct route_limits {
+    std::optional<std::size_t> max_request_bytes;
+    std::optional<std::size_t> max_response_bytes;
+    bool operator==(const route_limits&) const = default;
+};
+
 struct route_config {
     std::string name;
     route_match match;
+    route_limits limits;
     std::string upstream;           ///< upstream name
     std::size_t upstream_index = 0; ///< index into config::upstreams
     idempotency_config idempotency;

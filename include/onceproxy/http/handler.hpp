@@ -7,17 +7,21 @@
 #include "onceproxy/metrics/registry.hpp"
 #include "onceproxy/store/store.hpp"
 #include "onceproxy/upstream/forwarder.hpp"
+#include "onceproxy/upstream/message_parser.hpp"
 
 #include <boost/asio/awaitable.hpp>
 
 #include <chrono>
 #include <memory>
 #include <string>
+#include <string_view>
 
 namespace onceproxy::http {
 
 using request = upstream::request;
 using response = upstream::response;
+
+struct client_side;
 
 /// Facts about the connection a request arrived on.
 struct request_context {
@@ -33,6 +37,20 @@ public:
     handler(std::shared_ptr<const config::config> cfg, upstream::forwarder& fwd,
             std::shared_ptr<store::store> st, metrics::registry& reg);
     ~handler();
+
+    /// The route of a request head (first match wins), or nullptr; `index` receives its index.
+    const config::route_config* route_for(const request& head, std::size_t& index) const;
+
+    /// True when requests with `method` on `route` take the streaming plain path: no store
+    /// round trip, nothing buffered (the route does not guard the method).
+    bool streams(const config::route_config& route, std::string_view method) const;
+
+    /// Streams one plain request (its header read by `parser`, its body not yet) to the
+    /// route's upstream and the answer back; see plain_relay. True: the client connection may
+    /// carry the next request.
+    boost::asio::awaitable<bool> async_relay(client_side client, upstream::request_parser& parser,
+                                             const config::route_config& route,
+                                             std::size_t route_index, const request_context& ctx);
 
     /// Produces the response for `req`. `req` is consumed (moved upstream). Never throws for
     /// anything a client or an upstream does: those become problem responses.

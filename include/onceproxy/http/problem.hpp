@@ -32,6 +32,12 @@ enum class problem_code {
     connection_limit,         ///< 503 proxy.connection_limit (limits.max_connections reached)
 };
 
+/// The answer to a client request that could not be read, for every Beast read error (one
+/// table: body_limit → 413, header_limit / buffer_overflow → 431, anything else → 400), or
+/// nullopt when the client simply went away. `what` names the part: "request", "request body".
+std::optional<response> read_failure_problem(const boost::system::error_code& ec,
+                                             std::string_view what);
+
 /// "idempotency.missing_key" etc.
 std::string_view code_name(problem_code c) noexcept;
 

@@ -75,7 +75,10 @@ public:
     std::atomic<std::uint64_t> connections_refused{0}; ///< over the limit: 503 and closed
     std::atomic<std::uint64_t> accept_errors_proxy{0}; ///< accept() failures, proxy listener
     std::atomic<std::uint64_t> accept_errors_admin{0}; ///< accept() failures, admin listener
-    std::atomic<std::uint64_t> internal_errors{0};     ///< exceptions caught in an event loop
+    std::atomic<std::uint64_t> internal_errors{0};
+    std::atomic<std::uint64_t> tunnels_total{0}; ///< upgraded connections (101), ever
+    std::atomic<std::int64_t> tunnels_open{
+        0}; ///< upgraded connections open now     ///< exceptions caught in an event loop
 
     /// Prometheus text exposition format 0.0.4.
     std::string render() const;

@@ -8,10 +8,15 @@
 
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/awaitable.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http/message.hpp>
 #include <boost/beast/http/string_body.hpp>
 
+#include <chrono>
 #include <memory>
+#include <optional>
+#include <string>
 
 namespace onceproxy::upstream {
 
@@ -34,6 +39,26 @@ constexpr bool nothing_sent(forward_status s) noexcept {
     return s == forward_status::connect_failed || s == forward_status::pool_exhausted;
 }
 
+/// One upstream connection of a worker's pool. While lent out (streaming) it belongs to the
+/// borrower, who hands it back with forwarder::release.
+struct connection {
+    connection(boost::asio::any_io_executor ex, deadline_watch& watch);
+    boost::asio::ip::tcp::socket sock;
+    deadline_watch::slot dl; ///< connect, write and read deadlines
+    /// Bounded like the client side: an over-long header, chunk line or trailer section from
+    /// the upstream is a parse error (bad_response), not unbounded memory or a throw.
+    boost::beast::flat_buffer buffer;
+    std::chrono::steady_clock::time_point idle_since{};
+    std::string head; ///< the serialised request head being written
+};
+
+/// What forwarder::async_acquire lends: a connection, or why there is none (nothing was sent).
+struct lent_connection {
+    std::unique_ptr<connection> conn;
+    bool reused = false; ///< from the idle pool (it may turn out closed on the first write)
+    forward_status failure = forward_status::ok;
+};
+
 struct forward_result {
     forward_status status = forward_status::ok;
     response res; ///< valid when status == ok
@@ -54,7 +79,20 @@ public:
     /// upstream with index `upstream_index` and reads the whole response. A pooled connection
     /// found closed before any byte was written is replaced by a fresh one; a request is never
     /// re-sent once a byte of it was written. `head_request` tells the parser not to expect a body.
-    boost::asio::awaitable<forward_result> async_forward(std::size_t upstream_index, request& req);
+    /// `max_response`: the response body limit (nullopt: none).
+    boost::asio::awaitable<forward_result> async_forward(std::size_t upstream_index, request& req,
+                                                         std::optional<std::size_t> max_response);
+
+    /// Lends a connection of upstream `upstream_index` (pooled or new, within connect_timeout
+    /// and max_connections) for a streamed exchange.
+    boost::asio::awaitable<lent_connection> async_acquire(std::size_t upstream_index);
+
+    /// Takes a lent connection back: pooled when `reusable` (a complete exchange on a
+    /// keep-alive connection with nothing left unread), closed otherwise.
+    void release(std::size_t upstream_index, std::unique_ptr<connection> c, bool reusable);
+
+    /// The settings of upstream `upstream_index`.
+    const config::upstream_config& upstream(std::size_t upstream_index) const;
 
     /// Closes idle pooled connections (drain).
     void close_idle();

@@ -51,6 +51,11 @@ public:
     /// `http::error::header_limit`. Set it with the header limit (same budget, RFC 9110 §6.5).
     void trailer_limit(std::size_t n) noexcept { trailer_limit_ = n; }
 
+    /// Streaming: the body is not kept whole; `get().body()` is a staging buffer of at most
+    /// `capacity` bytes that the caller drains (and clears) between reads. When it is full the
+    /// read stops with `http::error::need_buffer`, which is not an error: drain, then read on.
+    void stream_body(std::size_t capacity) noexcept { stream_capacity_ = capacity; }
+
     /// The message read so far (the header, then the body). Trailer fields are not in it.
     message_type& get() noexcept { return m_; }
     const message_type& get() const noexcept { return m_; }
@@ -84,6 +89,7 @@ private:
     bool header_done_ = false;
     std::size_t trailer_limit_ = 16 * 1024;
     std::size_t trailer_bytes_ = 0;
+    std::size_t stream_capacity_ = 0; ///< 0: the body is kept whole
 };
 
 using request_parser = message_parser<true>;

@@ -42,6 +42,8 @@ TEST_CASE("metrics: the exposed metric families are stable") {
                                   "# TYPE onceproxy_connections_refused_total counter",
                                   "# TYPE onceproxy_accept_errors_total counter",
                                   "# TYPE onceproxy_internal_errors_total counter",
+                                  "# TYPE onceproxy_tunnels_total counter",
+                                  "# TYPE onceproxy_tunnels_open gauge",
                               });
 }
 

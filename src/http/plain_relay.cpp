@@ -1,0 +1,492 @@
+#include "http/plain_relay.hpp"
+
+#include "http/access_log.hpp"
+#include "http/exchange_runner.hpp"
+#include "onceproxy/http/headers.hpp"
+#include "onceproxy/http/problem.hpp"
+#include "onceproxy/upstream/wire.hpp"
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/core/string.hpp>
+#include <boost/beast/http/field.hpp>
+#include <boost/beast/http/read.hpp>
+#include <boost/beast/http/rfc7230.hpp>
+
+#include <algorithm>
+#include <array>
+#include <charconv>
+#include <chrono>
+#include <optional>
+#include <span>
+
+namespace onceproxy::http {
+
+namespace net = boost::asio;
+namespace beast = boost::beast;
+namespace bhttp = beast::http;
+using tcp = net::ip::tcp;
+using clock = std::chrono::steady_clock;
+
+namespace {
+
+constexpr auto use_tuple = net::as_tuple(net::use_awaitable);
+
+/// RFC 9110 §7.8: the client asks to switch protocols (`Connection: upgrade` + `Upgrade`).
+bool wants_upgrade(const request& req) {
+    if (req.find(bhttp::field::upgrade) == req.end()) {
+        return false;
+    }
+    for (auto it = req.find(bhttp::field::connection);
+         it != req.end() && it->name() == bhttp::field::connection; ++it) {
+        for (auto token : bhttp::token_list{it->value()}) {
+            if (beast::iequals(token, "upgrade")) {
+                return true;
+            }
+        }
+    }
+    return false;
+}
+
+/// Fields that must not travel as trailers (RFC 9110 §6.5.1): framing, routing, controls.
+bool forbidden_trailer(std::string_view name) {
+    static constexpr std::array<std::string_view, 17> names{
+        "content-length",  "transfer-encoding", "host",
+        "connection",      "keep-alive",        "te",
+        "trailer",         "upgrade",           "authorization",
+        "cookie",          "set-cookie",        "content-type",
+        "x-forwarded-for", "x-forwarded-proto", "forwarded",
+        "x-real-ip",       "x-request-id"};
+    for (auto n : names) {
+        if (beast::iequals(name, n)) {
+            return true;
+        }
+    }
+    return false;
+}
+
+/// "0\r\n" + the trailer fields that may travel + "\r\n": the end of a chunked body. Fields the
+/// proxy depends on (`in_use`) and the forwarding headers it sets never travel as trailers: an
+/// upstream that merges trailers into the header (Beast's own parser does) must not see a key,
+/// a principal or an X-Forwarded-For chain the proxy did not vouch for.
+std::string last_chunk(const bhttp::fields& trailers, std::span<const std::string_view> in_use) {
+    std::string out = "0\r\n";
+    for (const auto& f : trailers) {
+        const auto name = f.name_string();
+        const bool used = std::any_of(in_use.begin(), in_use.end(),
+                                      [&](std::string_view n) { return beast::iequals(n, name); });
+        if (!used && !forbidden_trailer(name)) {
+            out.append(f.name_string()).append(": ").append(f.value()).append("\r\n");
+        }
+    }
+    out += "\r\n";
+    return out;
+}
+
+/// Writes `data` to `sock` within `timeout`, as one chunk of a chunked body when `chunked`.
+net::awaitable<bool> write_piece(tcp::socket& sock, upstream::deadline_watch::slot& dl,
+                                 clock::duration timeout, std::string_view data, bool chunked) {
+    std::array<char, 20> size_line{};
+    std::size_t size_len = 0;
+    if (chunked) {
+        auto r = std::to_chars(size_line.data(), size_line.data() + 16, data.size(), 16);
+        size_len = static_cast<std::size_t>(r.ptr - size_line.data());
+        size_line[size_len++] = '\r';
+        size_line[size_len++] = '\n';
+    }
+    static constexpr std::string_view crlf = "\r\n";
+    const std::array<net::const_buffer, 3> bufs{
+        net::buffer(size_line.data(), size_len), net::buffer(data.data(), data.size()),
+        net::buffer(crlf.data(), chunked ? crlf.size() : 0)};
+    dl.expires_after(timeout);
+    auto [ec, n] = co_await net::async_write(sock, bufs, use_tuple);
+    (void)n;
+    co_return !ec;
+}
+
+/// Copies `from` to `to` until either fails or stays idle past its deadline.
+net::awaitable<void> pump(tcp::socket& from, upstream::deadline_watch::slot& from_dl,
+                          tcp::socket& to, upstream::deadline_watch::slot& to_dl,
+                          clock::duration idle) {
+    std::array<char, 16 * 1024> buf{};
+    for (;;) {
+        from_dl.expires_after(idle);
+        auto [rec, n] = co_await from.async_read_some(net::buffer(buf), use_tuple);
+        if (rec) {
+            break;
+        }
+        to_dl.expires_after(idle);
+        auto [wec, wn] = co_await net::async_write(to, net::buffer(buf.data(), n), use_tuple);
+        (void)wn;
+        if (wec) {
+            break;
+        }
+    }
+    // Closed together: whichever side ends, the other direction ends too.
+    boost::system::error_code ignored;
+    from.shutdown(tcp::socket::shutdown_both, ignored);
+    to.shutdown(tcp::socket::shutdown_both, ignored);
+    from.cancel(ignored);
+    to.cancel(ignored);
+}
+
+} // namespace
+
+/// One streamed request: the client side, the lent upstream connection and what is known so far.
+struct plain_relay::exchange {
+    exchange(plain_relay& r, client_side c, upstream::request_parser& p,
+             const config::route_config& rt, std::size_t ri, const request_context& cx)
+        : relay(r), client(c), parser(p), route(rt), route_index(ri), ctx(cx),
+          up(r.fwd_.upstream(rt.upstream_index)) {}
+
+    plain_relay& relay;
+    client_side client;
+    upstream::request_parser& parser;
+    const config::route_config& route;
+    std::size_t route_index;
+    const request_context& ctx;
+    const config::upstream_config& up;
+    std::unique_ptr<upstream::connection> conn;
+    access_log_entry log;
+    std::string request_id;
+    bool head_request = false;
+    bool upgrade = false;
+    bool client_keep_alive = false;
+    bool expect_continue = false;
+    unsigned client_version = 11;
+    bool response_started = false; ///< bytes of the answer reached the client
+    bool client_gone = false;      ///< the client closed mid-request: nobody to answer
+
+    const config::limits_config& limits() const { return relay.cfg_->limits; }
+
+    /// Ends the exchange with `res` (a problem) when nothing of an answer was sent yet. The
+    /// client connection stays usable only if its request was read whole.
+    net::awaitable<bool> fail(response res) {
+        if (conn) {
+            relay.fwd_.release(route.upstream_index, std::move(conn), false);
+        }
+        if (response_started || client_gone) {
+            finish(499); // too late or nobody to answer: cutting the connection is the answer
+            co_return false;
+        }
+        const bool keep = client_keep_alive && parser.is_done() && !client.draining;
+        res.keep_alive(keep);
+        client.dl.expires_after(limits().idle_timeout);
+        upstream::serialize_head(res, client.scratch);
+        const std::array<net::const_buffer, 2> wire{net::buffer(client.scratch),
+                                                    net::buffer(res.body())};
+        auto [ec, n] = co_await net::async_write(client.sock, wire, use_tuple);
+        (void)n;
+        finish(res.result_int());
+        co_return keep && !ec;
+    }
+
+    void finish(unsigned status) {
+        auto& rm = relay.reg_.route(route_index);
+        rm.outcomes[static_cast<std::size_t>(metrics::outcome::passthrough)].fetch_add(
+            1, std::memory_order_relaxed);
+        rm.request_duration.observe(clock::now() - ctx.received);
+        if (relay.cfg_->access_log) {
+            log.status = status;
+            log.outcome = metrics::outcome::passthrough;
+            log.request_id = request_id;
+            write_access_log(log, ctx, parser.get());
+        }
+    }
+
+    /// The request head as the upstream gets it.
+    void rewrite_head() {
+        auto& req = parser.get();
+        head_request = req.method() == bhttp::verb::head;
+        client_version = req.version();
+        client_keep_alive = req.keep_alive();
+        upgrade = wants_upgrade(req);
+        expect_continue = client_version >= 11 && !parser.is_done() &&
+                          beast::iequals(req[bhttp::field::expect], "100-continue");
+        const std::string upgrade_to(upgrade ? req[bhttp::field::upgrade] : "");
+        if (relay.cfg_->access_log) {
+            request_id = ensure_request_id(req);
+        }
+        strip_hop_by_hop(req, relay.fields_in_use_[route_index]);
+        add_forwarded(req, ctx.client_ip, ctx.tls ? "https" : "http");
+        // The proxy itself answers 100 Continue (below), once the upstream is connected.
+        req.erase(bhttp::field::expect);
+        req.version(11);
+        if (parser.chunked()) {
+            req.set(bhttp::field::transfer_encoding, "chunked");
+        }
+        if (upgrade) {
+            req.set(bhttp::field::connection, "upgrade");
+            req.set(bhttp::field::upgrade, upgrade_to);
+        }
+    }
+
+    /// Connects (or reuses) and writes the head. A pooled connection found closed before any
+    /// byte left gets one fresh replacement; nothing of the body has been read yet.
+    net::awaitable<std::optional<upstream::forward_status>> send_head() {
+        for (int attempt = 0;; ++attempt) {
+            auto lent = co_await relay.fwd_.async_acquire(route.upstream_index);
+            if (!lent.conn) {
+                co_return lent.failure;
+            }
+            conn = std::move(lent.conn);
+            upstream::serialize_head(parser.get(), conn->head);
+            conn->dl.expires_after(up.timeout);
+            auto [ec, written] =
+                co_await net::async_write(conn->sock, net::buffer(conn->head), use_tuple);
+            if (!ec) {
+                co_return std::nullopt;
+            }
+            const bool timed_out = conn->dl.fired();
+            relay.fwd_.release(route.upstream_index, std::move(conn), false);
+            if (written == 0) {
+                if (lent.reused && attempt == 0) {
+                    continue;
+                }
+                co_return upstream::forward_status::connect_failed;
+            }
+            co_return timed_out ? upstream::forward_status::timeout_after_send
+                                : upstream::forward_status::reset_after_send;
+        }
+    }
+
+    /// Streams the request body: each read's bytes are written upstream before the next read,
+    /// so a slow upstream slows the client down and nothing accumulates here.
+    net::awaitable<std::optional<response>> send_body() {
+        if (expect_continue) {
+            // The upstream is connected and has the head: tell the client to send the body.
+            static constexpr std::string_view cont = "HTTP/1.1 100 Continue\r\n\r\n";
+            if (!co_await write_piece(client.sock, client.dl, limits().idle_timeout, cont, false)) {
+                co_return make_problem(problem_code::bad_request, "client went away");
+            }
+        }
+        parser.stream_body(relay_chunk);
+        const auto& lim = route.limits.max_request_bytes;
+        parser.body_limit(lim ? boost::optional<std::uint64_t>(*lim) : boost::none);
+        const bool chunked = parser.chunked();
+        auto& body = parser.get().body();
+        while (!parser.is_done()) {
+            client.dl.expires_after(limits().idle_timeout);
+            auto [ec, n] =
+                co_await bhttp::async_read_some(client.sock, client.buffer, parser, use_tuple);
+            (void)n;
+            if (ec && ec != bhttp::error::need_buffer) {
+                if (auto problem = read_failure_problem(ec, "request body")) {
+                    co_return problem;
+                }
+                client_gone = true;
+                co_return make_problem(problem_code::bad_request, "the client went away");
+            }
+            if (!body.empty()) {
+                if (!co_await write_piece(conn->sock, conn->dl, up.timeout, body, chunked)) {
+                    co_return upstream_failure(upstream::forward_status::reset_after_send,
+                                               relay.reg_);
+                }
+                body.clear();
+            }
+        }
+        if (chunked) {
+            const auto end = last_chunk(parser.trailers(), relay.fields_in_use_[route_index]);
+            if (!co_await write_piece(conn->sock, conn->dl, up.timeout, end, false)) {
+                co_return upstream_failure(upstream::forward_status::reset_after_send, relay.reg_);
+            }
+        }
+        co_return std::nullopt;
+    }
+
+    net::awaitable<bool> tunnel(upstream::response_parser& rp) {
+        auto& res = rp.get();
+        const std::string upgrade_to(res[bhttp::field::upgrade]);
+        strip_hop_by_hop(res);
+        res.set(bhttp::field::connection, "upgrade");
+        res.set(bhttp::field::upgrade, upgrade_to);
+        upstream::serialize_head(res, client.scratch);
+        client.dl.expires_after(limits().idle_timeout);
+        response_started = true;
+        auto [ec, n] =
+            co_await net::async_write(client.sock, net::buffer(client.scratch), use_tuple);
+        (void)n;
+        finish(101);
+        if (ec) {
+            relay.fwd_.release(route.upstream_index, std::move(conn), false);
+            co_return false;
+        }
+        auto& reg = relay.reg_;
+        reg.tunnels_total.fetch_add(1, std::memory_order_relaxed);
+        reg.tunnels_open.fetch_add(1, std::memory_order_relaxed);
+        // Bytes either side sent early (after its head) go first.
+        bool ok = true;
+        if (client.buffer.size() > 0) {
+            conn->dl.expires_after(limits().idle_timeout);
+            auto [wec, wn] = co_await net::async_write(conn->sock, client.buffer.data(), use_tuple);
+            client.buffer.consume(wn);
+            ok = !wec;
+        }
+        if (ok && conn->buffer.size() > 0) {
+            client.dl.expires_after(limits().idle_timeout);
+            auto [wec, wn] = co_await net::async_write(client.sock, conn->buffer.data(), use_tuple);
+            conn->buffer.consume(wn);
+            ok = !wec;
+        }
+        if (ok) {
+            const auto idle = limits().idle_timeout;
+            auto ex = co_await net::this_coro::executor;
+            net::steady_timer other_done(ex, clock::time_point::max());
+            bool other_running = true;
+            net::co_spawn(ex, pump(client.sock, client.dl, conn->sock, conn->dl, idle),
+                          [&](std::exception_ptr) {
+                              other_running = false;
+                              other_done.cancel();
+                          });
+            co_await pump(conn->sock, conn->dl, client.sock, client.dl, idle);
+            while (other_running) {
+                co_await other_done.async_wait(use_tuple);
+            }
+        }
+        reg.tunnels_open.fetch_sub(1, std::memory_order_relaxed);
+        relay.fwd_.release(route.upstream_index, std::move(conn), false);
+        co_return false;
+    }
+
+    /// Reads the upstream's answer head (interim 1xx answers other than 101 are dropped: the
+    /// proxy answered 100 Continue itself).
+    net::awaitable<std::optional<upstream::forward_status>>
+    read_response_head(std::optional<upstream::response_parser>& parser_slot) {
+        for (;;) {
+            auto& rp = parser_slot.emplace();
+            rp.header_limit(static_cast<std::uint32_t>(upstream::max_header_section));
+            rp.trailer_limit(upstream::max_header_section);
+            const auto& lim = route.limits.max_response_bytes;
+            rp.body_limit(lim ? boost::optional<std::uint64_t>(*lim) : boost::none);
+            rp.skip(head_request);
+            rp.stream_body(relay_chunk);
+            conn->dl.expires_after(up.timeout);
+            auto [ec, n] =
+                co_await bhttp::async_read_header(conn->sock, conn->buffer, rp, use_tuple);
+            (void)n;
+            if (ec) {
+                if (conn->dl.fired()) {
+                    co_return upstream::forward_status::timeout_after_send;
+                }
+                if (ec != bhttp::error::end_of_stream &&
+                    ec.category() == bhttp::make_error_code(bhttp::error::bad_version).category()) {
+                    co_return upstream::forward_status::bad_response;
+                }
+                co_return upstream::forward_status::reset_after_send;
+            }
+            const unsigned code = rp.get().result_int();
+            if (code >= 200 || code == 101) {
+                co_return std::nullopt;
+            }
+        }
+    }
+
+    /// Streams the answer: the head as soon as it is read, then each piece of body as it
+    /// arrives (SSE and long polling see their events at once).
+    net::awaitable<bool> relay_response(upstream::response_parser& rp) {
+        auto& res = rp.get();
+        const unsigned status = res.result_int();
+        const bool no_body = head_request || status == 204 || status == 304 || status < 200;
+        const bool length_known = !rp.chunked() && rp.content_length().has_value();
+        // A body the client cannot delimit by Content-Length: chunked to an HTTP/1.1 client
+        // (trailers passed on), close-delimited to an HTTP/1.0 one.
+        const bool rechunk = !no_body && !length_known && client_version >= 11;
+        const bool close_delimited = !no_body && !length_known && client_version < 11;
+        const std::string trailer_names(res[bhttp::field::trailer]);
+        strip_hop_by_hop(res);
+        if (rechunk) {
+            res.set(bhttp::field::transfer_encoding, "chunked");
+            if (!trailer_names.empty()) {
+                res.set(bhttp::field::trailer, trailer_names);
+            }
+        }
+        const bool keep = client_keep_alive && !close_delimited && !client.draining;
+        res.version(11);
+        res.keep_alive(keep);
+        upstream::serialize_head(res, client.scratch);
+        response_started = true;
+        if (!co_await write_piece(client.sock, client.dl, limits().idle_timeout, client.scratch,
+                                  false)) {
+            co_return co_await abort_response(status);
+        }
+        auto& body = res.body();
+        while (!rp.is_done()) {
+            conn->dl.expires_after(up.timeout);
+            auto [ec, n] = co_await bhttp::async_read_some(conn->sock, conn->buffer, rp, use_tuple);
+            (void)n;
+            if (ec && ec != bhttp::error::need_buffer) {
+                co_return co_await abort_response(status);
+            }
+            if (!body.empty()) {
+                if (!co_await write_piece(client.sock, client.dl, limits().idle_timeout, body,
+                                          rechunk)) {
+                    co_return co_await abort_response(status);
+                }
+                body.clear();
+            }
+        }
+        if (rechunk) {
+            const auto end = last_chunk(rp.trailers(), {});
+            if (!co_await write_piece(client.sock, client.dl, limits().idle_timeout, end, false)) {
+                co_return co_await abort_response(status);
+            }
+        }
+        relay.fwd_.release(route.upstream_index, std::move(conn),
+                           rp.keep_alive() && !rp.need_eof());
+        finish(status);
+        co_return keep;
+    }
+
+    /// The answer broke off after its head reached the client: close both connections.
+    net::awaitable<bool> abort_response(unsigned status) {
+        relay.reg_.upstream_errors.fetch_add(1, std::memory_order_relaxed);
+        relay.fwd_.release(route.upstream_index, std::move(conn), false);
+        finish(status);
+        co_return false;
+    }
+};
+
+plain_relay::plain_relay(std::shared_ptr<const config::config> cfg, upstream::forwarder& fwd,
+                         metrics::registry& reg,
+                         const std::vector<std::vector<std::string_view>>& fields_in_use)
+    : cfg_(std::move(cfg)), fwd_(fwd), reg_(reg), fields_in_use_(fields_in_use) {}
+
+net::awaitable<bool> plain_relay::async_relay(client_side client, upstream::request_parser& parser,
+                                              const config::route_config& route,
+                                              std::size_t route_index, const request_context& ctx) {
+    exchange x(*this, client, parser, route, route_index, ctx);
+    x.log.route = route.name;
+    const std::string method(parser.get().method_string());
+    const std::string target(parser.get().target());
+    x.log.method = method;
+    x.log.target = target;
+    x.rewrite_head();
+
+    const auto up_start = clock::now();
+    if (auto failed = co_await x.send_head()) {
+        co_return co_await x.fail(upstream_failure(*failed, reg_));
+    }
+    if (auto failed = co_await x.send_body()) {
+        co_return co_await x.fail(std::move(*failed));
+    }
+    std::optional<upstream::response_parser> rp;
+    if (auto failed = co_await x.read_response_head(rp)) {
+        co_return co_await x.fail(upstream_failure(*failed, reg_));
+    }
+    reg_.route(route_index).upstream_duration.observe(clock::now() - up_start);
+    if (rp->get().result_int() == 101) {
+        if (!x.upgrade) {
+            co_return co_await x.fail(
+                upstream_failure(upstream::forward_status::bad_response, reg_));
+        }
+        co_return co_await x.tunnel(*rp);
+    }
+    co_return co_await x.relay_response(*rp);
+}
+
+} // namespace onceproxy::http

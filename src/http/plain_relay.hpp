@@ -1,0 +1,61 @@
+#pragma once
+// The plain path (SPEC §1: no route guard, or a method the route does not guard): the request
+// and the response stream through bounded buffers, with back-pressure both ways, instead of
+// being read whole. An upgrade (WebSocket) becomes a byte tunnel after 101.
+
+#include "onceproxy/config/config.hpp"
+#include "onceproxy/http/handler.hpp"
+#include "onceproxy/metrics/registry.hpp"
+#include "onceproxy/upstream/deadline_watch.hpp"
+#include "onceproxy/upstream/forwarder.hpp"
+#include "onceproxy/upstream/message_parser.hpp"
+
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace onceproxy::http {
+
+/// Bytes of body staged between a read and the matching write (per direction, per connection):
+/// what bounds a streamed exchange's memory whatever the body size.
+inline constexpr std::size_t relay_chunk = 64 * 1024;
+
+/// The client side of one session, lent to the relay for one request.
+struct client_side {
+    boost::asio::ip::tcp::socket& sock;
+    boost::beast::flat_buffer& buffer; ///< may hold the start of the next (pipelined) request
+    upstream::deadline_watch::slot& dl;
+    std::string& scratch; ///< a reusable buffer for serialised heads
+    const bool& draining; ///< the worker is draining: answer with Connection: close
+};
+
+/// One worker's plain-path relay. Used only from that worker's executor.
+class plain_relay {
+public:
+    /// `fields_in_use[i]`: the request fields route i depends on (request_fields_in_use), which
+    /// Connection may not nominate away; it outlives the relay.
+    plain_relay(std::shared_ptr<const config::config> cfg, upstream::forwarder& fwd,
+                metrics::registry& reg,
+                const std::vector<std::vector<std::string_view>>& fields_in_use);
+
+    /// Relays the request whose header `parser` has read (its body not yet) to the route's
+    /// upstream and the answer back. Returns true when the client connection may carry the
+    /// next request (the request was read whole and the response framed).
+    boost::asio::awaitable<bool> async_relay(client_side client, upstream::request_parser& parser,
+                                             const config::route_config& route,
+                                             std::size_t route_index, const request_context& ctx);
+
+private:
+    struct exchange;
+    std::shared_ptr<const config::config> cfg_;
+    upstream::forwarder& fwd_;
+    metrics::registry& reg_;
+    const std::vector<std::vector<std::string_view>>& fields_in_use_;
+};
+
+} // namespace onceproxy::http
