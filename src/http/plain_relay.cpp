@@ -161,6 +161,8 @@ struct plain_relay::exchange {
     unsigned client_version = 11;
     bool response_started = false; ///< bytes of the answer reached the client
     bool client_gone = false;      ///< the client closed mid-request: nobody to answer
+    /// The upstream stopped taking the body: it may have answered early (413, 401, ...).
+    bool upstream_stopped_reading = false;
 
     const config::limits_config& limits() const { return relay.cfg_->limits; }
 
@@ -284,6 +286,7 @@ struct plain_relay::exchange {
             }
             if (!body.empty()) {
                 if (!co_await write_piece(conn->sock, conn->dl, up.timeout, body, chunked)) {
+                    upstream_stopped_reading = true;
                     co_return upstream_failure(upstream::forward_status::reset_after_send,
                                                relay.reg_);
                 }
@@ -293,6 +296,7 @@ struct plain_relay::exchange {
         if (chunked) {
             const auto end = last_chunk(parser.trailers(), relay.fields_in_use_[route_index]);
             if (!co_await write_piece(conn->sock, conn->dl, up.timeout, end, false)) {
+                upstream_stopped_reading = true;
                 co_return upstream_failure(upstream::forward_status::reset_after_send, relay.reg_);
             }
         }
@@ -472,7 +476,18 @@ net::awaitable<bool> plain_relay::async_relay(client_side client, upstream::requ
         co_return co_await x.fail(upstream_failure(*failed, reg_));
     }
     if (auto failed = co_await x.send_body()) {
-        co_return co_await x.fail(std::move(*failed));
+        if (!x.upstream_stopped_reading) {
+            co_return co_await x.fail(std::move(*failed));
+        }
+        // An upstream that refuses a body answers first and closes (RFC 9112 §9.6): pass its
+        // answer on if there is one; the rest of the client's body is not read, so its
+        // connection closes after the answer.
+        x.client_keep_alive = false;
+        std::optional<upstream::response_parser> early;
+        if (co_await x.read_response_head(early)) {
+            co_return co_await x.fail(std::move(*failed));
+        }
+        co_return co_await x.relay_response(*early);
     }
     std::optional<upstream::response_parser> rp;
     if (auto failed = co_await x.read_response_head(rp)) {

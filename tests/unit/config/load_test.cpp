@@ -103,7 +103,7 @@ TEST_CASE("conf/example.yaml loads and shows every knob") {
     CHECK(c->limits.max_response_bytes == 64U * 1024 * 1024);
     CHECK(c->store.memory.max_bytes == 256U * 1024 * 1024);
     CHECK(c->store.redis.command_timeout == 250ms);
-    REQUIRE(c->routes.size() == 4);
+    REQUIRE(c->routes.size() == 5);
     CHECK(c->routes[0].idempotency.scope_headers ==
           std::vector<std::string>{"Authorization", "Cookie"});
     CHECK_FALSE(c->routes[0].idempotency.record_set_cookie);
@@ -112,6 +112,8 @@ TEST_CASE("conf/example.yaml loads and shows every knob") {
     CHECK(c->routes[2].match.kind == cfg::path_match_kind::pattern);
     CHECK(c->routes[2].idempotency.ttl == 24h); // from defaults
     CHECK(c->routes[3].idempotency.mode == cfg::idempotency_mode::off);
+    CHECK_FALSE(c->routes[3].limits.max_request_bytes.has_value()); // uploads: none
+    CHECK(c->routes[4].limits.max_request_bytes == c->limits.max_request_bytes);
 }
 
 // The example documents every knob "with its built-in default": this keeps that true by
@@ -452,4 +454,40 @@ TEST_CASE("key_prefix may be empty but route names are restricted") {
                        "routes: [{ name: \"a b\", match: { prefix: / }, upstream: app }]\n");
     REQUIRE(errors.size() == 1);
     CHECK(errors[0].message.find("invalid route name") != std::string::npos);
+}
+
+TEST_CASE("per-route limits: defaults from limits:, own sizes, none on plain routes only") {
+    const auto c =
+        cfg::load_string(std::string{minimal_upstream} +
+                             "limits: { max_request_bytes: 2MiB, max_response_bytes: 8MiB }\n"
+                             "routes:\n"
+                             "  - name: uploads\n"
+                             "    match: { prefix: /uploads }\n"
+                             "    upstream: app\n"
+                             "    limits: { max_request_bytes: none, max_response_bytes: 1GiB }\n"
+                             "  - name: rest\n"
+                             "    match: { prefix: / }\n"
+                             "    upstream: app\n",
+                         "limits.yaml");
+    REQUIRE(c->routes.size() == 2);
+    CHECK_FALSE(c->routes[0].limits.max_request_bytes.has_value());
+    CHECK(c->routes[0].limits.max_response_bytes == std::size_t{1} << 30);
+    CHECK(c->routes[1].limits.max_request_bytes == std::size_t{2} << 20);
+    CHECK(c->routes[1].limits.max_response_bytes == std::size_t{8} << 20);
+
+    const auto errors =
+        errors_of_text(std::string{minimal_upstream} + "routes:\n"
+                                                       "  - name: pay\n"
+                                                       "    match: { prefix: /pay }\n"
+                                                       "    upstream: app\n"
+                                                       "    limits: { max_request_bytes: none }\n"
+                                                       "    idempotency: { mode: required }\n");
+    REQUIRE(errors.size() == 1);
+    CHECK(errors[0].line == 6);
+    CHECK(errors[0].message.find("only allowed on a route without idempotency") !=
+          std::string::npos);
+    CHECK(errors_of_text(std::string{minimal_upstream} +
+                         "routes: [{ name: a, match: { prefix: / }, upstream: app, "
+                         "limits: { max_request_bytes: lots } }]\n")
+              .size() == 1);
 }
