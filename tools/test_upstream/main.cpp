@@ -8,11 +8,22 @@
 // and, with --port-file, writes the port to PATH atomically (PATH.tmp, then rename).
 // SIGINT/SIGTERM exit 0.
 //
+// Streaming (request_facts.cpp lists every X-Test-* header):
+//   X-Test-Body-Bytes: N   body of N bytes ('a' + i % 26), up to 4 GiB; above 1 MiB it is
+//                          generated and written in 64 KiB pieces (chunks, with X-Test-Chunked)
+//   X-Test-Events: N       chunked text/event-stream, one chunk `data: event-<i>\n\n` per event;
+//   X-Test-Stream-Id: ID   with it, each event after the first waits (10 s at most, then the
+//                          stream ends) for `POST /__release?id=ID` from any connection
+//   the JSON reply         has "body_fnv1a": 64-bit FNV-1a of the request body, 16 hex digits
+//   GET .../ws + Upgrade: websocket (Connection: Upgrade, Sec-WebSocket-Key): 101, then every
+//                          message is echoed back; any method is upgraded (see session.cpp)
+//
 // Threads: one io_context per thread; the acceptor runs on the first and hands each accepted
 // connection to the next context round-robin, so a connection never changes thread.
 
 #include "execution_counts.hpp"
 #include "session.hpp"
+#include "stream_releases.hpp"
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -42,6 +53,7 @@
 namespace net = boost::asio;
 using tcp = net::ip::tcp;
 using onceproxy::test_upstream::execution_counts;
+using onceproxy::test_upstream::stream_releases;
 
 namespace {
 
@@ -115,7 +127,7 @@ void write_port_file(std::string const& path, unsigned short port) {
 
 net::awaitable<void> accept_loop(tcp::acceptor& acceptor,
                                  std::vector<std::unique_ptr<net::io_context>>& workers,
-                                 execution_counts& counts) {
+                                 execution_counts& counts, stream_releases& releases) {
     constexpr auto use_tuple = net::as_tuple(net::use_awaitable);
     net::steady_timer backoff(acceptor.get_executor());
     std::size_t next = 0;
@@ -130,9 +142,10 @@ net::awaitable<void> accept_loop(tcp::acceptor& acceptor,
             co_await backoff.async_wait(use_tuple);
             continue;
         }
-        net::co_spawn(worker,
-                      onceproxy::test_upstream::run_session(tcp::socket(std::move(socket)), counts),
-                      net::detached);
+        net::co_spawn(
+            worker,
+            onceproxy::test_upstream::run_session(tcp::socket(std::move(socket)), counts, releases),
+            net::detached);
     }
 }
 
@@ -145,6 +158,7 @@ int main(int argc, char** argv) {
         for (unsigned i = 0; i < opts.threads; ++i)
             workers.push_back(std::make_unique<net::io_context>(1));
         execution_counts counts;
+        stream_releases releases;
 
         tcp::endpoint const endpoint(net::ip::make_address(opts.host), opts.port);
         tcp::acceptor acceptor(*workers.front());
@@ -167,7 +181,8 @@ int main(int argc, char** argv) {
             for (auto& worker : workers)
                 worker->stop();
         });
-        net::co_spawn(*workers.front(), accept_loop(acceptor, workers, counts), net::detached);
+        net::co_spawn(*workers.front(), accept_loop(acceptor, workers, counts, releases),
+                      net::detached);
 
         std::vector<std::thread> threads;
         std::vector<net::executor_work_guard<net::io_context::executor_type>> guards;

@@ -71,6 +71,7 @@ void request_facts::clear() {
     target.clear();
     version = 11;
     body_bytes = 0;
+    body_fnv1a = fnv1a_offset_basis;
     expect_continue = false;
     has_key = false;
     key.clear();
@@ -82,6 +83,9 @@ void request_facts::clear() {
     connection.clear();
     hop.clear();
     all_names.assign(1, ',');
+    upgrade.clear();
+    ws_key.clear();
+    ws_version.clear();
     bad_test_header = false;
     status = 200;
     delay_ms.reset();
@@ -93,6 +97,21 @@ void request_facts::clear() {
     trailer_bytes = 0;
     malformed = false;
     extra_headers.clear();
+    events.reset();
+    stream_id.clear();
+}
+
+bool request_facts::wants_websocket() const {
+    if (!iequals(trim(upgrade), "websocket") || ws_key.empty())
+        return false;
+    std::string_view rest = connection;
+    while (!rest.empty()) {
+        auto const comma = rest.find(',');
+        if (iequals(trim(rest.substr(0, comma)), "upgrade"))
+            return true;
+        rest = comma == std::string_view::npos ? std::string_view{} : rest.substr(comma + 1);
+    }
+    return false;
 }
 
 void request_reader::on_request_impl(http::verb, boost::beast::string_view method_str,
@@ -119,9 +138,20 @@ void request_reader::on_field_impl(http::field name, boost::beast::string_view n
     std::string_view const lower(f.all_names.data() + start, name_string.size());
 
     switch (name) {
+    case http::field::upgrade:
+        if (!f.upgrade.empty())
+            f.upgrade += ", ";
+        f.upgrade += value;
+        add_hop(f.hop, lower);
+        return;
+    case http::field::sec_websocket_key:
+        f.ws_key.assign(value);
+        return;
+    case http::field::sec_websocket_version:
+        f.ws_version.assign(value);
+        return;
     case http::field::te:
     case http::field::trailer:
-    case http::field::upgrade:
     case http::field::keep_alive:
     case http::field::proxy_authorization:
         add_hop(f.hop, lower);
@@ -157,7 +187,8 @@ void request_reader::on_field_impl(http::field name, boost::beast::string_view n
             f.bad_test_header |= !parse_u64(value, n);
             f.drop_after_ms = n;
         } else if (which == "body-bytes") {
-            f.bad_test_header |= !parse_u64(value, n) || n > (std::uint64_t{256} << 20);
+            // Bodies above 1 MiB are generated piece by piece, so 4 GiB costs no memory.
+            f.bad_test_header |= !parse_u64(value, n) || n > (std::uint64_t{4} << 30);
             f.body_size = n;
         } else if (which == "drop") {
             f.drop = value == "1";
@@ -169,6 +200,11 @@ void request_reader::on_field_impl(http::field name, boost::beast::string_view n
             f.bad_test_header |= !parse_u64(value, n) || n > (std::uint64_t{64} << 20);
             f.trailer_bytes = n;
             f.chunked = true;
+        } else if (which == "events") {
+            f.bad_test_header |= !parse_u64(value, n) || n > 1000;
+            f.events = n;
+        } else if (which == "stream-id") {
+            f.stream_id.assign(value);
         } else if (which == "malformed") {
             f.malformed = value == "1";
         } else if (which == "header") {
@@ -211,6 +247,7 @@ void request_reader::on_body_init_impl(boost::optional<std::uint64_t> const&,
 std::size_t request_reader::on_body_impl(boost::beast::string_view body,
                                          boost::beast::error_code&) {
     facts_.body_bytes += body.size();
+    facts_.body_fnv1a = fnv1a_update(facts_.body_fnv1a, body);
     return body.size();
 }
 
@@ -220,6 +257,7 @@ void request_reader::on_chunk_header_impl(std::uint64_t, boost::beast::string_vi
 std::size_t request_reader::on_chunk_body_impl(std::uint64_t, boost::beast::string_view body,
                                                boost::beast::error_code&) {
     facts_.body_bytes += body.size();
+    facts_.body_fnv1a = fnv1a_update(facts_.body_fnv1a, body);
     return body.size();
 }
 

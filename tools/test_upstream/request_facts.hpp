@@ -19,12 +19,25 @@ namespace onceproxy::test_upstream {
 
 namespace http = boost::beast::http;
 
+/// FNV-1a, 64-bit (offset basis and prime from the FNV reference): a streaming digest of a body.
+inline constexpr std::uint64_t fnv1a_offset_basis = 14695981039346656037ULL;
+inline constexpr std::uint64_t fnv1a_prime = 1099511628211ULL;
+
+inline std::uint64_t fnv1a_update(std::uint64_t hash, std::string_view bytes) {
+    for (char c : bytes) {
+        hash ^= static_cast<unsigned char>(c);
+        hash *= fnv1a_prime;
+    }
+    return hash;
+}
+
 /// Facts about one request; `clear()` before each request keeps the strings' capacity.
 struct request_facts {
     std::string method;
     std::string target;
     int version = 11;
     std::uint64_t body_bytes = 0;
+    std::uint64_t body_fnv1a = fnv1a_offset_basis; // 64-bit FNV-1a of the body bytes so far
     bool expect_continue = false;
 
     bool has_key = false;
@@ -37,6 +50,9 @@ struct request_facts {
     std::string connection; // Connection as received, repeated fields joined with ", "
     std::string hop;        // comma list of received hop-by-hop header names (lowercase)
     std::string all_names;  // ",name,name," of every received field (lowercase), for Connection
+    std::string upgrade;    // Upgrade as received, repeated fields joined with ", "
+    std::string ws_key;     // Sec-WebSocket-Key
+    std::string ws_version; // Sec-WebSocket-Version
 
     // Misbehaviour requested through X-Test-* headers.
     bool bad_test_header = false; // an X-Test-* value did not parse: answer 400
@@ -47,11 +63,15 @@ struct request_facts {
     std::optional<std::uint64_t> body_size;
     bool binary = false;
     bool chunked = false;
-    std::uint64_t trailer_bytes = 0; // chunked: end with a trailer field of this many bytes
-    bool malformed = false;          // answer with bytes that are not an HTTP response
-    std::string extra_headers;       // "Name: value\r\n" lines from X-Test-Header
+    std::uint64_t trailer_bytes = 0;     // chunked: end with a trailer field of this many bytes
+    bool malformed = false;              // answer with bytes that are not an HTTP response
+    std::string extra_headers;           // "Name: value\r\n" lines from X-Test-Header
+    std::optional<std::uint64_t> events; // X-Test-Events: a held text/event-stream of N events
+    std::string stream_id;               // X-Test-Stream-Id: what POST /__release?id= names
 
     void clear();
+    /// Upgrade names websocket, Connection has the `upgrade` token and a key is present.
+    bool wants_websocket() const;
 };
 
 /// Parses one request into a `request_facts`; make a new reader per request (cheap).

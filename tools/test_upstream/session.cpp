@@ -1,6 +1,7 @@
 #include "session.hpp"
 
 #include "request_facts.hpp"
+#include "stream_releases.hpp"
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/buffer.hpp>
@@ -8,9 +9,12 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/http/empty_body.hpp>
 #include <boost/beast/http/error.hpp>
+#include <boost/beast/http/message.hpp>
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/status.hpp>
+#include <boost/beast/websocket/stream.hpp>
 
 #include <array>
 #include <charconv>
@@ -18,6 +22,7 @@
 #include <cstdio>
 #include <ctime>
 #include <exception>
+#include <memory>
 #include <optional>
 #include <string>
 #include <unistd.h>
@@ -32,14 +37,29 @@ using tcp = net::ip::tcp;
 
 constexpr auto use_tuple = net::as_tuple(net::use_awaitable);
 
-// Large enough that tests never hit them by accident, small enough to bound memory.
-constexpr std::uint64_t body_limit = std::uint64_t{64} << 20;
+// Large enough that tests never hit them by accident. Request bodies are counted and hashed,
+// never kept, so the body limit costs no memory.
+constexpr std::uint64_t body_limit = std::uint64_t{64} << 30;
 constexpr std::uint32_t header_limit = std::uint32_t{64} << 10;
+
+// X-Test-Body-Bytes above this is generated and written piece by piece (bounded memory).
+constexpr std::uint64_t stream_threshold = std::uint64_t{1} << 20;
+constexpr std::size_t piece_size = std::size_t{64} << 10;
+
+// How long a held event stream waits for POST /__release before it ends anyway.
+constexpr auto release_timeout = std::chrono::seconds(10);
 
 void append_number(std::string& out, std::uint64_t n) {
     std::array<char, 24> buf{};
     auto const res = std::to_chars(buf.data(), buf.data() + buf.size(), n);
     out.append(buf.data(), res.ptr);
+}
+
+// Exactly 16 lowercase hex digits.
+void append_hex16(std::string& out, std::uint64_t n) {
+    static constexpr char hex[] = "0123456789abcdef";
+    for (int shift = 60; shift >= 0; shift -= 4)
+        out += hex[(n >> shift) & 0xf];
 }
 
 // JSON string literal (RFC 8259 §7); bytes >= 0x80 pass through unchanged.
@@ -266,13 +286,15 @@ void fill_body(std::string& body, request_facts const& f, std::string_view execu
             body += "null";
         body += ",\"body_bytes\":";
         append_number(body, f.body_bytes);
-        body += '}';
+        body += ",\"body_fnv1a\":\"";
+        append_hex16(body, f.body_fnv1a);
+        body += "\"}";
     }
 }
 
 /// Answers the /__* control endpoints; false when `path` is not one of them.
 bool control_reply(std::string_view path, request_facts const& f, execution_counts& counts,
-                   reply& r, std::string& body) {
+                   stream_releases& releases, reply& r, std::string& body) {
     body.clear();
     if (path == "/__health") {
         r.content_type = "text/plain";
@@ -303,13 +325,185 @@ bool control_reply(std::string_view path, request_facts const& f, execution_coun
     } else if (path == "/__reset") {
         counts.reset();
         r.status = 204;
+    } else if (path == "/__release") {
+        std::string const id = query_param(f.target, "id").value_or(std::string{});
+        bool const waiting = releases.release(id);
+        r.content_type = "application/json";
+        body += "{\"id\":";
+        append_json_string(body, id);
+        body += ",\"waiting\":";
+        body += waiting ? "true" : "false";
+        body += '}';
     } else {
         return false;
     }
     return true;
 }
 
-net::awaitable<void> serve(tcp::socket& socket, execution_counts& counts) {
+// Piece `offset .. offset + n` of a generated body: 'a' + i % 26, or i & 0xff when binary.
+// `pattern` holds the pattern from byte 0 for piece_size + 256 bytes, so any piece is one slice of
+// it.
+std::string_view body_piece(std::string const& pattern, bool binary, std::uint64_t offset,
+                            std::size_t n) {
+    std::uint64_t const period = binary ? 256 : 26;
+    return std::string_view(pattern).substr(static_cast<std::size_t>(offset % period), n);
+}
+
+// The last chunk and, on request, a trailer field of X-Test-Trailer-Bytes bytes (RFC 9112 §7.1).
+std::string last_chunk(request_facts const& f) {
+    std::string last = "0\r\n";
+    if (f.trailer_bytes > 0) {
+        last += "X-Test-Trailer: ";
+        last.append(f.trailer_bytes, 't');
+        last += "\r\n";
+    }
+    last += "\r\n";
+    return last;
+}
+
+/// Writes the head and a generated body of X-Test-Body-Bytes bytes in pieces of piece_size (one
+/// chunk each when chunked), so a 4 GiB body needs no more memory than a small one.
+net::awaitable<bool> write_generated_body(tcp::socket& socket, reply const& r,
+                                          request_facts const& f, std::string& head) {
+    std::uint64_t const size = f.body_size.value_or(0);
+    bool const has_body = status_allows_body(r.status) && !r.head_request;
+    build_head(head, r, f, static_cast<std::size_t>(size));
+    auto [ec, n] = co_await net::async_write(socket, net::buffer(head), use_tuple);
+    if (ec || !has_body)
+        co_return !ec;
+
+    std::string pattern(piece_size + 256, '\0');
+    for (std::size_t i = 0; i < pattern.size(); ++i)
+        pattern[i] = f.binary ? static_cast<char>(static_cast<unsigned char>(i & 0xff))
+                              : static_cast<char>('a' + i % 26);
+    std::array<char, 24> chunk_size{};
+    for (std::uint64_t offset = 0; offset < size;) {
+        auto const len =
+            static_cast<std::size_t>(std::min<std::uint64_t>(piece_size, size - offset));
+        std::string_view const piece = body_piece(pattern, f.binary, offset, len);
+        std::size_t chunk_size_len = 0;
+        if (r.chunked) {
+            auto const res = std::to_chars(chunk_size.data(), chunk_size.data() + 20, len, 16);
+            chunk_size_len = static_cast<std::size_t>(res.ptr - chunk_size.data());
+            chunk_size[chunk_size_len++] = '\r';
+            chunk_size[chunk_size_len++] = '\n';
+        }
+        std::string_view const crlf = r.chunked ? "\r\n" : "";
+        std::array<net::const_buffer, 3> const buffers{
+            net::buffer(chunk_size.data(), chunk_size_len), net::buffer(piece.data(), piece.size()),
+            net::buffer(crlf.data(), crlf.size())};
+        std::tie(ec, n) = co_await net::async_write(socket, buffers, use_tuple);
+        if (ec)
+            co_return false;
+        offset += len;
+    }
+    if (r.chunked) {
+        std::string const last = last_chunk(f);
+        std::tie(ec, n) = co_await net::async_write(socket, net::buffer(last), use_tuple);
+    }
+    co_return !ec;
+}
+
+/// Waits until POST /__release?id=`id` arrives (true) or release_timeout passes (false).
+net::awaitable<bool> wait_for_release(tcp::socket& socket, stream_releases& releases,
+                                      std::string const& id) {
+    auto const timer = std::make_shared<net::steady_timer>(socket.get_executor());
+    auto const deadline = std::chrono::steady_clock::now() + release_timeout;
+    for (;;) {
+        if (releases.take(id, timer))
+            co_return true;
+        timer->expires_at(deadline);
+        co_await timer->async_wait(use_tuple);
+        // Cancelled: a release came (take() consumes it). Expired: give up. A cancel posted for
+        // an earlier wait only costs one more round.
+        if (std::chrono::steady_clock::now() >= deadline) {
+            releases.forget(id);
+            co_return false;
+        }
+    }
+}
+
+/// X-Test-Events: N: a chunked text/event-stream, one chunk `data: event-<i>\n\n` per event
+/// (i = 1..N). With X-Test-Stream-Id, each event after the first waits for a release of that id
+/// (bounded by release_timeout, after which the stream ends early); then the last chunk, with
+/// the X-Test-Trailer-Bytes trailer if asked for.
+net::awaitable<bool> write_event_stream(tcp::socket& socket, reply const& r, request_facts const& f,
+                                        std::string& head, stream_releases& releases) {
+    build_head(head, r, f, 0);
+    head.insert(head.size() - 2, "Cache-Control: no-cache\r\n");
+    auto [ec, n] = co_await net::async_write(socket, net::buffer(head), use_tuple);
+    if (ec || r.head_request || !status_allows_body(r.status))
+        co_return !ec;
+    std::uint64_t const events = f.events.value_or(0);
+    std::string chunk;
+    for (std::uint64_t i = 1; i <= events; ++i) {
+        if (i > 1 && !f.stream_id.empty() &&
+            !co_await wait_for_release(socket, releases, f.stream_id))
+            break;
+        std::string event = "data: event-";
+        append_number(event, i);
+        event += "\n\n";
+        chunk.clear();
+        std::array<char, 24> size{};
+        auto const res = std::to_chars(size.data(), size.data() + size.size(), event.size(), 16);
+        chunk.append(size.data(), res.ptr);
+        chunk += "\r\n";
+        chunk += event;
+        chunk += "\r\n";
+        std::tie(ec, n) = co_await net::async_write(socket, net::buffer(chunk), use_tuple);
+        if (ec)
+            co_return false;
+    }
+    std::string const last = last_chunk(f);
+    std::tie(ec, n) = co_await net::async_write(socket, net::buffer(last), use_tuple);
+    co_return !ec;
+}
+
+/// Completes the WebSocket handshake (RFC 6455 §4.2.2) for the request in `f` and echoes every
+/// message back as it came (text stays text, binary stays binary) until the peer closes. Any
+/// method is upgraded, not only GET: tests check that the proxy never lets a guarded POST
+/// upgrade, so the upstream must not be the one refusing.
+net::awaitable<void> serve_websocket(tcp::socket& socket, request_facts const& f,
+                                     std::string_view execution_id) {
+    namespace websocket = beast::websocket;
+    beast::http::request<beast::http::empty_body> req{beast::http::verb::get, f.target, 11};
+    req.set(beast::http::field::host, "127.0.0.1");
+    req.set(beast::http::field::upgrade, f.upgrade);
+    req.set(beast::http::field::connection, f.connection);
+    req.set(beast::http::field::sec_websocket_key, f.ws_key);
+    req.set(beast::http::field::sec_websocket_version, f.ws_version);
+
+    websocket::stream<tcp::socket&> ws(socket);
+    websocket::stream_base::timeout timeouts{};
+    timeouts.handshake_timeout = std::chrono::seconds(10);
+    timeouts.idle_timeout = std::chrono::seconds(30);
+    timeouts.keep_alive_pings = false;
+    ws.set_option(timeouts);
+    ws.set_option(websocket::stream_base::decorator(
+        [id = std::string(execution_id)](websocket::response_type& res) {
+            res.set("X-Execution-Id", id);
+        }));
+    ws.auto_fragment(false);
+    ws.read_message_max(std::uint64_t{64} << 20);
+
+    auto [ec] = co_await ws.async_accept(req, use_tuple);
+    if (ec)
+        co_return;
+    beast::flat_buffer message;
+    for (;;) {
+        auto [rec, rn] = co_await ws.async_read(message, use_tuple);
+        if (rec)
+            co_return; // closed (the close handshake is answered by Beast), reset or idle
+        ws.text(ws.got_text());
+        auto [wec, wn] = co_await ws.async_write(message.data(), use_tuple);
+        if (wec)
+            co_return;
+        message.consume(message.size());
+    }
+}
+
+net::awaitable<void> serve(tcp::socket& socket, execution_counts& counts,
+                           stream_releases& releases) {
     beast::error_code ignored;
     socket.set_option(tcp::no_delay(true), ignored);
 
@@ -358,7 +552,7 @@ net::awaitable<void> serve(tcp::socket& socket, execution_counts& counts) {
         std::string_view const target = facts.target;
         std::string_view const path = target.substr(0, target.find('?'));
 
-        if (path.starts_with("/__") && control_reply(path, facts, counts, r, body)) {
+        if (path.starts_with("/__") && control_reply(path, facts, counts, releases, r, body)) {
             facts.extra_headers.clear();
         } else if (facts.bad_test_header) {
             r.status = 400;
@@ -391,6 +585,11 @@ net::awaitable<void> serve(tcp::socket& socket, execution_counts& counts) {
                 timer.expires_after(std::chrono::milliseconds(*facts.delay_ms));
                 co_await timer.async_wait(use_tuple);
             }
+            if (facts.wants_websocket() && (path == "/ws" || path.ends_with("/ws"))) {
+                co_await serve_websocket(socket, facts, execution_id);
+                close_socket(socket);
+                co_return;
+            }
             r.status = facts.status;
             r.execution_id = execution_id;
             r.chunked = facts.chunked;
@@ -398,6 +597,24 @@ net::awaitable<void> serve(tcp::socket& socket, execution_counts& counts) {
                 r.content_type = "application/octet-stream";
             else if (facts.body_size)
                 r.content_type = "text/plain";
+            bool streamed = false;
+            bool ok = true;
+            if (facts.events) {
+                r.chunked = true;
+                r.content_type = "text/event-stream";
+                ok = co_await write_event_stream(socket, r, facts, head, releases);
+                streamed = true;
+            } else if (facts.body_size && *facts.body_size > stream_threshold) {
+                ok = co_await write_generated_body(socket, r, facts, head);
+                streamed = true;
+            }
+            if (streamed) {
+                if (!ok || !r.keep_alive) {
+                    close_socket(socket);
+                    co_return;
+                }
+                continue;
+            }
             fill_body(body, facts, execution_id);
         }
 
@@ -410,9 +627,10 @@ net::awaitable<void> serve(tcp::socket& socket, execution_counts& counts) {
 
 } // namespace
 
-net::awaitable<void> run_session(tcp::socket socket, execution_counts& counts) {
+net::awaitable<void> run_session(tcp::socket socket, execution_counts& counts,
+                                 stream_releases& releases) {
     try {
-        co_await serve(socket, counts);
+        co_await serve(socket, counts, releases);
     } catch (std::exception const& e) {
         std::fprintf(stderr, "session failed: %s\n", e.what());
     }
