@@ -88,25 +88,55 @@ std::string last_chunk(const bhttp::fields& trailers, std::span<const std::strin
     return out;
 }
 
-/// Writes `data` to `sock` within `timeout`, as one chunk of a chunked body when `chunked`.
-net::awaitable<bool> write_piece(tcp::socket& sock, upstream::deadline_watch::slot& dl,
-                                 clock::duration timeout, std::string_view data, bool chunked) {
+/// Writes `head`, then `piece` (as one chunk of a chunked body when `chunked`; nothing for an
+/// empty piece), then `tail`, in one gather write within `timeout`. Coalescing a head with the
+/// body bytes already at hand saves a system call per small message.
+net::awaitable<std::pair<boost::system::error_code, std::size_t>>
+write_parts(tcp::socket& sock, upstream::deadline_watch::slot& dl, clock::duration timeout,
+            std::string_view head, std::string_view piece, bool chunked, std::string_view tail) {
     std::array<char, 20> size_line{};
     std::size_t size_len = 0;
-    if (chunked) {
-        auto r = std::to_chars(size_line.data(), size_line.data() + 16, data.size(), 16);
+    const bool framed = chunked && !piece.empty();
+    if (framed) {
+        auto r = std::to_chars(size_line.data(), size_line.data() + 16, piece.size(), 16);
         size_len = static_cast<std::size_t>(r.ptr - size_line.data());
         size_line[size_len++] = '\r';
         size_line[size_len++] = '\n';
     }
     static constexpr std::string_view crlf = "\r\n";
-    const std::array<net::const_buffer, 3> bufs{
-        net::buffer(size_line.data(), size_len), net::buffer(data.data(), data.size()),
-        net::buffer(crlf.data(), chunked ? crlf.size() : 0)};
+    const std::array<net::const_buffer, 5> bufs{
+        net::buffer(head.data(), head.size()), net::buffer(size_line.data(), size_len),
+        net::buffer(piece.data(), piece.size()), net::buffer(crlf.data(), framed ? crlf.size() : 0),
+        net::buffer(tail.data(), tail.size())};
     dl.expires_after(timeout);
     auto [ec, n] = co_await net::async_write(sock, bufs, use_tuple);
+    co_return std::pair{ec, n};
+}
+
+/// `data` as one piece of a body (a chunk when `chunked`); false when the write failed.
+net::awaitable<bool> write_piece(tcp::socket& sock, upstream::deadline_watch::slot& dl,
+                                 clock::duration timeout, std::string_view data, bool chunked) {
+    auto [ec, n] = co_await write_parts(sock, dl, timeout, {}, data, chunked, {});
     (void)n;
     co_return !ec;
+}
+
+/// Parses the bytes already in `buffer` into `parser`'s staging body, without I/O.
+template <bool isRequest>
+boost::system::error_code stage_buffered(upstream::message_parser<isRequest>& parser,
+                                         beast::flat_buffer& buffer) {
+    boost::system::error_code ec;
+    while (!parser.is_done() && buffer.size() > 0) {
+        const auto used = parser.put(buffer.data(), ec);
+        buffer.consume(used);
+        if (ec == bhttp::error::need_more || ec == bhttp::error::need_buffer) {
+            return {};
+        }
+        if (ec || used == 0) {
+            break;
+        }
+    }
+    return ec;
 }
 
 /// Copies `from` to `to` until either fails or stays idle past its deadline.
@@ -163,6 +193,23 @@ struct plain_relay::exchange {
     bool client_gone = false;      ///< the client closed mid-request: nobody to answer
     /// The upstream stopped taking the body: it may have answered early (413, 401, ...).
     bool upstream_stopped_reading = false;
+    bool body_done = false; ///< the whole request body left with the head
+
+    std::span<const std::string_view> in_use() const { return relay.fields_in_use_[route_index]; }
+
+    /// Before anything is sent: the route's body limit, streaming mode, and the body bytes that
+    /// arrived with the head staged (an answer when they already break the limit or the framing).
+    std::optional<response> stage_request() {
+        parser.stream_body(relay_chunk);
+        if (expect_continue) {
+            return std::nullopt; // the client waits for 100 Continue before sending its body
+        }
+        if (auto ec = stage_buffered(parser, client.buffer)) {
+            return read_failure_problem(ec, "request body")
+                .value_or(make_problem(problem_code::bad_request, "malformed request body"));
+        }
+        return std::nullopt;
+    }
 
     const config::limits_config& limits() const { return relay.cfg_->limits; }
 
@@ -238,10 +285,17 @@ struct plain_relay::exchange {
             }
             conn = std::move(lent.conn);
             upstream::serialize_head(parser.get(), conn->head);
-            conn->dl.expires_after(up.timeout);
-            auto [ec, written] =
-                co_await net::async_write(conn->sock, net::buffer(conn->head), use_tuple);
+            // The body bytes that came with the head leave in the same write.
+            auto& staged = parser.get().body();
+            const bool chunked = parser.chunked();
+            const std::string tail = chunked && parser.is_done() && !staged.empty()
+                                         ? last_chunk(parser.trailers(), in_use())
+                                         : std::string();
+            auto [ec, written] = co_await write_parts(conn->sock, conn->dl, up.timeout, conn->head,
+                                                      staged, chunked, tail);
             if (!ec) {
+                staged.clear();
+                body_done = !tail.empty();
                 co_return std::nullopt;
             }
             const bool timed_out = conn->dl.fired();
@@ -267,9 +321,9 @@ struct plain_relay::exchange {
                 co_return make_problem(problem_code::bad_request, "client went away");
             }
         }
-        parser.stream_body(relay_chunk);
-        const auto& lim = route.limits.max_request_bytes;
-        parser.body_limit(lim ? boost::optional<std::uint64_t>(*lim) : boost::none);
+        if (body_done) {
+            co_return std::nullopt;
+        }
         const bool chunked = parser.chunked();
         auto& body = parser.get().body();
         while (!parser.is_done()) {
@@ -294,7 +348,7 @@ struct plain_relay::exchange {
             }
         }
         if (chunked) {
-            const auto end = last_chunk(parser.trailers(), relay.fields_in_use_[route_index]);
+            const auto end = last_chunk(parser.trailers(), in_use());
             if (!co_await write_piece(conn->sock, conn->dl, up.timeout, end, false)) {
                 upstream_stopped_reading = true;
                 co_return upstream_failure(upstream::forward_status::reset_after_send, relay.reg_);
@@ -412,13 +466,33 @@ struct plain_relay::exchange {
         const bool keep = client_keep_alive && !close_delimited && !client.draining;
         res.version(11);
         res.keep_alive(keep);
-        upstream::serialize_head(res, client.scratch);
-        response_started = true;
-        if (!co_await write_piece(client.sock, client.dl, limits().idle_timeout, client.scratch,
-                                  false)) {
-            co_return co_await abort_response(status);
-        }
+        // The body bytes that came with the head go out with it (one write for a small answer).
         auto& body = res.body();
+        if (!no_body) {
+            if (stage_buffered(rp, conn->buffer)) {
+                co_return co_await fail(
+                    upstream_failure(upstream::forward_status::bad_response, relay.reg_));
+            }
+        }
+        upstream::serialize_head(res, client.scratch);
+        const std::string tail =
+            rechunk && rp.is_done() ? last_chunk(rp.trailers(), {}) : std::string();
+        response_started = true;
+        {
+            auto [ec, n] = co_await write_parts(client.sock, client.dl, limits().idle_timeout,
+                                                client.scratch, body, rechunk, tail);
+            (void)n;
+            if (ec) {
+                co_return co_await abort_response(status);
+            }
+            body.clear();
+        }
+        if (rp.is_done()) {
+            relay.fwd_.release(route.upstream_index, std::move(conn),
+                               rp.keep_alive() && !rp.need_eof());
+            finish(status);
+            co_return keep;
+        }
         while (!rp.is_done()) {
             conn->dl.expires_after(up.timeout);
             auto [ec, n] = co_await bhttp::async_read_some(conn->sock, conn->buffer, rp, use_tuple);
@@ -471,6 +545,9 @@ net::awaitable<bool> plain_relay::async_relay(client_side client, upstream::requ
     x.log.target = target;
     x.rewrite_head();
 
+    if (auto refused = x.stage_request()) {
+        co_return co_await x.fail(std::move(*refused));
+    }
     const auto up_start = clock::now();
     if (auto failed = co_await x.send_head()) {
         co_return co_await x.fail(upstream_failure(*failed, reg_));

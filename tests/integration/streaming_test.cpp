@@ -663,7 +663,7 @@ TEST_SUITE("streaming") {
         proxy_config cfg = with_routes(R"(  - name: guarded
     match: { prefix: /guarded/ }
     upstream: app
-    idempotency: { mode: required }
+    idempotency: { mode: required, lease: 300s }
 )");
         proxied p(cfg);
         {
