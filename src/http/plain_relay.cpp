@@ -538,11 +538,16 @@ net::awaitable<bool> plain_relay::async_relay(client_side client, upstream::requ
                                               const config::route_config& route,
                                               std::size_t route_index, const request_context& ctx) {
     exchange x(*this, client, parser, route, route_index, ctx);
-    x.log.route = route.name;
-    const std::string method(parser.get().method_string());
-    const std::string target(parser.get().target());
-    x.log.method = method;
-    x.log.target = target;
+    // The access log names the request as received (the head is rewritten below).
+    std::string method;
+    std::string target;
+    if (cfg_->access_log) {
+        method = parser.get().method_string();
+        target = parser.get().target();
+        x.log.route = route.name;
+        x.log.method = method;
+        x.log.target = target;
+    }
     x.rewrite_head();
 
     if (auto refused = x.stage_request()) {

@@ -11,8 +11,6 @@
 
 #include <doctest/doctest.h>
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -88,13 +86,7 @@ std::optional<http_response> exchange_raw(unsigned short port, const std::string
 /// Sends `bytes` on a fresh connection and returns every byte the proxy sends back until it
 /// closes (bounded).
 std::string raw_exchange(unsigned short port, const std::string& bytes) {
-    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    REQUIRE(fd >= 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(port);
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+    const int fd = connect_loopback(port);
     timeval tv{10, 0};
     ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     REQUIRE(::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL) ==

@@ -541,7 +541,13 @@ TEST_SUITE("proxy") {
         REQUIRE(r.has_value());
         CHECK(r->status == 200);
 
-        const auto log = p.proxy.log();
+        // The line is written once the answer is out: wait for it (bounded).
+        std::string log;
+        for (int i = 0; i < 100 && log.find("\n{") == std::string::npos && log.rfind('{', 0) != 0;
+             ++i) {
+            std::this_thread::sleep_for(50ms);
+            log = p.proxy.log();
+        }
         std::istringstream lines(log);
         std::string line;
         int json_lines = 0;

@@ -59,19 +59,24 @@ std::string make_request(std::string_view method, std::string_view target,
     return r;
 }
 
-http_client::http_client(unsigned short port) {
-    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+int connect_loopback(unsigned short port) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
     sockaddr_in a{};
     a.sin_family = AF_INET;
     a.sin_port = htons(port);
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (::connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-        ::close(fd_);
+    if (fd < 0 || ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+        if (fd >= 0) {
+            ::close(fd);
+        }
         throw std::runtime_error("connect to 127.0.0.1:" + std::to_string(port) + " failed");
     }
     int one = 1;
-    ::setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    return fd;
 }
+
+http_client::http_client(unsigned short port) : fd_(connect_loopback(port)) {}
 
 http_client::~http_client() {
     if (fd_ >= 0) {

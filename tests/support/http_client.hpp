@@ -23,6 +23,10 @@ struct http_response {
     std::size_t count(std::string_view name) const;
 };
 
+/// A TCP connection to 127.0.0.1:`port` with TCP_NODELAY (a blocking socket; the caller owns
+/// and closes it). Throws std::runtime_error when the connect fails.
+int connect_loopback(unsigned short port);
+
 /// Serialises a request. Adds Host and, when `body` is non-empty, Content-Length.
 std::string make_request(std::string_view method, std::string_view target,
                          const header_list& headers = {}, std::string_view body = {});

@@ -1,5 +1,7 @@
 #include "support/stream_connection.hpp"
 
+#include "support/http_client.hpp"
+
 #include <boost/beast/core/string.hpp>
 
 #include <arpa/inet.h>
@@ -104,18 +106,7 @@ bool response_head::has_header(std::string_view name) const {
     return false;
 }
 
-stream_connection::stream_connection(unsigned short port) {
-    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(port);
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (::connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-        ::close(fd_);
-        throw std::runtime_error("connect to 127.0.0.1:" + std::to_string(port) + " failed");
-    }
-    int one = 1;
-    ::setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+stream_connection::stream_connection(unsigned short port) : fd_(connect_loopback(port)) {
     ::fcntl(fd_, F_SETFL, ::fcntl(fd_, F_GETFL) | O_NONBLOCK);
 }
 
