@@ -109,39 +109,17 @@ net::awaitable<response> handler::async_handle(request& req, const request_conte
     req.keep_alive(true);
     req.prepare_payload();
 
-    if (m.st && is_guarded(*route, req.method_string())) {
-        exchange_report report;
-        auto res = co_await async_run_exchange(m.env, *route, route_index, req, report);
-        rm.request_duration.observe(clock::now() - ctx.received);
-        if (m.cfg->access_log) {
-            log.status = res.result_int();
-            log.outcome = report.outcome;
-            log.request_id = request_id;
-            log.key_hash = report.key_hash;
-            log.upstream_ms = report.upstream_ms;
-            log.store_ms = report.store_ms;
-            write_access_log(log, ctx, req);
-        }
-        co_return res;
-    }
-
-    const auto up_start = clock::now();
-    auto fr =
-        co_await m.fwd.async_forward(route->upstream_index, req, route->limits.max_response_bytes);
-    rm.upstream_duration.observe(clock::now() - up_start);
-    response res;
-    if (fr.status == upstream::forward_status::ok) {
-        res = std::move(fr.res);
-        strip_hop_by_hop(res);
-    } else {
-        res = upstream_failure(fr.status, m.reg);
-    }
-    count(rm, metrics::outcome::passthrough);
+    // The caller streams every request it may (handler::streams); what arrives here is guarded.
+    exchange_report report;
+    auto res = co_await async_run_exchange(m.env, *route, route_index, req, report);
     rm.request_duration.observe(clock::now() - ctx.received);
     if (m.cfg->access_log) {
         log.status = res.result_int();
-        log.outcome = metrics::outcome::passthrough;
+        log.outcome = report.outcome;
         log.request_id = request_id;
+        log.key_hash = report.key_hash;
+        log.upstream_ms = report.upstream_ms;
+        log.store_ms = report.store_ms;
         write_access_log(log, ctx, req);
     }
     co_return res;

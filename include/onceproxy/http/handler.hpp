@@ -52,8 +52,10 @@ public:
                                              const config::route_config& route,
                                              std::size_t route_index, const request_context& ctx);
 
-    /// Produces the response for `req`. `req` is consumed (moved upstream). Never throws for
-    /// anything a client or an upstream does: those become problem responses.
+    /// Produces the response for a request read whole that does not stream: no route matches
+    /// (404), or its route guards its method (the idempotency exchange). Requests for which
+    /// streams() is true go to async_relay instead. `req` is consumed (moved upstream). Never
+    /// throws for anything a client or an upstream does: those become problem responses.
     boost::asio::awaitable<response> async_handle(request& req, const request_context& ctx);
 
 private:
