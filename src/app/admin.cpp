@@ -1,7 +1,7 @@
 #include "app/admin.hpp"
 
 #include "onceproxy/http/loop_guard.hpp"
-#include "onceproxy/upstream/message_parser.hpp"
+#include "onceproxy/wire/message_parser.hpp"
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -110,9 +110,9 @@ struct admin_server::impl : std::enable_shared_from_this<impl> {
         beast::tcp_stream stream(std::move(sock));
         // The same bounded parser and buffer as the proxy listener: a hostile request on the
         // admin port is an error answer, never an exception out of the event loop.
-        beast::flat_buffer buffer(upstream::read_buffer_limit(header_limit));
+        beast::flat_buffer buffer(wire::read_buffer_limit(header_limit));
         for (;;) {
-            upstream::request_parser parser;
+            wire::request_parser parser;
             parser.header_limit(header_limit);
             parser.trailer_limit(header_limit);
             parser.body_limit(64 * 1024);

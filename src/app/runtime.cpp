@@ -46,7 +46,7 @@ struct worker {
 
     net::io_context& ioc;
     net::executor_work_guard<net::io_context::executor_type> guard;
-    upstream::deadline_watch watch; ///< coarse I/O deadlines of every socket of this worker
+    wire::deadline_watch watch; ///< coarse I/O deadlines of every socket of this worker
     upstream::forwarder fwd;
     http::handler h;
     http::server srv;

@@ -68,7 +68,7 @@ bool handler::streams(const config::route_config& route, std::string_view method
     return !(impl_->st && is_guarded(route, method));
 }
 
-net::awaitable<bool> handler::async_relay(client_side client, upstream::request_parser& parser,
+net::awaitable<bool> handler::async_relay(client_side client, wire::request_parser& parser,
                                           const config::route_config& route,
                                           std::size_t route_index, const request_context& ctx) {
     return impl_->relay.async_relay(client, parser, route, route_index, ctx);

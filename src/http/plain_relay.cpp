@@ -4,7 +4,7 @@
 #include "http/exchange_runner.hpp"
 #include "onceproxy/http/headers.hpp"
 #include "onceproxy/http/problem.hpp"
-#include "onceproxy/upstream/wire.hpp"
+#include "onceproxy/wire/head_writer.hpp"
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -92,7 +92,7 @@ std::string last_chunk(const bhttp::fields& trailers, std::span<const std::strin
 /// empty piece), then `tail`, in one gather write within `timeout`. Coalescing a head with the
 /// body bytes already at hand saves a system call per small message.
 net::awaitable<std::pair<boost::system::error_code, std::size_t>>
-write_parts(tcp::socket& sock, upstream::deadline_watch::slot& dl, clock::duration timeout,
+write_parts(tcp::socket& sock, wire::deadline_watch::slot& dl, clock::duration timeout,
             std::string_view head, std::string_view piece, bool chunked, std::string_view tail) {
     std::array<char, 20> size_line{};
     std::size_t size_len = 0;
@@ -114,7 +114,7 @@ write_parts(tcp::socket& sock, upstream::deadline_watch::slot& dl, clock::durati
 }
 
 /// `data` as one piece of a body (a chunk when `chunked`); false when the write failed.
-net::awaitable<bool> write_piece(tcp::socket& sock, upstream::deadline_watch::slot& dl,
+net::awaitable<bool> write_piece(tcp::socket& sock, wire::deadline_watch::slot& dl,
                                  clock::duration timeout, std::string_view data, bool chunked) {
     auto [ec, n] = co_await write_parts(sock, dl, timeout, {}, data, chunked, {});
     (void)n;
@@ -123,7 +123,7 @@ net::awaitable<bool> write_piece(tcp::socket& sock, upstream::deadline_watch::sl
 
 /// Parses the bytes already in `buffer` into `parser`'s staging body, without I/O.
 template <bool isRequest>
-boost::system::error_code stage_buffered(upstream::message_parser<isRequest>& parser,
+boost::system::error_code stage_buffered(wire::message_parser<isRequest>& parser,
                                          beast::flat_buffer& buffer) {
     boost::system::error_code ec;
     while (!parser.is_done() && buffer.size() > 0) {
@@ -140,9 +140,8 @@ boost::system::error_code stage_buffered(upstream::message_parser<isRequest>& pa
 }
 
 /// Copies `from` to `to` until either fails or stays idle past its deadline.
-net::awaitable<void> pump(tcp::socket& from, upstream::deadline_watch::slot& from_dl,
-                          tcp::socket& to, upstream::deadline_watch::slot& to_dl,
-                          clock::duration idle) {
+net::awaitable<void> pump(tcp::socket& from, wire::deadline_watch::slot& from_dl, tcp::socket& to,
+                          wire::deadline_watch::slot& to_dl, clock::duration idle) {
     std::array<char, 16 * 1024> buf{};
     for (;;) {
         from_dl.expires_after(idle);
@@ -169,14 +168,14 @@ net::awaitable<void> pump(tcp::socket& from, upstream::deadline_watch::slot& fro
 
 /// One streamed request: the client side, the lent upstream connection and what is known so far.
 struct plain_relay::exchange {
-    exchange(plain_relay& r, client_side c, upstream::request_parser& p,
-             const config::route_config& rt, std::size_t ri, const request_context& cx)
+    exchange(plain_relay& r, client_side c, wire::request_parser& p, const config::route_config& rt,
+             std::size_t ri, const request_context& cx)
         : relay(r), client(c), parser(p), route(rt), route_index(ri), ctx(cx),
           up(r.fwd_.upstream(rt.upstream_index)) {}
 
     plain_relay& relay;
     client_side client;
-    upstream::request_parser& parser;
+    wire::request_parser& parser;
     const config::route_config& route;
     std::size_t route_index;
     const request_context& ctx;
@@ -226,7 +225,7 @@ struct plain_relay::exchange {
         const bool keep = client_keep_alive && parser.is_done() && !client.draining;
         res.keep_alive(keep);
         client.dl.expires_after(limits().idle_timeout);
-        upstream::serialize_head(res, client.scratch);
+        wire::serialize_head(res, client.scratch);
         const std::array<net::const_buffer, 2> wire{net::buffer(client.scratch),
                                                     net::buffer(res.body())};
         auto [ec, n] = co_await net::async_write(client.sock, wire, use_tuple);
@@ -284,7 +283,7 @@ struct plain_relay::exchange {
                 co_return lent.failure;
             }
             conn = std::move(lent.conn);
-            upstream::serialize_head(parser.get(), conn->head);
+            wire::serialize_head(parser.get(), conn->head);
             // The body bytes that came with the head leave in the same write.
             auto& staged = parser.get().body();
             const bool chunked = parser.chunked();
@@ -357,13 +356,13 @@ struct plain_relay::exchange {
         co_return std::nullopt;
     }
 
-    net::awaitable<bool> tunnel(upstream::response_parser& rp) {
+    net::awaitable<bool> tunnel(wire::response_parser& rp) {
         auto& res = rp.get();
         const std::string upgrade_to(res[bhttp::field::upgrade]);
         strip_hop_by_hop(res);
         res.set(bhttp::field::connection, "upgrade");
         res.set(bhttp::field::upgrade, upgrade_to);
-        upstream::serialize_head(res, client.scratch);
+        wire::serialize_head(res, client.scratch);
         client.dl.expires_after(limits().idle_timeout);
         response_started = true;
         auto [ec, n] =
@@ -414,11 +413,11 @@ struct plain_relay::exchange {
     /// Reads the upstream's answer head (interim 1xx answers other than 101 are dropped: the
     /// proxy answered 100 Continue itself).
     net::awaitable<std::optional<upstream::forward_status>>
-    read_response_head(std::optional<upstream::response_parser>& parser_slot) {
+    read_response_head(std::optional<wire::response_parser>& parser_slot) {
         for (;;) {
             auto& rp = parser_slot.emplace();
-            rp.header_limit(static_cast<std::uint32_t>(upstream::max_header_section));
-            rp.trailer_limit(upstream::max_header_section);
+            rp.header_limit(static_cast<std::uint32_t>(wire::max_header_section));
+            rp.trailer_limit(wire::max_header_section);
             const auto& lim = route.limits.max_response_bytes;
             rp.body_limit(lim ? boost::optional<std::uint64_t>(*lim) : boost::none);
             rp.skip(head_request);
@@ -446,7 +445,7 @@ struct plain_relay::exchange {
 
     /// Streams the answer: the head as soon as it is read, then each piece of body as it
     /// arrives (SSE and long polling see their events at once).
-    net::awaitable<bool> relay_response(upstream::response_parser& rp) {
+    net::awaitable<bool> relay_response(wire::response_parser& rp) {
         auto& res = rp.get();
         const unsigned status = res.result_int();
         const bool no_body = head_request || status == 204 || status == 304 || status < 200;
@@ -474,7 +473,7 @@ struct plain_relay::exchange {
                     upstream_failure(upstream::forward_status::bad_response, relay.reg_));
             }
         }
-        upstream::serialize_head(res, client.scratch);
+        wire::serialize_head(res, client.scratch);
         const std::string tail =
             rechunk && rp.is_done() ? last_chunk(rp.trailers(), {}) : std::string();
         response_started = true;
@@ -534,7 +533,7 @@ plain_relay::plain_relay(std::shared_ptr<const config::config> cfg, upstream::fo
                          const std::vector<std::vector<std::string_view>>& fields_in_use)
     : cfg_(std::move(cfg)), fwd_(fwd), reg_(reg), fields_in_use_(fields_in_use) {}
 
-net::awaitable<bool> plain_relay::async_relay(client_side client, upstream::request_parser& parser,
+net::awaitable<bool> plain_relay::async_relay(client_side client, wire::request_parser& parser,
                                               const config::route_config& route,
                                               std::size_t route_index, const request_context& ctx) {
     exchange x(*this, client, parser, route, route_index, ctx);
@@ -565,13 +564,13 @@ net::awaitable<bool> plain_relay::async_relay(client_side client, upstream::requ
         // answer on if there is one; the rest of the client's body is not read, so its
         // connection closes after the answer.
         x.client_keep_alive = false;
-        std::optional<upstream::response_parser> early;
+        std::optional<wire::response_parser> early;
         if (co_await x.read_response_head(early)) {
             co_return co_await x.fail(std::move(*failed));
         }
         co_return co_await x.relay_response(*early);
     }
-    std::optional<upstream::response_parser> rp;
+    std::optional<wire::response_parser> rp;
     if (auto failed = co_await x.read_response_head(rp)) {
         co_return co_await x.fail(upstream_failure(*failed, reg_));
     }

@@ -6,9 +6,9 @@
 #include "onceproxy/config/config.hpp"
 #include "onceproxy/http/handler.hpp"
 #include "onceproxy/metrics/registry.hpp"
-#include "onceproxy/upstream/deadline_watch.hpp"
 #include "onceproxy/upstream/forwarder.hpp"
-#include "onceproxy/upstream/message_parser.hpp"
+#include "onceproxy/wire/deadline_watch.hpp"
+#include "onceproxy/wire/message_parser.hpp"
 
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -29,7 +29,7 @@ inline constexpr std::size_t relay_chunk = 64 * 1024;
 struct client_side {
     boost::asio::ip::tcp::socket& sock;
     boost::beast::flat_buffer& buffer; ///< may hold the start of the next (pipelined) request
-    upstream::deadline_watch::slot& dl;
+    wire::deadline_watch::slot& dl;
     std::string& scratch; ///< a reusable buffer for serialised heads
     const bool& draining; ///< the worker is draining: answer with Connection: close
 };
@@ -46,7 +46,7 @@ public:
     /// Relays the request whose header `parser` has read (its body not yet) to the route's
     /// upstream and the answer back. Returns true when the client connection may carry the
     /// next request (the request was read whole and the response framed).
-    boost::asio::awaitable<bool> async_relay(client_side client, upstream::request_parser& parser,
+    boost::asio::awaitable<bool> async_relay(client_side client, wire::request_parser& parser,
                                              const config::route_config& route,
                                              std::size_t route_index, const request_context& ctx);
 

@@ -4,9 +4,9 @@
 #include "onceproxy/http/headers.hpp"
 #include "onceproxy/http/loop_guard.hpp"
 #include "onceproxy/http/problem.hpp"
-#include "onceproxy/upstream/deadline_watch.hpp"
-#include "onceproxy/upstream/message_parser.hpp"
-#include "onceproxy/upstream/wire.hpp"
+#include "onceproxy/wire/deadline_watch.hpp"
+#include "onceproxy/wire/head_writer.hpp"
+#include "onceproxy/wire/message_parser.hpp"
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -56,14 +56,14 @@ struct server::impl : std::enable_shared_from_this<impl> {
     };
 
     impl(net::io_context& c, std::shared_ptr<const config::config> cf, handler& hd,
-         metrics::registry& r, upstream::deadline_watch& w)
+         metrics::registry& r, wire::deadline_watch& w)
         : ioc(c), cfg(std::move(cf)), h(hd), reg(r), watch(w), acceptor(c) {}
 
     net::io_context& ioc;
     std::shared_ptr<const config::config> cfg;
     handler& h;
     metrics::registry& reg;
-    upstream::deadline_watch& watch;
+    wire::deadline_watch& watch;
     tcp::acceptor acceptor;
     bool draining = false;
     std::list<session_entry> sessions;
@@ -105,7 +105,7 @@ struct server::impl : std::enable_shared_from_this<impl> {
     /// Over limits.max_connections: a 503 problem, then the connection closes. The client's
     /// first bytes are read and dropped for a moment so the close does not reset the answer away.
     net::awaitable<void> refuse(tcp::socket sock) {
-        upstream::deadline_watch::slot dl(watch, sock);
+        wire::deadline_watch::slot dl(watch, sock);
         dl.expires_after(std::chrono::seconds(1));
         auto res =
             make_problem(problem_code::connection_limit,
@@ -128,8 +128,7 @@ struct server::impl : std::enable_shared_from_this<impl> {
         sock.close(ignored);
     }
 
-    net::awaitable<void> send_problem_and_close(tcp::socket& stream,
-                                                upstream::deadline_watch::slot& dl,
+    net::awaitable<void> send_problem_and_close(tcp::socket& stream, wire::deadline_watch::slot& dl,
                                                 problem_code code, std::string_view detail) {
         auto res = make_problem(code, detail);
         res.keep_alive(false);
@@ -140,7 +139,7 @@ struct server::impl : std::enable_shared_from_this<impl> {
     }
 
     /// Answers a request that could not be read (unless the client went away) and closes.
-    net::awaitable<void> send_read_failure(tcp::socket& stream, upstream::deadline_watch::slot& dl,
+    net::awaitable<void> send_read_failure(tcp::socket& stream, wire::deadline_watch::slot& dl,
                                            const boost::system::error_code& ec,
                                            std::string_view what) {
         if (auto res = read_failure_problem(ec, what)) {
@@ -164,7 +163,7 @@ struct server::impl : std::enable_shared_from_this<impl> {
             sock.set_option(tcp::no_delay(true), ec);
         }
         tcp::socket stream(std::move(sock));
-        upstream::deadline_watch::slot dl(watch, stream);
+        wire::deadline_watch::slot dl(watch, stream);
         auto entry = sessions.insert(sessions.end(), session_entry{&stream, false});
         struct cleanup {
             impl* self;
@@ -178,7 +177,7 @@ struct server::impl : std::enable_shared_from_this<impl> {
         const auto& limits = cfg->limits;
         // Bounded: a header, a chunk-size line or a trailer section that does not fit is a
         // read error (buffer_overflow), never unbounded memory (see message_parser.hpp).
-        beast::flat_buffer buffer(upstream::read_buffer_limit(limits.max_header_bytes));
+        beast::flat_buffer buffer(wire::read_buffer_limit(limits.max_header_bytes));
         std::string wire_head; // serialised response head, reused for every response
         bool first = true;
         while (!draining) {
@@ -197,7 +196,7 @@ struct server::impl : std::enable_shared_from_this<impl> {
             first = false;
             ctx.received = std::chrono::steady_clock::now();
 
-            upstream::request_parser parser;
+            wire::request_parser parser;
             parser.header_limit(static_cast<std::uint32_t>(limits.max_header_bytes));
             parser.body_limit(boost::none); // the route's limit, set once the route is known
             parser.trailer_limit(limits.max_header_bytes);
@@ -274,7 +273,7 @@ struct server::impl : std::enable_shared_from_this<impl> {
             const bool keep = keep_alive && !draining;
             res.keep_alive(keep);
             dl.expires_after(limits.idle_timeout); // a client that reads nothing is dropped
-            upstream::serialize_head(res, wire_head);
+            wire::serialize_head(res, wire_head);
             const std::array<net::const_buffer, 2> wire{net::buffer(wire_head),
                                                         net::buffer(res.body())};
             auto [wec, wn] = co_await net::async_write(stream, wire, use_tuple);
@@ -289,7 +288,7 @@ struct server::impl : std::enable_shared_from_this<impl> {
 };
 
 server::server(net::io_context& ioc, std::shared_ptr<const config::config> cfg, handler& h,
-               metrics::registry& reg, upstream::deadline_watch& watch)
+               metrics::registry& reg, wire::deadline_watch& watch)
     : impl_(std::make_shared<impl>(ioc, std::move(cfg), h, reg, watch)) {}
 
 server::~server() = default;

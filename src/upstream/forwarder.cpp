@@ -1,7 +1,7 @@
 #include "onceproxy/upstream/forwarder.hpp"
 
-#include "onceproxy/upstream/message_parser.hpp"
-#include "onceproxy/upstream/wire.hpp"
+#include "onceproxy/wire/head_writer.hpp"
+#include "onceproxy/wire/message_parser.hpp"
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/connect.hpp>
@@ -61,7 +61,7 @@ struct forwarder::impl {
         tcp::resolver::results_type endpoints;
     };
 
-    impl(net::any_io_executor ex, std::shared_ptr<const config::config> c, deadline_watch& w)
+    impl(net::any_io_executor ex, std::shared_ptr<const config::config> c, wire::deadline_watch& w)
         : executor(std::move(ex)), cfg(std::move(c)), watch(w) {
         for (const auto& u : cfg->upstreams) {
             pools.emplace_back().cfg = &u;
@@ -70,7 +70,7 @@ struct forwarder::impl {
 
     net::any_io_executor executor;
     std::shared_ptr<const config::config> cfg;
-    deadline_watch& watch;
+    wire::deadline_watch& watch;
     std::deque<pool> pools; ///< a deque: pools are never moved once made
 
     void give_back(pool& p, std::unique_ptr<connection> c, bool reusable) {
@@ -156,8 +156,9 @@ struct forwarder::impl {
     }
 };
 
-connection::connection(net::any_io_executor ex, deadline_watch& watch)
-    : sock(std::move(ex)), dl(watch, sock), buffer(read_buffer_limit(max_header_section)) {}
+connection::connection(net::any_io_executor ex, wire::deadline_watch& watch)
+    : sock(std::move(ex)), dl(watch, sock),
+      buffer(wire::read_buffer_limit(wire::max_header_section)) {}
 
 net::awaitable<lent_connection> forwarder::async_acquire(std::size_t upstream_index) {
     auto& p = impl_->pools.at(upstream_index);
@@ -174,7 +175,7 @@ const config::upstream_config& forwarder::upstream(std::size_t upstream_index) c
 }
 
 forwarder::forwarder(net::any_io_executor ex, std::shared_ptr<const config::config> cfg,
-                     deadline_watch& watch)
+                     wire::deadline_watch& watch)
     : impl_(std::make_unique<impl>(std::move(ex), std::move(cfg), watch)) {}
 
 forwarder::~forwarder() = default;
@@ -197,7 +198,7 @@ net::awaitable<forward_result> forwarder::async_forward(std::size_t upstream_ind
         }
         auto& c = *a.conn;
         c.dl.expires_after(p.cfg->timeout); // the whole exchange, write and response
-        serialize_head(req, c.head);
+        wire::serialize_head(req, c.head);
         const std::array<net::const_buffer, 2> wire{net::buffer(c.head), net::buffer(req.body())};
         auto [wec, written] = co_await net::async_write(c.sock, wire, use_tuple);
         if (wec) {
@@ -216,9 +217,9 @@ net::awaitable<forward_result> forwarder::async_forward(std::size_t upstream_ind
                                      {}};
         }
         for (;;) {
-            response_parser parser;
-            parser.header_limit(static_cast<std::uint32_t>(max_header_section));
-            parser.trailer_limit(max_header_section);
+            wire::response_parser parser;
+            parser.header_limit(static_cast<std::uint32_t>(wire::max_header_section));
+            parser.trailer_limit(wire::max_header_section);
             parser.body_limit(max_response ? boost::optional<std::uint64_t>(*max_response)
                                            : boost::none);
             parser.skip(head);

@@ -2,7 +2,7 @@
 // Drives a message_parser over fuzz input the way the proxy's reads do: through a read buffer
 // bounded like the real one, in reads of at most `max_read` bytes.
 
-#include "onceproxy/upstream/message_parser.hpp"
+#include "onceproxy/wire/message_parser.hpp"
 
 #include <boost/asio/buffer.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
@@ -17,7 +17,7 @@ namespace onceproxy::fuzz {
 /// real read would have failed: a parse error, a full buffer (buffer_overflow), or the peer
 /// closing before a complete message.
 template <bool isRequest>
-bool parse_next(upstream::message_parser<isRequest>& parser, boost::beast::flat_buffer& buffer,
+bool parse_next(wire::message_parser<isRequest>& parser, boost::beast::flat_buffer& buffer,
                 std::string_view& input, std::size_t max_read) {
     namespace bhttp = boost::beast::http;
     boost::system::error_code ec;

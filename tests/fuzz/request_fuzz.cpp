@@ -7,7 +7,7 @@
 #include "onceproxy/config/route_table.hpp"
 #include "onceproxy/core/idempotency_key.hpp"
 #include "onceproxy/http/headers.hpp"
-#include "onceproxy/upstream/message_parser.hpp"
+#include "onceproxy/wire/message_parser.hpp"
 
 #include <boost/asio/buffer.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
@@ -40,11 +40,11 @@ routes:
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
     constexpr std::size_t header_limit = 2048;
     const auto& cfg = fuzz_config();
-    boost::beast::flat_buffer buffer(onceproxy::upstream::read_buffer_limit(header_limit));
+    boost::beast::flat_buffer buffer(onceproxy::wire::read_buffer_limit(header_limit));
     std::string_view input(reinterpret_cast<const char*>(data), size);
     // Up to four pipelined messages; input arrives in reads of at most 997 bytes.
     for (int message = 0; message < 4; ++message) {
-        onceproxy::upstream::request_parser parser;
+        onceproxy::wire::request_parser parser;
         parser.header_limit(header_limit);
         parser.trailer_limit(header_limit);
         parser.body_limit(8192);

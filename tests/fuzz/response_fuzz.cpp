@@ -3,7 +3,7 @@
 // client response gets.
 #include "feed.hpp"
 #include "onceproxy/http/headers.hpp"
-#include "onceproxy/upstream/message_parser.hpp"
+#include "onceproxy/wire/message_parser.hpp"
 
 #include <boost/asio/buffer.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
@@ -15,11 +15,11 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
     constexpr std::size_t header_limit = 2048;
-    boost::beast::flat_buffer buffer(onceproxy::upstream::read_buffer_limit(header_limit));
+    boost::beast::flat_buffer buffer(onceproxy::wire::read_buffer_limit(header_limit));
     std::string_view input(reinterpret_cast<const char*>(data), size);
     const bool head = size > 0 && (data[0] & 1) != 0; // answer to a HEAD request or not
     for (int message = 0; message < 3; ++message) {
-        onceproxy::upstream::response_parser parser;
+        onceproxy::wire::response_parser parser;
         parser.header_limit(header_limit);
         parser.trailer_limit(header_limit);
         parser.body_limit(16384);

@@ -7,7 +7,7 @@
 #include "onceproxy/metrics/registry.hpp"
 #include "onceproxy/store/store.hpp"
 #include "onceproxy/upstream/forwarder.hpp"
-#include "onceproxy/upstream/message_parser.hpp"
+#include "onceproxy/wire/message_parser.hpp"
 
 #include <boost/asio/awaitable.hpp>
 
@@ -48,7 +48,7 @@ public:
     /// Streams one plain request (its header read by `parser`, its body not yet) to the
     /// route's upstream and the answer back; see plain_relay. True: the client connection may
     /// carry the next request.
-    boost::asio::awaitable<bool> async_relay(client_side client, upstream::request_parser& parser,
+    boost::asio::awaitable<bool> async_relay(client_side client, wire::request_parser& parser,
                                              const config::route_config& route,
                                              std::size_t route_index, const request_context& ctx);
 

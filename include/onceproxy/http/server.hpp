@@ -5,7 +5,7 @@
 #include "onceproxy/config/config.hpp"
 #include "onceproxy/http/handler.hpp"
 #include "onceproxy/metrics/registry.hpp"
-#include "onceproxy/upstream/deadline_watch.hpp"
+#include "onceproxy/wire/deadline_watch.hpp"
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -19,7 +19,7 @@ class server {
 public:
     /// `watch`: the worker's coarse deadline clock (client read and write deadlines).
     server(boost::asio::io_context& ioc, std::shared_ptr<const config::config> cfg, handler& h,
-           metrics::registry& reg, upstream::deadline_watch& watch);
+           metrics::registry& reg, wire::deadline_watch& watch);
     ~server();
 
     /// Opens the listening socket (SO_REUSEPORT, so every worker binds the same port and the

@@ -4,7 +4,7 @@
 // engine needs to tell "certainly never sent" from "outcome unknown".
 
 #include "onceproxy/config/config.hpp"
-#include "onceproxy/upstream/deadline_watch.hpp"
+#include "onceproxy/wire/deadline_watch.hpp"
 
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/awaitable.hpp>
@@ -42,9 +42,9 @@ constexpr bool nothing_sent(forward_status s) noexcept {
 /// One upstream connection of a worker's pool. While lent out (streaming) it belongs to the
 /// borrower, who hands it back with forwarder::release.
 struct connection {
-    connection(boost::asio::any_io_executor ex, deadline_watch& watch);
+    connection(boost::asio::any_io_executor ex, wire::deadline_watch& watch);
     boost::asio::ip::tcp::socket sock;
-    deadline_watch::slot dl; ///< connect, write and read deadlines
+    wire::deadline_watch::slot dl; ///< connect, write and read deadlines
     /// Bounded like the client side: an over-long header, chunk line or trailer section from
     /// the upstream is a parse error (bad_response), not unbounded memory or a throw.
     boost::beast::flat_buffer buffer;
@@ -70,7 +70,7 @@ class forwarder {
 public:
     /// `watch`: the worker's coarse deadline clock (connect and response deadlines).
     forwarder(boost::asio::any_io_executor ex, std::shared_ptr<const config::config> cfg,
-              deadline_watch& watch);
+              wire::deadline_watch& watch);
     ~forwarder();
     forwarder(const forwarder&) = delete;
     forwarder& operator=(const forwarder&) = delete;

@@ -1,8 +1,8 @@
-#include "onceproxy/upstream/deadline_watch.hpp"
+#include "onceproxy/wire/deadline_watch.hpp"
 
 #include <utility>
 
-namespace onceproxy::upstream {
+namespace onceproxy::wire {
 
 namespace net = boost::asio;
 
@@ -76,4 +76,4 @@ deadline_watch::slot::~slot() {
     }
 }
 
-} // namespace onceproxy::upstream
+} // namespace onceproxy::wire

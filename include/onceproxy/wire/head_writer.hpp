@@ -8,7 +8,7 @@
 
 #include <string>
 
-namespace onceproxy::upstream {
+namespace onceproxy::wire {
 
 /// "METHOD target HTTP/1.x\r\n" + fields + "\r\n". Framing (Content-Length) is the caller's.
 void serialize_head(const boost::beast::http::request<boost::beast::http::string_body>& m,
@@ -18,4 +18,4 @@ void serialize_head(const boost::beast::http::request<boost::beast::http::string
 void serialize_head(const boost::beast::http::response<boost::beast::http::string_body>& m,
                     std::string& out);
 
-} // namespace onceproxy::upstream
+} // namespace onceproxy::wire

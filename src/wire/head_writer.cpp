@@ -1,8 +1,8 @@
-#include "onceproxy/upstream/wire.hpp"
+#include "onceproxy/wire/head_writer.hpp"
 
 #include <boost/beast/http/status.hpp>
 
-namespace onceproxy::upstream {
+namespace onceproxy::wire {
 
 namespace bhttp = boost::beast::http;
 
@@ -59,4 +59,4 @@ void serialize_head(const bhttp::response<bhttp::string_body>& m, std::string& o
     append_fields(m.base(), out);
 }
 
-} // namespace onceproxy::upstream
+} // namespace onceproxy::wire

@@ -16,7 +16,7 @@
 #include <list>
 #include <memory>
 
-namespace onceproxy::upstream {
+namespace onceproxy::wire {
 
 class deadline_watch {
 public:
@@ -73,4 +73,4 @@ private:
     std::shared_ptr<state> state_;
 };
 
-} // namespace onceproxy::upstream
+} // namespace onceproxy::wire

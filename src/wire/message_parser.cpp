@@ -1,4 +1,4 @@
-#include "onceproxy/upstream/message_parser.hpp"
+#include "onceproxy/wire/message_parser.hpp"
 
 #include <boost/beast/http/error.hpp>
 
@@ -6,7 +6,7 @@
 #include <limits>
 #include <new>
 
-namespace onceproxy::upstream {
+namespace onceproxy::wire {
 
 namespace bhttp = boost::beast::http;
 
@@ -154,4 +154,4 @@ void message_parser<isRequest>::on_finish_impl(error_code& ec) {
 template class message_parser<true>;
 template class message_parser<false>;
 
-} // namespace onceproxy::upstream
+} // namespace onceproxy::wire

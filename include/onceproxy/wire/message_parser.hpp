@@ -24,7 +24,7 @@
 #include <cstddef>
 #include <cstdint>
 
-namespace onceproxy::upstream {
+namespace onceproxy::wire {
 
 /// Largest header section either side accepts: below 64 KiB so no single field can reach the
 /// 65,534-byte value Beast's `fields` cannot store (`limits.max_header_bytes` is capped at it).
@@ -98,4 +98,4 @@ using response_parser = message_parser<false>;
 extern template class message_parser<true>;
 extern template class message_parser<false>;
 
-} // namespace onceproxy::upstream
+} // namespace onceproxy::wire
