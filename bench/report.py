@@ -6,7 +6,8 @@ prints the table and the SPEC §7 ratios, and writes summary.json next to the in
 
 RESULTS_DIR holds r<round>-<scenario>.txt (wrk --latency output), meta.json (run parameters)
 and, optionally, engine.txt (first line "available" or the reason the idempotency scenarios
-were not measured) and, with --commandstats, commandstats-{first,replay}.txt (INFO commandstats
+were not measured), r<round>-bulk_<mode>_<target>.json (one large transfer each, from bulk.py)
+and, with --commandstats, commandstats-{first,replay}.txt (INFO commandstats
 after N sequential requests of each kind) or commandstats-unavailable.txt.
 """
 import json
@@ -107,6 +108,54 @@ def commandstats(d: pathlib.Path, meta: dict, summary: dict) -> None:
     print(f"Redis round trips per request ({n} sequential requests per path; commands sent by "
           f"onceproxy, from MONITOR; info/config/ping/client not counted)")
     print("\n".join(rows))
+
+
+BULK_TARGETS = (("direct", "upstream directly"), ("nginx", "nginx"), ("proxy", "onceproxy"))
+
+
+def bulk(d: pathlib.Path, meta: dict, summary: dict, problems: list) -> None:
+    """The upload/download rows: MB/s (median over rounds) and the highest peak RSS seen."""
+    runs: dict = {}
+    for f in sorted(d.glob("r*-bulk_*.json")):
+        m = re.fullmatch(r"r(\d+)-bulk_(upload|download)_(\w+)\.json", f.name)
+        if not m:
+            continue
+        try:
+            r = json.loads(f.read_text())
+        except ValueError as e:
+            problems.append(f"{f.name}: {e}")
+            continue
+        if not r.get("ok"):
+            problems.append(f"{f.name}: transfer failed ({r.get('detail')})")
+            continue
+        runs.setdefault((m.group(2), m.group(3)), []).append(r)
+    if not runs:
+        return
+    size = meta.get("bulk_bytes", 0)
+    print()
+    print(f"large transfers: {size / 2**30:.2f} GiB streamed per transfer (curl, one connection), "
+          f"MB/s median over rounds, peak RSS of the process serving it (nginx: master + workers)")
+    print(f"{'transfer':<34} {'MB/s':>8} {'peak RSS MiB':>13} {'RSS before MiB':>15}  MB/s per round")
+    out = summary.setdefault("bulk", {})
+    for mode in ("upload", "download"):
+        for target, label in BULK_TARGETS:
+            rs = runs.get((mode, target))
+            if not rs:
+                continue
+            mbps = statistics.median(r["mb_per_s"] for r in rs)
+            peak = max(r["peak_rss_kib"] for r in rs) / 1024
+            before = min(r["rss_before_kib"] for r in rs) / 1024
+            out[f"{mode}_{target}"] = {"mb_per_s": mbps, "peak_rss_mib": peak,
+                                       "rss_before_mib": before}
+            per_round = " ".join(f"{r['mb_per_s']:.0f}" for r in rs)
+            print(f"{mode + ', ' + label:<34} {mbps:>8.0f} {peak:>13.1f} {before:>15.1f}  "
+                  f"{per_round}")
+        a, b = out.get(f"{mode}_proxy"), out.get(f"{mode}_nginx")
+        if a and b and b["mb_per_s"] > 0:
+            summary["figures"][f"{mode}_mbps_vs_nginx"] = a["mb_per_s"] / b["mb_per_s"]
+            print(f"  {mode} throughput onceproxy/nginx {a['mb_per_s'] / b['mb_per_s']:.2f}x, "
+                  f"onceproxy peak RSS {a['peak_rss_mib']:.1f} MiB "
+                  f"(+{a['peak_rss_mib'] - a['rss_before_mib']:.1f} MiB during the transfer)")
 
 
 def fmt(v: float, unit: str = "") -> str:
@@ -217,8 +266,9 @@ def main() -> int:
               f"{med['half_direct']['p99']:.2f} ms, onceproxy {med['half_proxy']['p99']:.2f} ms, "
               f"added {added:.2f} ms  [<= 1 ms]")
     commandstats(d, meta, summary)
+    bulk(d, meta, summary, problems)
     for p in problems:
-        print(f"  unparsable wrk output: {p}")
+        print(f"  unparsable or failed result: {p}")
     (d / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     return 1 if problems else 0
 

@@ -4,13 +4,14 @@
 #
 #   bench/run.sh [--duration 10s] [--connections 64] [--rounds 2] [--workers auto]
 #                [--upstream-threads 1] [--store memory|redis] [--keys 1000]
-#                [--scenarios direct,nginx,proxy,proxy_post,replay,first,half]
-#                [--commandstats] [--commandstats-requests 1000] [--warmup 1]
+#                [--scenarios direct,nginx,proxy,proxy_post,replay,first,half,upload,download]
+#                [--bulk-bytes 1073741824] [--commandstats] [--commandstats-requests 1000]
+#                [--warmup 1]
 #                [--build-dir build/rel] [--out DIR]
 #
 # Every option also reads an environment variable (BENCH_DURATION, BENCH_CONNECTIONS,
 # BENCH_ROUNDS, BENCH_WORKERS, BENCH_UPSTREAM_THREADS, BENCH_STORE, BENCH_KEYS, BENCH_SCENARIOS,
-# BENCH_BUILD_DIR). Exits non-zero when a component fails to start or dies during the run.
+# BENCH_BULK_BYTES, BENCH_BUILD_DIR). Exits non-zero when a component fails to start or dies during the run.
 set -euo pipefail
 # shellcheck source=bench/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -22,7 +23,8 @@ workers=${BENCH_WORKERS:-auto}
 upstream_threads=${BENCH_UPSTREAM_THREADS:-1}
 store=${BENCH_STORE:-memory}
 keys=${BENCH_KEYS:-1000}
-scenarios=${BENCH_SCENARIOS:-direct,nginx,proxy,proxy_post,replay,first,half}
+scenarios=${BENCH_SCENARIOS:-direct,nginx,proxy,proxy_post,replay,first,half,upload,download}
+bulk_bytes=${BENCH_BULK_BYTES:-1073741824}
 build_dir=${BENCH_BUILD_DIR:-$repo_dir/build/rel}
 commandstats=0
 commandstats_requests=1000
@@ -40,6 +42,7 @@ while [ $# -gt 0 ]; do
     --store) store=$2; shift 2 ;;
     --keys) keys=$2; shift 2 ;;
     --scenarios) scenarios=$2; shift 2 ;;
+    --bulk-bytes) bulk_bytes=$2; shift 2 ;;
     --commandstats) commandstats=1; shift ;;
     --commandstats-requests) commandstats_requests=$2; shift 2 ;;
     --warmup) warmup=$2; shift 2 ;;
@@ -59,6 +62,7 @@ require_int keys "$keys" 1
 require_int upstream-threads "$upstream_threads" 1
 require_int commandstats-requests "$commandstats_requests" 1
 require_int warmup "$warmup" 0
+require_int bulk-bytes "$bulk_bytes" 1
 [[ "$workers" == auto || "$workers" =~ ^[1-9][0-9]*$ ]] || die "--workers must be auto or N >= 1"
 case "$store" in memory | redis) ;; *) die "--store must be memory or redis" ;; esac
 if [ "$commandstats" -eq 1 ] && [ "$store" != redis ]; then
@@ -199,6 +203,30 @@ run_wrk() {
     fi
 }
 
+# run_bulk ROUND MODE: one streamed transfer of bulk_bytes each to the upstream directly,
+# through nginx and through onceproxy (/bulk/: no body limit on either, no request or response
+# buffering in nginx, a streamed plain route in onceproxy), with the peak RSS of the proxy.
+run_bulk() {
+    local round=$1 mode=$2 target port pids out
+    for target in direct nginx proxy; do
+        case "$target" in
+        direct) port=$upstream_port ;;
+        nginx) port=$nginx_port ;;
+        proxy) port=$proxy_port ;;
+        esac
+        pids=$(measured_pids "$target" | tr ' ' ',')
+        check_alive "before the $mode $target transfer"
+        out="$results/r$round-bulk_${mode}_$target.json"
+        if ! python3 "$bench_dir/bulk.py" --mode "$mode" --url "http://127.0.0.1:$port/bulk/$mode" \
+            --bytes "$bulk_bytes" --pids "$pids" --file "$work_dir/bulk-upload.bin" \
+            --time-limit 300 --label "round $round $mode $target" >"$out"; then
+            log "$mode through $target failed: $(cat "$out")"
+        fi
+        check_alive "during the $mode $target transfer"
+    done
+    rm -f "$work_dir/bulk-upload.bin" "$work_dir/bulk-upload.bin.reply"
+}
+
 # run_scenario ROUND NAME
 run_scenario() {
     local round=$1 name=$2
@@ -222,14 +250,15 @@ run_scenario() {
         # for both, so the p99 difference is the latency onceproxy adds below saturation.
         run_wrk "$round" half_direct "$half_connections" "$direct_url" paced.lua "$half_delay_ms"
         run_wrk "$round" half_proxy "$half_connections" "$proxy_url" paced.lua "$half_delay_ms" ;;
+    upload | download) run_bulk "$round" "$name" ;;
     *) die "unknown scenario '$name'" ;;
     esac
 }
 
 IFS=, read -r -a scenario_list <<<"$scenarios"
 for s in "${scenario_list[@]}"; do
-    case "$s" in direct | nginx | proxy | proxy_post | replay | first | half) ;;
-    *) die "unknown scenario '$s' (direct,nginx,proxy,proxy_post,replay,first,half)" ;; esac
+    case "$s" in direct | nginx | proxy | proxy_post | replay | first | half | upload | download) ;;
+    *) die "unknown scenario '$s' (direct,nginx,proxy,proxy_post,replay,first,half,upload,download)" ;; esac
 done
 
 # Half of peak load: a short closed-loop run of onceproxy gives its peak; each of the
@@ -305,7 +334,8 @@ cat >"$results/meta.json" <<JSON
 {"duration": $seconds, "connections": $connections, "half_connections": $half_connections,
  "rounds": $rounds, "workers": "$workers", "nginx_workers": $nginx_workers,
  "upstream_threads": $upstream_threads, "store": "$store", "keys": $keys, "cpus": $cpus,
- "scenarios": "$scenarios", "commandstats_requests": $commandstats_requests}
+ "scenarios": "$scenarios", "commandstats_requests": $commandstats_requests,
+ "bulk_bytes": $bulk_bytes}
 JSON
 status=0
 python3 "$bench_dir/report.py" "$results" || status=1

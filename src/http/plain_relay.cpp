@@ -35,6 +35,23 @@ using clock = std::chrono::steady_clock;
 
 namespace {
 
+/// While a body streams in, the client's read buffer may grow to `room` so each read takes a
+/// relay piece; its header bound (max_size) is restored when the body is done.
+class body_read_room {
+public:
+    body_read_room(beast::flat_buffer& b, std::size_t room) : b_(b), bound_(b.max_size()) {
+        b_.max_size(std::max(bound_, room));
+        b_.reserve(std::max(bound_, room));
+    }
+    ~body_read_room() { b_.max_size(bound_); }
+    body_read_room(const body_read_room&) = delete;
+    body_read_room& operator=(const body_read_room&) = delete;
+
+private:
+    beast::flat_buffer& b_;
+    std::size_t bound_;
+};
+
 constexpr auto use_tuple = net::as_tuple(net::use_awaitable);
 
 /// RFC 9110 §7.8: the client asks to switch protocols (`Connection: upgrade` + `Upgrade`).
@@ -325,6 +342,9 @@ struct plain_relay::exchange {
         }
         const bool chunked = parser.chunked();
         auto& body = parser.get().body();
+        // Beast reads at most the buffer's free capacity (512 bytes at least): without room, a
+        // large body would arrive a kilobyte per read. The header bound comes back afterwards.
+        const body_read_room room(client.buffer, relay_chunk);
         while (!parser.is_done()) {
             client.dl.expires_after(limits().idle_timeout);
             auto [ec, n] =
@@ -492,6 +512,7 @@ struct plain_relay::exchange {
             finish(status);
             co_return keep;
         }
+        conn->buffer.reserve(conn->buffer.max_size()); // see send_body
         while (!rp.is_done()) {
             conn->dl.expires_after(up.timeout);
             auto [ec, n] = co_await bhttp::async_read_some(conn->sock, conn->buffer, rp, use_tuple);

@@ -507,7 +507,9 @@ net::awaitable<void> serve(tcp::socket& socket, execution_counts& counts,
     beast::error_code ignored;
     socket.set_option(tcp::no_delay(true), ignored);
 
+    // Beast reads at most the buffer's free capacity: room for large bodies in few reads.
     beast::flat_buffer buffer;
+    buffer.reserve(64 * 1024);
     request_facts facts;
     std::optional<request_reader> reader;
     std::string head;
