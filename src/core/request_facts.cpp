@@ -65,8 +65,11 @@ derived_request derive_request_facts(const config::idempotency_config& policy,
         return out;
     }
     // A key header the upstream never sees (key.forward: false) is not part of the request.
-    const std::string_view skip =
-        policy.key.json_pointer.empty() && !policy.key.forward ? policy.key.header : "";
+    // (Not a conditional expression: `cond ? header : ""` is a temporary std::string.)
+    std::string_view skip;
+    if (policy.key.json_pointer.empty() && !policy.key.forward) {
+        skip = policy.key.header;
+    }
     const auto scope = collect(req, policy.scope_headers, skip);
     out.store_key = store_key("", route_name, principal_hash(scope), *key);
     fingerprint_input fi;
