@@ -65,12 +65,11 @@ action exchange_fsm::wait(time_point wake_at) {
     return a;
 }
 
-action exchange_fsm::reject(problem_code code, unsigned http_status, idempotency_status header,
-                            seconds retry_after) {
+action exchange_fsm::reject(problem_code code, idempotency_status header, seconds retry_after) {
     action a;
     a.kind = action_kind::reject;
     a.problem = code;
-    a.http_status = http_status;
+    a.http_status = default_status(code);
     a.status_header = header;
     a.retry_after = retry_after;
     return a;
@@ -125,7 +124,7 @@ action exchange_fsm::start(const request_facts& facts, time_point now) {
     switch (facts.key) {
     case key_presence::invalid:
         pending_outcome_ = exchange_outcome::invalid_key;
-        return answer(reject(problem_code::invalid_key, 400, idempotency_status::none), now);
+        return answer(reject(problem_code::invalid_key, idempotency_status::none), now);
     case key_presence::missing:
         if (policy_.mode == config::idempotency_mode::optional) {
             pending_outcome_ = exchange_outcome::passthrough;
@@ -134,7 +133,7 @@ action exchange_fsm::start(const request_facts& facts, time_point now) {
             return answer(a, now);
         }
         pending_outcome_ = exchange_outcome::missing_key;
-        return answer(reject(problem_code::missing_key, 400, idempotency_status::none), now);
+        return answer(reject(problem_code::missing_key, idempotency_status::none), now);
     case key_presence::present:
         break;
     }
@@ -165,7 +164,7 @@ action exchange_fsm::on_claim(const claim_event& ev, time_point now) {
                               !client_gone_ && now < wait_deadline_;
         if (!may_wait) {
             pending_outcome_ = exchange_outcome::in_progress;
-            return answer(reject(problem_code::in_progress, 409, idempotency_status::none,
+            return answer(reject(problem_code::in_progress, idempotency_status::none,
                                  retry_after_from(remaining)),
                           now);
         }
@@ -185,13 +184,13 @@ action exchange_fsm::on_claim(const claim_event& ev, time_point now) {
             return answer(a, now);
         }
         pending_outcome_ = exchange_outcome::not_replayable;
-        return answer(reject(problem_code::response_not_replayable, 409, idempotency_status::none),
-                      now);
-    case claim_result_kind::mismatch:
+        return answer(reject(problem_code::response_not_replayable, idempotency_status::none), now);
+    case claim_result_kind::mismatch: {
         pending_outcome_ = exchange_outcome::mismatch;
-        return answer(reject(problem_code::payload_mismatch, policy_.mismatch_status,
-                             idempotency_status::none),
-                      now);
+        action a = reject(problem_code::payload_mismatch, idempotency_status::none);
+        a.http_status = policy_.mismatch_status; // 422 by default, 409 by config (SPEC §3.2)
+        return answer(a, now);
+    }
     case claim_result_kind::store_error:
         pending_outcome_ = exchange_outcome::store_error;
         // A waiting duplicate already saw the first attempt in flight: failing open now would
@@ -201,7 +200,7 @@ action exchange_fsm::on_claim(const claim_event& ev, time_point now) {
             a.kind = action_kind::passthrough;
             return answer(a, now);
         }
-        return answer(reject(problem_code::store_unavailable, 503, idempotency_status::none,
+        return answer(reject(problem_code::store_unavailable, idempotency_status::none,
                              timing_.store_unavailable_retry_after),
                       now);
     }
@@ -241,7 +240,7 @@ action exchange_fsm::on_upstream(const upstream_event& ev, time_point now) {
     }
     case upstream_result::not_sent:
         // Nothing reached the upstream: no effect, the key must not be consumed.
-        pending_answer_ = reject(problem_code::upstream_unavailable, 502, idempotency_status::none);
+        pending_answer_ = reject(problem_code::upstream_unavailable, idempotency_status::none);
         pending_outcome_ = exchange_outcome::released;
         next = step::release;
         break;
@@ -251,15 +250,13 @@ action exchange_fsm::on_upstream(const upstream_event& ev, time_point now) {
         // Outcome unknown: the effect may have happened (SPEC §2).
         switch (ev.kind) {
         case upstream_result::timed_out:
-            pending_answer_ = reject(problem_code::upstream_timeout, 504, idempotency_status::none);
+            pending_answer_ = reject(problem_code::upstream_timeout, idempotency_status::none);
             break;
         case upstream_result::bad_response:
-            pending_answer_ =
-                reject(problem_code::upstream_bad_response, 502, idempotency_status::none);
+            pending_answer_ = reject(problem_code::upstream_bad_response, idempotency_status::none);
             break;
         default:
-            pending_answer_ =
-                reject(problem_code::upstream_unavailable, 502, idempotency_status::none);
+            pending_answer_ = reject(problem_code::upstream_unavailable, idempotency_status::none);
             break;
         }
         switch (policy_.on_upstream_uncertain) {
@@ -279,7 +276,7 @@ action exchange_fsm::on_upstream(const upstream_event& ev, time_point now) {
         case config::uncertain_policy::fail:
             // Consume the key with the problem; this client gets what retries will replay.
             pending_answer_ =
-                reject(problem_code::upstream_outcome_unknown, 502, idempotency_status::none);
+                reject(problem_code::upstream_outcome_unknown, idempotency_status::none);
             pending_record_ = record_kind::outcome_unknown_problem;
             pending_replayable_ = true;
             pending_outcome_ = exchange_outcome::outcome_unknown;
@@ -506,40 +503,6 @@ std::string_view to_string(action_kind k) noexcept {
     return "?";
 }
 
-std::string_view to_string(exchange_outcome o) noexcept {
-    switch (o) {
-    case exchange_outcome::stored:
-        return "stored";
-    case exchange_outcome::replayed:
-        return "replayed";
-    case exchange_outcome::in_progress:
-        return "in_progress";
-    case exchange_outcome::mismatch:
-        return "mismatch";
-    case exchange_outcome::missing_key:
-        return "missing_key";
-    case exchange_outcome::invalid_key:
-        return "invalid_key";
-    case exchange_outcome::released:
-        return "released";
-    case exchange_outcome::held:
-        return "held";
-    case exchange_outcome::outcome_unknown:
-        return "outcome_unknown";
-    case exchange_outcome::not_replayable:
-        return "not_replayable";
-    case exchange_outcome::lease_lost:
-        return "lease_lost";
-    case exchange_outcome::record_failed:
-        return "record_failed";
-    case exchange_outcome::store_error:
-        return "store_error";
-    case exchange_outcome::passthrough:
-        return "passthrough";
-    }
-    return "?";
-}
-
 std::string_view to_string(idempotency_status s) noexcept {
     switch (s) {
     case idempotency_status::none:
@@ -550,32 +513,6 @@ std::string_view to_string(idempotency_status s) noexcept {
         return "unrecorded";
     }
     return "";
-}
-
-std::string_view to_string(problem_code c) noexcept {
-    switch (c) {
-    case problem_code::missing_key:
-        return "idempotency.missing_key";
-    case problem_code::invalid_key:
-        return "idempotency.invalid_key";
-    case problem_code::payload_mismatch:
-        return "idempotency.payload_mismatch";
-    case problem_code::in_progress:
-        return "idempotency.in_progress";
-    case problem_code::store_unavailable:
-        return "idempotency.store_unavailable";
-    case problem_code::response_not_replayable:
-        return "idempotency.response_not_replayable";
-    case problem_code::upstream_unavailable:
-        return "upstream.unavailable";
-    case problem_code::upstream_timeout:
-        return "upstream.timeout";
-    case problem_code::upstream_outcome_unknown:
-        return "upstream.outcome_unknown";
-    case problem_code::upstream_bad_response:
-        return "upstream.bad_response";
-    }
-    return "?";
 }
 
 } // namespace onceproxy::core

@@ -1,7 +1,9 @@
 #pragma once
-// Carries out the idempotency exchange for one guarded request: it derives the request facts
-// (key, scope, fingerprint), then runs core::exchange_fsm, doing each action it returns against
-// the store and the upstream. The decisions are all the engine's (STYLE.md §2); this is the I/O
+// Carries out the idempotency exchange for one guarded request: core derives the request facts
+// (key, scope, fingerprint) from a neutral view of it, then core::exchange_fsm decides and this
+// runner does each action it returns against the store and the upstream, one small coroutine
+// per action; the translations between engine and HTTP are the pure functions of
+// exchange_translation.hpp. The decisions are all the engine's (STYLE.md §2); this is the I/O
 // shell (Boost.Redis `exec_op` idea).
 
 #include "onceproxy/config/config.hpp"

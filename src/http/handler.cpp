@@ -49,10 +49,6 @@ std::string_view path_of(std::string_view target) {
     return q == std::string_view::npos ? target : target.substr(0, q);
 }
 
-void count(metrics::route_metrics& m, metrics::outcome o) {
-    m.outcomes[static_cast<std::size_t>(o)].fetch_add(1, std::memory_order_relaxed);
-}
-
 } // namespace
 
 const config::route_config* handler::route_for(const request& head, std::size_t& index) const {
@@ -83,7 +79,7 @@ net::awaitable<response> handler::async_handle(request& req, const request_conte
     log.target = target;
     if (route == nullptr) {
         auto res = make_problem(problem_code::route_not_found, "no route matches this path");
-        count(m.reg.unrouted(), metrics::outcome::rejected);
+        m.reg.unrouted().count(metrics::outcome::rejected);
         if (m.cfg->access_log) {
             log.status = res.result_int();
             log.outcome = metrics::outcome::rejected;

@@ -129,13 +129,13 @@ struct server::impl : std::enable_shared_from_this<impl> {
     }
 
     net::awaitable<void> send_problem_and_close(tcp::socket& stream, wire::deadline_watch::slot& dl,
-                                                problem_code code, std::string_view detail) {
-        auto res = make_problem(code, detail);
+                                                problem_code code, std::string_view detail,
+                                                std::optional<unsigned> status = std::nullopt) {
+        auto res = make_problem(code, detail, 11, status);
         res.keep_alive(false);
         dl.expires_after(cfg->limits.idle_timeout);
         co_await bhttp::async_write(stream, res, use_tuple);
-        reg.unrouted().outcomes[static_cast<std::size_t>(metrics::outcome::rejected)].fetch_add(
-            1, std::memory_order_relaxed);
+        reg.unrouted().count(metrics::outcome::rejected);
     }
 
     /// Answers a request that could not be read (unless the client went away) and closes.
@@ -146,8 +146,7 @@ struct server::impl : std::enable_shared_from_this<impl> {
             res->keep_alive(false);
             dl.expires_after(cfg->limits.idle_timeout);
             co_await bhttp::async_write(stream, *res, use_tuple);
-            reg.unrouted().outcomes[static_cast<std::size_t>(metrics::outcome::rejected)].fetch_add(
-                1, std::memory_order_relaxed);
+            reg.unrouted().count(metrics::outcome::rejected);
         }
     }
 
@@ -214,10 +213,9 @@ struct server::impl : std::enable_shared_from_this<impl> {
             }
             const auto expect = parser.get()[bhttp::field::expect];
             if (!parser.is_done() && !expect.empty() && !beast::iequals(expect, "100-continue")) {
-                auto res =
-                    make_problem(problem_code::bad_request, "unsupported Expect value", 11, 417u);
-                res.keep_alive(false);
-                co_await bhttp::async_write(stream, res, use_tuple);
+                // RFC 9110 §10.1.1: 417 Expectation Failed; counted like every refusal.
+                co_await send_problem_and_close(stream, dl, problem_code::bad_request,
+                                                "unsupported Expect value", 417u);
                 break;
             }
             std::size_t route_index = 0;

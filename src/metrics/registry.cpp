@@ -6,39 +6,7 @@
 namespace onceproxy::metrics {
 
 std::string_view outcome_name(outcome o) noexcept {
-    switch (o) {
-    case outcome::stored:
-        return "stored";
-    case outcome::replayed:
-        return "replayed";
-    case outcome::in_progress:
-        return "in_progress";
-    case outcome::mismatch:
-        return "mismatch";
-    case outcome::missing_key:
-        return "missing_key";
-    case outcome::invalid_key:
-        return "invalid_key";
-    case outcome::released:
-        return "released";
-    case outcome::held:
-        return "held";
-    case outcome::outcome_unknown:
-        return "outcome_unknown";
-    case outcome::not_replayable:
-        return "not_replayable";
-    case outcome::lease_lost:
-        return "lease_lost";
-    case outcome::record_failed:
-        return "record_failed";
-    case outcome::store_error:
-        return "store_error";
-    case outcome::passthrough:
-        return "passthrough";
-    case outcome::rejected:
-        return "rejected";
-    }
-    return "unknown";
+    return core::to_string(o);
 }
 
 void histogram::observe(std::chrono::nanoseconds d) noexcept {
@@ -94,7 +62,7 @@ std::string registry::render() const {
         for (std::size_t i = 0; i < outcome_count; ++i) {
             out += "onceproxy_requests_total{route=\"" + r->name + "\",outcome=\"" +
                    std::string(outcome_name(static_cast<outcome>(i))) + "\"} " +
-                   std::to_string(r->outcomes[i].load(std::memory_order_relaxed)) + "\n";
+                   std::to_string(r->counted(static_cast<outcome>(i))) + "\n";
         }
     }
     const std::pair<const char*, histogram route_metrics::*> hists[] = {

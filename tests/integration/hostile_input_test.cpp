@@ -419,4 +419,31 @@ TEST_SUITE("hostile input") {
         // And the proxy port serves again.
         CHECK(fetch(proxy.port, "GET", "/after-flood").status == 200);
     }
+
+    TEST_CASE("an unsupported Expect on a guarded route gets 417 and counts as rejected") {
+        proxied p;
+        const std::string series =
+            "onceproxy_requests_total{route=\"(none)\",outcome=\"rejected\"}";
+        const auto before = metric(p.proxy.admin("/metrics").body, series);
+        REQUIRE(before >= 0);
+        bool closed = false;
+        // The body is not sent: the proxy must refuse before reading it.
+        const auto r =
+            exchange_raw(p.proxy.port,
+                         "POST /v1/payments HTTP/1.1\r\nHost: x\r\n"
+                         "Idempotency-Key: expect-417\r\nContent-Type: application/json\r\n"
+                         "Content-Length: 5\r\nExpect: fancy\r\n\r\n",
+                         &closed);
+        REQUIRE(r);
+        check_problem(*r, 417, "request.malformed");
+        CHECK(closed);
+        CHECK(p.upstream.count("expect-417") == 0);
+        // Counted right after the answer is written: poll (bounded) for it.
+        auto now = before;
+        for (int i = 0; i < 100 && now != before + 1; ++i) {
+            std::this_thread::sleep_for(20ms);
+            now = metric(p.proxy.admin("/metrics").body, series);
+        }
+        CHECK(now == before + 1);
+    }
 }

@@ -40,6 +40,9 @@
 //   - Events that do not fit the current state are driver bugs (asserted).
 
 #include <onceproxy/config/config.hpp>
+#include <onceproxy/core/outcome.hpp>
+#include <onceproxy/core/problem.hpp>
+#include <onceproxy/core/request_facts.hpp>
 
 #include <chrono>
 #include <cstddef>
@@ -80,20 +83,6 @@ enum class action_kind {
     done,         ///< the exchange is over; outcome() is final
 };
 
-/// Stable problem codes of the errors the exchange produces (SPEC §3.2).
-enum class problem_code {
-    missing_key,              ///< 400 idempotency.missing_key
-    invalid_key,              ///< 400 idempotency.invalid_key
-    payload_mismatch,         ///< 422 or 409 idempotency.payload_mismatch
-    in_progress,              ///< 409 idempotency.in_progress, Retry-After
-    store_unavailable,        ///< 503 idempotency.store_unavailable, Retry-After
-    response_not_replayable,  ///< 409 idempotency.response_not_replayable
-    upstream_unavailable,     ///< 502 upstream.unavailable
-    upstream_timeout,         ///< 504 upstream.timeout
-    upstream_outcome_unknown, ///< 502 upstream.outcome_unknown (recorded under `fail`)
-    upstream_bad_response,    ///< 502 upstream.bad_response: sent, but the answer was unusable
-};
-
 /// The Idempotency-Status header of a respond or reject.
 enum class idempotency_status {
     none,       ///< no header: nothing recorded (released, held, or not an idempotent answer)
@@ -107,37 +96,9 @@ enum class record_kind {
     outcome_unknown_problem, ///< the 502 upstream.outcome_unknown problem (uncertain: fail)
 };
 
-/// The one final result of an exchange, for metrics and logs.
-enum class exchange_outcome {
-    stored,          ///< executed once, response recorded
-    replayed,        ///< answered from a record
-    in_progress,     ///< duplicate of an attempt still in flight (409, or waiting gave up)
-    mismatch,        ///< same key, different fingerprint
-    missing_key,     ///< required key absent (400)
-    invalid_key,     ///< key malformed (400)
-    released,        ///< executed or failed, key freed for a retry (not recordable, connect
-                     ///< failure, uncertain outcome with `release`)
-    held,            ///< uncertain outcome, lease kept until it lapses (`hold`)
-    outcome_unknown, ///< uncertain outcome recorded as the 502 problem (`fail`)
-    not_replayable,  ///< response too large to record, or such a record was found (409)
-    lease_lost,      ///< the lease was taken over: the answer could not be recorded
-    record_failed,   ///< the store refused every completion until the lease ended
-    store_error,     ///< the store failed at claim or release (503, or fail-open passthrough)
-    passthrough,     ///< not guarded, or optional route without a key: plain proxying
-};
-
-/// Whether a key was found in the request.
-enum class key_presence {
-    missing, ///< no key (header absent, natural key absent)
-    invalid, ///< malformed, too long, repeated, empty
-    present, ///< a valid key; the scoped store key and fingerprint are computed
-};
-
-/// What the session knows about the request before the exchange starts.
-struct request_facts {
-    bool guarded = true; ///< route mode is not off and the method is guarded (guards_method)
-    key_presence key = key_presence::present;
-};
+/// The one final result of an exchange, for metrics and logs (core::outcome; an exchange never
+/// ends `rejected`, which the proxy gives requests refused before the exchange).
+using exchange_outcome = outcome;
 
 /// Result of a claim, as the store reported it.
 enum class claim_result_kind {
@@ -197,7 +158,8 @@ struct action {
     duration ttl{0};
     /// respond, reject: the Idempotency-Status header.
     idempotency_status status_header = idempotency_status::none;
-    /// reject: the problem; retry_after 0 = no Retry-After header.
+    /// reject: the problem, its HTTP status (the table's default or the route's override);
+    /// retry_after 0 = no Retry-After header.
     problem_code problem = problem_code::missing_key;
     unsigned http_status = 0;
     std::chrono::seconds retry_after{0};
@@ -265,7 +227,7 @@ private:
 
     action issue_claim(time_point now);
     action answer(action a, time_point now);
-    action reject(problem_code code, unsigned http_status, idempotency_status header,
+    action reject(problem_code code, idempotency_status header,
                   std::chrono::seconds retry_after = std::chrono::seconds{0});
     action finish(exchange_outcome o);
     action wait(time_point wake_at);
@@ -300,9 +262,6 @@ private:
 
 std::string_view to_string(state s) noexcept;
 std::string_view to_string(action_kind k) noexcept;
-std::string_view to_string(exchange_outcome o) noexcept;
 std::string_view to_string(idempotency_status s) noexcept;
-/// The stable `code` of the problem document, e.g. "idempotency.in_progress".
-std::string_view to_string(problem_code c) noexcept;
 
 } // namespace onceproxy::core

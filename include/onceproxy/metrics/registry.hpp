@@ -2,6 +2,8 @@
 // Every metric onceproxy exposes, in one place (SPEC §6). Counters are relaxed atomics, updated
 // from any worker; exposition renders the Prometheus text format on the admin listener.
 
+#include "onceproxy/core/outcome.hpp"
+
 #include <array>
 #include <atomic>
 #include <chrono>
@@ -13,26 +15,11 @@
 
 namespace onceproxy::metrics {
 
-/// The one final outcome each request records (SPEC §6).
-enum class outcome : std::uint8_t {
-    stored,          ///< first execution, response recorded
-    replayed,        ///< recorded response replayed
-    in_progress,     ///< 409: same key still in flight
-    mismatch,        ///< same key, different fingerprint
-    missing_key,     ///< required route without a key
-    invalid_key,     ///< malformed, too long or repeated key
-    released,        ///< response not recordable: key freed
-    held,            ///< outcome unknown, lease kept until it lapses
-    outcome_unknown, ///< outcome unknown recorded as 502 (route set to fail)
-    not_replayable,  ///< response too large to record / replay refused
-    lease_lost,      ///< completion refused: another owner holds the key
-    record_failed,   ///< the store never accepted the completion
-    store_error,     ///< store unreachable (fail-closed 503 or fail-open)
-    passthrough,     ///< plain proxying (no route guard, safe method, optional without key)
-    rejected,        ///< refused before routing (malformed request, too large, no route)
-};
-inline constexpr std::size_t outcome_count = 15;
+/// The one final outcome each request records (SPEC §6): core owns the enum and its names.
+using outcome = core::outcome;
+using core::outcome_count;
 
+/// The `outcome` label value (core::to_string).
 std::string_view outcome_name(outcome o) noexcept;
 
 /// Fixed-bucket latency histogram (seconds), lock-free.
@@ -52,7 +39,17 @@ private:
 /// Per-route counters and histograms, index = route index in the config (last = unrouted).
 struct route_metrics {
     std::string name;
+    /// Requests by final outcome; written only through count().
     std::array<std::atomic<std::uint64_t>, outcome_count> outcomes{};
+
+    /// Counts one request's final outcome. Every request is counted once, when its outcome is
+    /// final (an exchange that completes in the background: when that ends).
+    void count(outcome o) noexcept {
+        outcomes[static_cast<std::size_t>(o)].fetch_add(1, std::memory_order_relaxed);
+    }
+    std::uint64_t counted(outcome o) const noexcept {
+        return outcomes[static_cast<std::size_t>(o)].load(std::memory_order_relaxed);
+    }
     histogram request_duration;
     histogram upstream_duration;
     histogram store_duration;
@@ -75,10 +72,9 @@ public:
     std::atomic<std::uint64_t> connections_refused{0}; ///< over the limit: 503 and closed
     std::atomic<std::uint64_t> accept_errors_proxy{0}; ///< accept() failures, proxy listener
     std::atomic<std::uint64_t> accept_errors_admin{0}; ///< accept() failures, admin listener
-    std::atomic<std::uint64_t> internal_errors{0};
-    std::atomic<std::uint64_t> tunnels_total{0}; ///< upgraded connections (101), ever
-    std::atomic<std::int64_t> tunnels_open{
-        0}; ///< upgraded connections open now     ///< exceptions caught in an event loop
+    std::atomic<std::uint64_t> internal_errors{0};     ///< exceptions caught in an event loop
+    std::atomic<std::uint64_t> tunnels_total{0};       ///< upgraded connections (101), ever
+    std::atomic<std::int64_t> tunnels_open{0};         ///< upgraded connections open now
 
     /// Prometheus text exposition format 0.0.4.
     std::string render() const;

@@ -1,0 +1,37 @@
+#pragma once
+// The one final outcome every request records (SPEC §6): the exchange engine decides it for
+// guarded requests, the proxy for plain and refused ones. Metrics and the access log key on this
+// enum; its names are the `outcome` label values.
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+namespace onceproxy::core {
+
+enum class outcome : std::uint8_t {
+    stored,          ///< executed once, response recorded
+    replayed,        ///< answered from a record
+    in_progress,     ///< duplicate of an attempt still in flight (409, or waiting gave up)
+    mismatch,        ///< same key, different fingerprint
+    missing_key,     ///< required key absent (400)
+    invalid_key,     ///< key malformed, too long, empty or repeated (400)
+    released,        ///< executed or failed, key freed for a retry (not recordable, connect
+                     ///< failure, uncertain outcome with `release`)
+    held,            ///< uncertain outcome, lease kept until it lapses (`hold`)
+    outcome_unknown, ///< uncertain outcome recorded as the 502 problem (`fail`)
+    not_replayable,  ///< response too large to record, or such a record was found (409)
+    lease_lost,      ///< the lease was taken over: the answer could not be recorded
+    record_failed,   ///< the store refused every completion until the lease ended
+    store_error,     ///< the store failed at claim or release (503, or fail-open passthrough)
+    passthrough,     ///< not guarded, or optional route without a key: plain proxying
+    rejected,        ///< refused before the exchange (malformed, too large, no route, Expect)
+};
+
+/// Number of outcome values (the last one is `rejected`).
+inline constexpr std::size_t outcome_count = static_cast<std::size_t>(outcome::rejected) + 1;
+
+/// The label value: "stored", "replayed", ... ("?" for a value outside the enum).
+std::string_view to_string(outcome o) noexcept;
+
+} // namespace onceproxy::core

@@ -1,0 +1,113 @@
+#pragma once
+// Every error the proxy itself produces carries a stable problem code (SPEC §3.2). This is the
+// one table of them: each code's `code` string, default HTTP status, title and default detail.
+// The engine names codes in its reject actions; http renders them as problem+json (RFC 9457).
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+namespace onceproxy::core {
+
+/// Stable problem codes (the `code` member of a problem; `type` is derived from it).
+enum class problem_code : std::uint8_t {
+    missing_key,              ///< 400 idempotency.missing_key
+    invalid_key,              ///< 400 idempotency.invalid_key
+    payload_mismatch,         ///< 422 (or 409 by config) idempotency.payload_mismatch
+    in_progress,              ///< 409 idempotency.in_progress + Retry-After
+    response_not_replayable,  ///< 409 idempotency.response_not_replayable
+    store_unavailable,        ///< 503 idempotency.store_unavailable + Retry-After
+    request_too_large,        ///< 413 request.too_large
+    header_too_large,         ///< 431 request.header_too_large
+    bad_request,              ///< 400 request.malformed (417 for an unsupported Expect)
+    route_not_found,          ///< 404 route.not_found (no route matches)
+    upstream_unavailable,     ///< 502 upstream.unavailable
+    upstream_timeout,         ///< 504 upstream.timeout
+    upstream_outcome_unknown, ///< 502 upstream.outcome_unknown (recorded on `fail` routes)
+    upstream_bad_response,    ///< 502 upstream.bad_response (sent, but the answer was unusable)
+    connection_limit,         ///< 503 proxy.connection_limit (limits.max_connections reached)
+};
+
+/// Number of problem codes (the last one is connection_limit).
+inline constexpr std::size_t problem_code_count =
+    static_cast<std::size_t>(problem_code::connection_limit) + 1;
+
+/// One row of the problem table.
+struct problem_info {
+    problem_code code;
+    std::string_view name;   ///< the stable `code` string, e.g. "idempotency.missing_key"
+    unsigned status;         ///< default HTTP status (a route may override payload_mismatch)
+    std::string_view title;  ///< short, fixed summary (RFC 9457 `title`)
+    std::string_view detail; ///< the default `detail` when the caller has nothing more precise
+};
+
+/// THE table, in enum order (checked below and in problem_test.cpp).
+inline constexpr std::array<problem_info, problem_code_count> problem_table{{
+    {problem_code::missing_key, "idempotency.missing_key", 400, "Idempotency key missing",
+     "this route requires an idempotency key"},
+    {problem_code::invalid_key, "idempotency.invalid_key", 400, "Idempotency key invalid",
+     "the idempotency key is malformed, too long, empty or repeated"},
+    {problem_code::payload_mismatch, "idempotency.payload_mismatch", 422,
+     "Idempotency key reused with a different request",
+     "this idempotency key was used with a different request"},
+    {problem_code::in_progress, "idempotency.in_progress", 409,
+     "A request with this key is in progress",
+     "a request with this idempotency key is still being processed; retry later"},
+    {problem_code::response_not_replayable, "idempotency.response_not_replayable", 409,
+     "The recorded response cannot be replayed",
+     "the response recorded for this key is too large to replay"},
+    {problem_code::store_unavailable, "idempotency.store_unavailable", 503,
+     "Idempotency store unavailable", "the idempotency store cannot be reached; retry later"},
+    {problem_code::request_too_large, "request.too_large", 413, "Request body too large",
+     "request body exceeds max_request_bytes"},
+    {problem_code::header_too_large, "request.header_too_large", 431,
+     "Request header fields too large", "request header fields exceed max_header_bytes"},
+    {problem_code::bad_request, "request.malformed", 400, "Malformed request",
+     "the request could not be understood"},
+    {problem_code::route_not_found, "route.not_found", 404, "No route matches the request",
+     "no route matches this path"},
+    {problem_code::upstream_unavailable, "upstream.unavailable", 502, "Upstream unavailable",
+     "could not reach the upstream"},
+    {problem_code::upstream_timeout, "upstream.timeout", 504, "Upstream timed out",
+     "the upstream did not answer in time"},
+    {problem_code::upstream_outcome_unknown, "upstream.outcome_unknown", 502,
+     "Upstream outcome unknown",
+     "the upstream may or may not have processed this request; it will not be executed again "
+     "under this key"},
+    {problem_code::upstream_bad_response, "upstream.bad_response", 502,
+     "Upstream sent an unusable response",
+     "the request was sent to the upstream, but its answer was malformed or too large; the "
+     "upstream may have processed it"},
+    {problem_code::connection_limit, "proxy.connection_limit", 503, "Too many connections",
+     "the proxy is at its connection limit; retry later"},
+}};
+
+namespace detail {
+constexpr bool problem_table_in_order() {
+    for (std::size_t i = 0; i < problem_table.size(); ++i) {
+        if (static_cast<std::size_t>(problem_table[i].code) != i) {
+            return false;
+        }
+    }
+    return true;
+}
+} // namespace detail
+static_assert(detail::problem_table_in_order(), "problem_table rows must follow the enum order");
+
+/// The row of `c`. Precondition: `c` is a declared enumerator.
+constexpr const problem_info& info(problem_code c) noexcept {
+    return problem_table[static_cast<std::size_t>(c)];
+}
+
+/// "idempotency.missing_key" etc.
+constexpr std::string_view to_string(problem_code c) noexcept {
+    return info(c).name;
+}
+
+/// The default HTTP status of `c` (payload_mismatch: 422).
+constexpr unsigned default_status(problem_code c) noexcept {
+    return info(c).status;
+}
+
+} // namespace onceproxy::core

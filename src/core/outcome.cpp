@@ -1,0 +1,23 @@
+#include <onceproxy/core/outcome.hpp>
+
+#include <array>
+
+namespace onceproxy::core {
+
+namespace {
+
+// In enum order; outcome_test.cpp checks every value has its own name.
+constexpr std::array<std::string_view, outcome_count> names{
+    "stored",      "replayed",      "in_progress", "mismatch",        "missing_key",
+    "invalid_key", "released",      "held",        "outcome_unknown", "not_replayable",
+    "lease_lost",  "record_failed", "store_error", "passthrough",     "rejected",
+};
+
+} // namespace
+
+std::string_view to_string(outcome o) noexcept {
+    const auto i = static_cast<std::size_t>(o);
+    return i < names.size() ? names[i] : std::string_view("?");
+}
+
+} // namespace onceproxy::core

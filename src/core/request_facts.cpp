@@ -1,0 +1,86 @@
+#include <onceproxy/core/request_facts.hpp>
+
+#include <onceproxy/core/exchange_fsm.hpp>
+#include <onceproxy/core/fingerprint.hpp>
+#include <onceproxy/core/idempotency_key.hpp>
+
+#include <optional>
+#include <vector>
+
+namespace onceproxy::core {
+
+namespace {
+
+/// The key of the request, or why there is none.
+std::optional<std::string> find_key(const config::key_config& cfg, const request_view& req,
+                                    key_presence& presence) {
+    if (!cfg.json_pointer.empty()) {
+        auto key = extract_json_pointer(req.body, cfg.json_pointer);
+        if (!key) {
+            presence = key_presence::missing;
+        } else if (key->empty() || key->size() > cfg.max_length) {
+            presence = key_presence::invalid;
+        }
+        return key;
+    }
+    const auto lines = req.values(cfg.header);
+    if (lines.empty()) {
+        presence = key_presence::missing;
+        return std::nullopt;
+    }
+    auto parsed = parse_idempotency_key(lines, cfg.syntax, cfg.max_length);
+    if (!parsed.ok()) {
+        presence = key_presence::invalid;
+    }
+    return std::move(parsed.key);
+}
+
+/// The configured headers present in `req`, in configured order (repeated lines in arrival
+/// order), named as configured; `skip` is left out.
+std::vector<header_view> collect(const request_view& req, const std::vector<std::string>& names,
+                                 std::string_view skip) {
+    std::vector<header_view> out;
+    for (const auto& n : names) {
+        if (!skip.empty() && ascii_iequals(n, skip)) {
+            continue;
+        }
+        for (const auto& [name, value] : req.headers) {
+            if (ascii_iequals(name, n)) {
+                out.emplace_back(n, value);
+            }
+        }
+    }
+    return out;
+}
+
+} // namespace
+
+derived_request derive_request_facts(const config::idempotency_config& policy,
+                                     std::string_view route_name, const request_view& req) {
+    derived_request out;
+    out.facts.guarded = guards_method(policy, req.method);
+    out.facts.key = key_presence::present;
+    const auto key = find_key(policy.key, req, out.facts.key);
+    if (out.facts.key != key_presence::present) {
+        return out;
+    }
+    // A key header the upstream never sees (key.forward: false) is not part of the request.
+    // (Not a conditional expression: `cond ? header : ""` is a temporary std::string.)
+    std::string_view skip;
+    if (policy.key.json_pointer.empty() && !policy.key.forward) {
+        skip = policy.key.header;
+    }
+    const auto scope = collect(req, policy.scope_headers, skip);
+    out.store_key = store_key("", route_name, principal_hash(scope), *key);
+    fingerprint_input fi;
+    fi.method = req.method;
+    fi.target = req.target;
+    fi.headers = collect(req, policy.fingerprint_headers, skip);
+    fi.content_type = req.value("Content-Type");
+    fi.body = req.body;
+    fi.json_canonical = policy.json_canonical;
+    out.fingerprint = compute_fingerprint(fi);
+    return out;
+}
+
+} // namespace onceproxy::core

@@ -1,0 +1,207 @@
+#include "http/exchange_translation.hpp"
+
+#include <boost/beast/core/string.hpp>
+#include <boost/beast/http/field.hpp>
+
+#include <ctime>
+
+namespace onceproxy::http {
+
+namespace bhttp = boost::beast::http;
+
+core::upstream_event to_upstream_event(upstream::forward_status status, unsigned http_status,
+                                       std::size_t body_bytes) noexcept {
+    using upstream::forward_status;
+    switch (status) {
+    case forward_status::ok:
+        return {core::upstream_result::response, http_status, body_bytes};
+    case forward_status::connect_failed:
+    case forward_status::pool_exhausted:
+        return {core::upstream_result::not_sent, 0, 0};
+    case forward_status::timeout_after_send:
+        return {core::upstream_result::timed_out, 0, 0};
+    case forward_status::reset_after_send:
+        return {core::upstream_result::reset, 0, 0};
+    case forward_status::response_too_large:
+    case forward_status::bad_response:
+        return {core::upstream_result::bad_response, 0, 0};
+    }
+    return {core::upstream_result::reset, 0, 0};
+}
+
+core::upstream_event to_upstream_event(const upstream::forward_result& r) noexcept {
+    return to_upstream_event(r.status, r.res.result_int(), r.res.body().size());
+}
+
+claim_translation to_claim_event(store::result<store::claim_result>&& r) {
+    claim_translation out;
+    if (!r) {
+        out.store_error = true;
+        out.event.kind = core::claim_result_kind::store_error;
+        return out;
+    }
+    switch (r->status) {
+    case store::claim_status::acquired:
+        out.event.kind = core::claim_result_kind::acquired;
+        break;
+    case store::claim_status::in_flight:
+        out.event.kind = core::claim_result_kind::in_flight;
+        out.event.remaining_lease = r->remaining_lease;
+        break;
+    case store::claim_status::mismatch:
+        out.event.kind = core::claim_result_kind::mismatch;
+        break;
+    case store::claim_status::completed: {
+        out.event.kind = core::claim_result_kind::completed;
+        const auto rec = core::decode_record(r->record);
+        if (!rec) {
+            // The request did run (the record exists) but this version cannot read what was
+            // kept: never fail open into a second execution.
+            out.unreadable = true;
+            out.event.replayable = false;
+        } else {
+            out.event.replayable = rec->replayable;
+            out.record = std::move(r->record);
+        }
+        break;
+    }
+    }
+    return out;
+}
+
+core::fence_event to_fence_event(const store::result<store::fence_status>& r) noexcept {
+    if (!r) {
+        return core::fence_event::store_error;
+    }
+    return *r == store::fence_status::ok ? core::fence_event::ok : core::fence_event::not_owner;
+}
+
+bool excluded_from_record(const config::idempotency_config& policy,
+                          std::string_view name) noexcept {
+    using boost::beast::iequals;
+    if (iequals(name, "date") || iequals(name, "content-length")) {
+        return true; // regenerated on replay (SPEC §3.7)
+    }
+    if (!policy.record_set_cookie && iequals(name, "set-cookie")) {
+        return true; // a replayed cookie would hand the first caller's session to the key's holder
+    }
+    for (const auto& e : policy.exclude_headers) {
+        if (iequals(name, e)) {
+            return true;
+        }
+    }
+    return false;
+}
+
+core::response_record record_of(const response& res, const config::idempotency_config& policy,
+                                bool replayable) {
+    core::response_record rec;
+    rec.status = res.result_int();
+    rec.replayable = replayable;
+    for (const auto& f : res) {
+        if (!excluded_from_record(policy, f.name_string())) {
+            rec.headers.emplace_back(std::string(f.name_string()), std::string(f.value()));
+        }
+    }
+    if (replayable) {
+        rec.body = res.body();
+    }
+    return rec;
+}
+
+std::string record_payload(const core::action& a, const response* upstream,
+                           const config::idempotency_config& policy) {
+    if (a.record == core::record_kind::outcome_unknown_problem) {
+        const auto problem = make_problem(problem_code::upstream_outcome_unknown);
+        return core::encode_record(record_of(problem, policy, true));
+    }
+    // The engine asks to record an upstream response only after one arrived.
+    if (upstream == nullptr) {
+        return core::encode_record(record_of(no_answer_problem(), policy, false));
+    }
+    return core::encode_record(record_of(*upstream, policy, a.replayable));
+}
+
+void set_idempotency_status(response& res, core::idempotency_status st) {
+    if (st != core::idempotency_status::none) {
+        res.set("Idempotency-Status", core::to_string(st));
+    }
+}
+
+response replay_response(std::string_view encoded, bool stripe_compat, std::string_view date) {
+    auto rec = core::decode_record(encoded);
+    if (!rec) {
+        return make_problem(problem_code::store_unavailable, "stored record is unreadable", 11,
+                            std::nullopt, 1u);
+    }
+    response res{static_cast<bhttp::status>(rec->status), 11};
+    for (auto& [n, v] : rec->headers) {
+        res.insert(n, v);
+    }
+    res.set(bhttp::field::date, date);
+    res.set("Idempotency-Status", "replayed");
+    if (stripe_compat) {
+        res.set("Idempotent-Replayed", "true");
+    }
+    res.body() = std::move(rec->body);
+    res.prepare_payload();
+    return res;
+}
+
+response reject_response(const core::action& a, std::optional<upstream::forward_status> upstream) {
+    std::optional<unsigned> retry;
+    if (a.retry_after.count() > 0) {
+        retry = static_cast<unsigned>(a.retry_after.count());
+    }
+    std::string_view detail = core::info(a.problem).detail;
+    if (a.problem == problem_code::upstream_unavailable && upstream &&
+        !upstream::nothing_sent(*upstream)) {
+        detail = "the connection to the upstream failed after the request was sent; the "
+                 "upstream may have processed it";
+    }
+    auto res =
+        make_problem(a.problem, detail, 11,
+                     a.http_status ? std::optional<unsigned>(a.http_status) : std::nullopt, retry);
+    set_idempotency_status(res, a.status_header);
+    return res;
+}
+
+response upstream_failure_problem(upstream::forward_status s) {
+    using upstream::forward_status;
+    switch (s) {
+    case forward_status::timeout_after_send:
+        return make_problem(problem_code::upstream_timeout);
+    case forward_status::response_too_large:
+        return make_problem(problem_code::upstream_bad_response,
+                            "the upstream response exceeds max_response_bytes");
+    case forward_status::bad_response:
+        return make_problem(problem_code::upstream_bad_response,
+                            "the upstream response could not be parsed");
+    case forward_status::pool_exhausted:
+        return make_problem(problem_code::upstream_unavailable,
+                            "no upstream connection available within connect_timeout");
+    case forward_status::connect_failed:
+        return make_problem(problem_code::upstream_unavailable,
+                            "could not connect to the upstream");
+    case forward_status::ok:
+    case forward_status::reset_after_send:
+        break;
+    }
+    return make_problem(problem_code::upstream_unavailable,
+                        "the upstream closed the connection before a full response");
+}
+
+response no_answer_problem() {
+    return make_problem(problem_code::bad_request, "exchange ended without an answer");
+}
+
+std::string http_date(std::int64_t t) {
+    char buf[64];
+    const auto tt = static_cast<std::time_t>(t);
+    std::tm tm{};
+    ::gmtime_r(&tt, &tm);
+    const auto n = std::strftime(buf, sizeof buf, "%a, %d %b %Y %H:%M:%S GMT", &tm);
+    return std::string(buf, n);
+}
+
+} // namespace onceproxy::http

@@ -1,0 +1,82 @@
+#pragma once
+// The pure translations between the exchange engine (core::exchange_fsm) and HTTP: store and
+// upstream results become engine events, engine actions become responses, and an upstream
+// answer becomes the record replays are made of. No I/O, no clock reads: exchange_runner does
+// the I/O and calls these, and unit tests call them directly.
+
+#include "onceproxy/config/config.hpp"
+#include "onceproxy/core/exchange_fsm.hpp"
+#include "onceproxy/core/response_record.hpp"
+#include "onceproxy/http/problem.hpp"
+#include "onceproxy/store/store.hpp"
+#include "onceproxy/upstream/forwarder.hpp"
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace onceproxy::http {
+
+/// How a forward attempt ended, as the engine sees it (SPEC §2: only a connect failure is
+/// certainly without effect). `body_bytes` is the size of the body received.
+[[nodiscard]] core::upstream_event to_upstream_event(upstream::forward_status status,
+                                                     unsigned http_status,
+                                                     std::size_t body_bytes) noexcept;
+[[nodiscard]] core::upstream_event to_upstream_event(const upstream::forward_result& r) noexcept;
+
+/// A claim result as the engine event, plus the record to replay when one was found.
+struct claim_translation {
+    core::claim_event event;
+    std::string record;       ///< completed and readable: the encoded record to replay
+    bool store_error = false; ///< the store failed (count it)
+    bool unreadable = false;  ///< a record exists but cannot be decoded (count as store error)
+};
+
+/// Translates a claim result. A completed record that cannot be decoded is reported as
+/// completed and not replayable: the request did run, so it must never run again.
+[[nodiscard]] claim_translation to_claim_event(store::result<store::claim_result>&& r);
+
+/// Result of a fenced store operation (extend, complete, release) as the engine event.
+[[nodiscard]] core::fence_event
+to_fence_event(const store::result<store::fence_status>& r) noexcept;
+
+/// True when response header `name` is never recorded: Date and Content-Length (regenerated
+/// on replay, SPEC §3.7), Set-Cookie unless record_set_cookie, and the route's exclude_headers.
+[[nodiscard]] bool excluded_from_record(const config::idempotency_config& policy,
+                                        std::string_view name) noexcept;
+
+/// The record of an upstream response: status, the headers not excluded, and the body when
+/// `replayable` (a not-replayable record keeps no body).
+[[nodiscard]] core::response_record
+record_of(const response& res, const config::idempotency_config& policy, bool replayable);
+
+/// The encoded payload of a complete action: the upstream response (`upstream`, required for
+/// record_kind::upstream_response) or the upstream.outcome_unknown problem.
+[[nodiscard]] std::string record_payload(const core::action& a, const response* upstream,
+                                         const config::idempotency_config& policy);
+
+/// Sets Idempotency-Status on a respond or reject answer (nothing for `none`).
+void set_idempotency_status(response& res, core::idempotency_status st);
+
+/// The replay of an encoded record with a fresh `date`, Idempotency-Status: replayed (and
+/// Idempotent-Replayed: true with `stripe_compat`). A record that cannot be decoded gives a 503
+/// store_unavailable problem (the engine only replays records decoded at claim time).
+[[nodiscard]] response replay_response(std::string_view encoded, bool stripe_compat,
+                                       std::string_view date);
+
+/// The problem answer of a reject action. `upstream`: how the upstream call ended, when there
+/// was one (a reset after sending says so in the detail).
+[[nodiscard]] response reject_response(const core::action& a,
+                                       std::optional<upstream::forward_status> upstream);
+
+/// The problem a client sees for a failed plain forward (SPEC §3.2).
+[[nodiscard]] response upstream_failure_problem(upstream::forward_status s);
+
+/// The outcome of a request whose exchange produced no answer at all (a driver bug; the client
+/// still gets a problem).
+[[nodiscard]] response no_answer_problem();
+
+/// RFC 9110 §5.6.7 IMF-fixdate of `t` (seconds since the epoch).
+[[nodiscard]] std::string http_date(std::int64_t t);
+
+} // namespace onceproxy::http

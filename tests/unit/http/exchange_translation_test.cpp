@@ -1,0 +1,246 @@
+#include "http/exchange_translation.hpp"
+
+#include <doctest/doctest.h>
+
+#include <boost/beast/http/field.hpp>
+#include <boost/json/parse.hpp>
+#include <boost/json/value.hpp>
+
+#include <string>
+
+namespace core = onceproxy::core;
+namespace config = onceproxy::config;
+namespace store = onceproxy::store;
+using namespace onceproxy::http;
+using onceproxy::upstream::forward_status;
+namespace bhttp = boost::beast::http;
+
+namespace {
+
+std::string code_of(const response& res) {
+    return std::string(boost::json::parse(res.body()).as_object().at("code").as_string());
+}
+
+std::string detail_of(const response& res) {
+    return std::string(boost::json::parse(res.body()).as_object().at("detail").as_string());
+}
+
+response upstream_answer() {
+    response res{bhttp::status::created, 11};
+    res.set(bhttp::field::content_type, "application/json");
+    res.set(bhttp::field::date, "Mon, 01 Jan 2024 00:00:00 GMT");
+    res.set(bhttp::field::set_cookie, "s=1");
+    res.set("X-Trace", "abc");
+    res.set("X-Order", "7");
+    res.body() = R"({"id":7})";
+    res.prepare_payload();
+    return res;
+}
+
+core::action reject_of(core::problem_code c, unsigned status, std::chrono::seconds retry = {}) {
+    core::action a;
+    a.kind = core::action_kind::reject;
+    a.problem = c;
+    a.http_status = status;
+    a.retry_after = retry;
+    return a;
+}
+
+} // namespace
+
+TEST_SUITE("exchange translation") {
+
+    TEST_CASE("forward results become upstream events (SPEC §2)") {
+        using core::upstream_result;
+        const auto ev = to_upstream_event(forward_status::ok, 201, 12);
+        CHECK(ev.kind == upstream_result::response);
+        CHECK(ev.status == 201);
+        CHECK(ev.body_bytes == 12);
+        CHECK(to_upstream_event(forward_status::connect_failed, 0, 0).kind ==
+              upstream_result::not_sent);
+        CHECK(to_upstream_event(forward_status::pool_exhausted, 0, 0).kind ==
+              upstream_result::not_sent);
+        CHECK(to_upstream_event(forward_status::timeout_after_send, 0, 0).kind ==
+              upstream_result::timed_out);
+        CHECK(to_upstream_event(forward_status::reset_after_send, 0, 0).kind ==
+              upstream_result::reset);
+        CHECK(to_upstream_event(forward_status::response_too_large, 0, 0).kind ==
+              upstream_result::bad_response);
+        CHECK(to_upstream_event(forward_status::bad_response, 0, 0).kind ==
+              upstream_result::bad_response);
+
+        onceproxy::upstream::forward_result r;
+        r.res = upstream_answer();
+        const auto whole = to_upstream_event(r);
+        CHECK(whole.status == 201);
+        CHECK(whole.body_bytes == r.res.body().size());
+    }
+
+    TEST_CASE("claim results become claim events") {
+        using core::claim_result_kind;
+        store::result<store::claim_result> err =
+            boost::system::errc::make_error_code(boost::system::errc::connection_refused);
+        auto t = to_claim_event(std::move(err));
+        CHECK(t.event.kind == claim_result_kind::store_error);
+        CHECK(t.store_error);
+
+        store::claim_result busy;
+        busy.status = store::claim_status::in_flight;
+        busy.remaining_lease = std::chrono::milliseconds(1500);
+        t = to_claim_event(busy);
+        CHECK(t.event.kind == claim_result_kind::in_flight);
+        CHECK(t.event.remaining_lease == std::chrono::milliseconds(1500));
+        CHECK_FALSE(t.store_error);
+
+        store::claim_result other;
+        other.status = store::claim_status::mismatch;
+        CHECK(to_claim_event(other).event.kind == claim_result_kind::mismatch);
+        other.status = store::claim_status::acquired;
+        CHECK(to_claim_event(other).event.kind == claim_result_kind::acquired);
+
+        store::claim_result done;
+        done.status = store::claim_status::completed;
+        done.record = core::encode_record(core::response_record{200, {}, "hi", true});
+        const auto encoded = done.record;
+        t = to_claim_event(done);
+        CHECK(t.event.kind == claim_result_kind::completed);
+        CHECK(t.event.replayable);
+        CHECK(t.record == encoded);
+
+        done.record = core::encode_record(core::response_record{200, {}, "", false});
+        t = to_claim_event(done);
+        CHECK_FALSE(t.event.replayable);
+
+        // Unreadable: it ran once, so never again; not replayable, counted as a store error.
+        done.record = "garbage";
+        t = to_claim_event(done);
+        CHECK(t.event.kind == claim_result_kind::completed);
+        CHECK_FALSE(t.event.replayable);
+        CHECK(t.unreadable);
+        CHECK(t.record.empty());
+    }
+
+    TEST_CASE("fenced store results become fence events") {
+        CHECK(to_fence_event(store::fence_status::ok) == core::fence_event::ok);
+        CHECK(to_fence_event(store::fence_status::not_owner) == core::fence_event::not_owner);
+        store::result<store::fence_status> err =
+            boost::system::errc::make_error_code(boost::system::errc::timed_out);
+        CHECK(to_fence_event(err) == core::fence_event::store_error);
+    }
+
+    TEST_CASE("records leave out regenerated, cookie and excluded headers (SPEC §3.7)") {
+        config::idempotency_config p;
+        p.exclude_headers = {"x-trace"};
+        const auto rec = record_of(upstream_answer(), p, true);
+        CHECK(rec.status == 201);
+        CHECK(rec.replayable);
+        CHECK(rec.body == R"({"id":7})");
+        REQUIRE(rec.headers.size() == 2);
+        CHECK(rec.headers[0].first == "Content-Type");
+        CHECK(rec.headers[1].first == "X-Order");
+
+        p.record_set_cookie = true;
+        CHECK(record_of(upstream_answer(), p, true).headers.size() == 3);
+
+        const auto big = record_of(upstream_answer(), p, false);
+        CHECK_FALSE(big.replayable);
+        CHECK(big.body.empty());
+        CHECK(excluded_from_record(p, "DATE"));
+        CHECK(excluded_from_record(p, "content-length"));
+        CHECK_FALSE(excluded_from_record(p, "Set-Cookie"));
+    }
+
+    TEST_CASE("record payloads: the upstream answer or the outcome_unknown problem") {
+        config::idempotency_config p;
+        core::action a;
+        a.kind = core::action_kind::complete;
+        a.record = core::record_kind::upstream_response;
+        a.replayable = true;
+        const auto up = upstream_answer();
+        auto rec = core::decode_record(record_payload(a, &up, p));
+        REQUIRE(rec);
+        CHECK(rec->status == 201);
+        CHECK(rec->body == up.body());
+
+        a.replayable = false;
+        rec = core::decode_record(record_payload(a, &up, p));
+        REQUIRE(rec);
+        CHECK_FALSE(rec->replayable);
+
+        a.record = core::record_kind::outcome_unknown_problem;
+        rec = core::decode_record(record_payload(a, nullptr, p));
+        REQUIRE(rec);
+        CHECK(rec->status == 502);
+        CHECK(rec->replayable);
+        CHECK(rec->body.find("upstream.outcome_unknown") != std::string::npos);
+    }
+
+    TEST_CASE("replays carry the record, a fresh Date and Idempotency-Status: replayed") {
+        core::response_record r{201, {{"Content-Type", "application/json"}}, "{}", true};
+        auto res = replay_response(core::encode_record(r), false, "Tue, 02 Jan 2024 00:00:00 GMT");
+        CHECK(res.result_int() == 201);
+        CHECK(res["Idempotency-Status"] == "replayed");
+        CHECK(res[bhttp::field::date] == "Tue, 02 Jan 2024 00:00:00 GMT");
+        CHECK(res[bhttp::field::content_length] == "2");
+        CHECK(res.body() == "{}");
+        CHECK_FALSE(res.count("Idempotent-Replayed"));
+        res = replay_response(core::encode_record(r), true, "d");
+        CHECK(res["Idempotent-Replayed"] == "true");
+
+        res = replay_response("garbage", false, "d");
+        CHECK(res.result_int() == 503);
+        CHECK(code_of(res) == "idempotency.store_unavailable");
+        CHECK(res[bhttp::field::retry_after] == "1");
+    }
+
+    TEST_CASE("reject actions become problems with their status, Retry-After and header") {
+        auto a = reject_of(core::problem_code::in_progress, 409, std::chrono::seconds(3));
+        auto res = reject_response(a, std::nullopt);
+        CHECK(res.result_int() == 409);
+        CHECK(code_of(res) == "idempotency.in_progress");
+        CHECK(res[bhttp::field::retry_after] == "3");
+        CHECK_FALSE(res.count("Idempotency-Status"));
+
+        a = reject_of(core::problem_code::payload_mismatch, 409);
+        CHECK(reject_response(a, std::nullopt).result_int() == 409);
+        a.http_status = 0; // no override: the table's default
+        CHECK(reject_response(a, std::nullopt).result_int() == 422);
+
+        a = reject_of(core::problem_code::upstream_timeout, 504);
+        a.status_header = core::idempotency_status::unrecorded;
+        res = reject_response(a, forward_status::timeout_after_send);
+        CHECK(res["Idempotency-Status"] == "unrecorded");
+        CHECK(detail_of(res) == core::info(core::problem_code::upstream_timeout).detail);
+
+        a = reject_of(core::problem_code::upstream_unavailable, 502);
+        CHECK(detail_of(reject_response(a, forward_status::connect_failed)) ==
+              core::info(core::problem_code::upstream_unavailable).detail);
+        CHECK(detail_of(reject_response(a, forward_status::reset_after_send))
+                  .find("after the request was sent") != std::string::npos);
+    }
+
+    TEST_CASE("failed plain forwards become upstream problems (SPEC §3.2)") {
+        CHECK(code_of(upstream_failure_problem(forward_status::timeout_after_send)) ==
+              "upstream.timeout");
+        CHECK(upstream_failure_problem(forward_status::timeout_after_send).result_int() == 504);
+        for (auto s : {forward_status::response_too_large, forward_status::bad_response}) {
+            CHECK(code_of(upstream_failure_problem(s)) == "upstream.bad_response");
+        }
+        for (auto s : {forward_status::connect_failed, forward_status::pool_exhausted,
+                       forward_status::reset_after_send}) {
+            const auto res = upstream_failure_problem(s);
+            CHECK(code_of(res) == "upstream.unavailable");
+            CHECK(res.result_int() == 502);
+        }
+    }
+
+    TEST_CASE("Idempotency-Status and dates") {
+        response res{bhttp::status::ok, 11};
+        set_idempotency_status(res, core::idempotency_status::none);
+        CHECK_FALSE(res.count("Idempotency-Status"));
+        set_idempotency_status(res, core::idempotency_status::stored);
+        CHECK(res["Idempotency-Status"] == "stored");
+        CHECK(http_date(0) == "Thu, 01 Jan 1970 00:00:00 GMT");
+        CHECK(http_date(1700000000) == "Tue, 14 Nov 2023 22:13:20 GMT");
+    }
+}
