@@ -11,11 +11,13 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
+#include <boost/beast/http/empty_body.hpp>
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/string_body.hpp>
 #include <boost/beast/http/write.hpp>
 
 #include <atomic>
+#include <string>
 
 namespace onceproxy::app {
 
@@ -46,6 +48,77 @@ struct admin_server::impl : std::enable_shared_from_this<impl> {
     std::atomic<bool> store_answered{false}; ///< the store has answered at least once
     std::atomic<bool> store_ok{false};       ///< the last probe succeeded
     std::atomic<bool> stopped{false};
+    // Written by the upstream check on the admin loop.
+    std::atomic<bool> upstream_checked{false}; ///< at least one check finished
+    std::atomic<bool> upstream_ok{false};      ///< the last check succeeded
+    std::string upstream_detail;               ///< admin loop only: what the last check saw
+
+    /// One check of admin.readiness.upstream: connect (and GET http_path, 2xx/3xx), bounded by
+    /// its timeout. Returns an empty string on success, else what failed.
+    net::awaitable<std::string> check_upstream_once(const config::upstream_check_config& check) {
+        const auto& up = cfg->upstreams[check.upstream_index];
+        beast::tcp_stream stream(ioc);
+        stream.expires_after(check.timeout);
+        tcp::resolver resolver(ioc);
+        auto [rec, results] =
+            co_await resolver.async_resolve(up.host, std::to_string(up.port), use_tuple);
+        if (rec) {
+            co_return "cannot resolve " + up.host + ": " + rec.message();
+        }
+        auto [cec, ep] = co_await stream.async_connect(results, use_tuple);
+        (void)ep;
+        if (cec) {
+            co_return "connect to " + up.host + ":" + std::to_string(up.port) + ": " +
+                cec.message();
+        }
+        if (check.http_path.empty()) {
+            co_return std::string{};
+        }
+        bhttp::request<bhttp::empty_body> req{bhttp::verb::get, check.http_path, 11};
+        const bool v6 = up.host.find(':') != std::string::npos;
+        req.set(bhttp::field::host,
+                (v6 ? "[" + up.host + "]" : up.host) + ":" + std::to_string(up.port));
+        req.set(bhttp::field::user_agent, "onceproxy-readiness");
+        req.keep_alive(false);
+        auto [wec, wn] = co_await bhttp::async_write(stream, req, use_tuple);
+        (void)wn;
+        if (wec) {
+            co_return "GET " + check.http_path + ": " + wec.message();
+        }
+        beast::flat_buffer buffer;
+        bhttp::response_parser<bhttp::string_body> parser;
+        parser.header_limit(16 * 1024);
+        parser.body_limit(64 * 1024);
+        auto [rec2, rn] = co_await bhttp::async_read_header(stream, buffer, parser, use_tuple);
+        (void)rn;
+        if (rec2) {
+            co_return "GET " + check.http_path + ": " + rec2.message();
+        }
+        const auto status = parser.get().result_int();
+        if (status < 200 || status > 399) {
+            co_return "GET " + check.http_path + ": status " + std::to_string(status);
+        }
+        co_return std::string{};
+    }
+
+    /// Runs on the admin loop: checks the app every interval until stopped.
+    net::awaitable<void> probe_upstream() {
+        auto self = shared_from_this();
+        const auto& check = *cfg->admin.readiness.upstream;
+        net::steady_timer t(ioc);
+        while (!stopped) {
+            auto failure = co_await check_upstream_once(check);
+            upstream_ok = failure.empty();
+            upstream_detail = std::move(failure);
+            upstream_checked = true;
+            const auto until = std::chrono::steady_clock::now() + check.interval;
+            while (!stopped && std::chrono::steady_clock::now() < until) {
+                t.expires_at(std::min(until, std::chrono::steady_clock::now() +
+                                                 std::chrono::milliseconds(100)));
+                co_await t.async_wait(use_tuple);
+            }
+        }
+    }
 
     net::awaitable<void> probe_store() {
         auto self = shared_from_this();
@@ -88,14 +161,32 @@ struct admin_server::impl : std::enable_shared_from_this<impl> {
         } else if (path == "/healthz") {
             res.body() = "ok\n";
         } else if (path == "/readyz") {
+            // The store counts only with require_store: a store outage must not pull the pod
+            // out of its Service and take the plain routes down with it (SPEC §6, issue 9).
             const bool require = cfg->admin.readiness.require_store;
-            const bool ready = store_answered && (!require || store_ok);
+            const bool store_ready = !require || store_ok;
+            const auto& check = cfg->admin.readiness.upstream;
+            const bool upstream_ready = !check || upstream_ok;
+            const bool ready = store_ready && upstream_ready;
             res.result(ready ? bhttp::status::ok : bhttp::status::service_unavailable);
-            res.body() =
-                std::string("config: loaded\nlisteners: up\nstore: ") +
-                (store_ok ? "answering"
-                          : (store_answered ? "not answering (was up)" : "not answered yet")) +
-                (require ? " (required)\n" : "\n") + (ready ? "ready\n" : "not ready\n");
+            std::string body = "config: loaded\nlisteners: up\nstore: ";
+            body += store_ok ? "answering"
+                             : (store_answered ? "not answering (was up)" : "not answered yet");
+            body += require ? " (required)\n" : " (not required)\n";
+            if (check) {
+                body += "upstream " + check->upstream + ": ";
+                if (!upstream_checked) {
+                    body += "not checked yet";
+                } else if (upstream_ok) {
+                    body += check->http_path.empty() ? "accepts connections"
+                                                     : "answers " + check->http_path;
+                } else {
+                    body += "not answering (" + upstream_detail + ")";
+                }
+                body += "\n";
+            }
+            body += ready ? "ready\n" : "not ready\n";
+            res.body() = std::move(body);
         } else {
             res.result(bhttp::status::not_found);
             res.body() = "not found\n";
@@ -179,6 +270,9 @@ unsigned short admin_server::listen() {
 
 void admin_server::start() {
     net::co_spawn(impl_->probe_ex, impl_->probe_store(), net::detached);
+    if (impl_->cfg->admin.readiness.upstream) {
+        net::co_spawn(impl_->ioc, impl_->probe_upstream(), net::detached);
+    }
     if (impl_->acceptor.is_open()) {
         net::co_spawn(impl_->ioc, impl_->accept_loop(), net::detached);
     }

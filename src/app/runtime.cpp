@@ -6,7 +6,6 @@
 #include "onceproxy/http/loop_guard.hpp"
 #include "onceproxy/http/server.hpp"
 #include "onceproxy/metrics/registry.hpp"
-#include "onceproxy/store/redis_store.hpp"
 #include "onceproxy/upstream/forwarder.hpp"
 
 #include <boost/asio/as_tuple.hpp>
@@ -53,11 +52,11 @@ struct worker {
     std::thread thread;
 };
 
-/// Shared by the draining workers: the last one to finish closes the Redis connections, whose
-/// coroutines live on every worker loop.
+/// Shared by the draining workers: the last one to finish closes the store, whose connections
+/// (Redis) live on every worker loop.
 struct drain_state {
     std::atomic<std::size_t> remaining{0};
-    store::redis_store* redis = nullptr;
+    store::store* st = nullptr;
 };
 
 /// Runs on the worker: stop accepting, wait for in-flight requests up to the deadline, close
@@ -76,8 +75,8 @@ net::awaitable<void> drain_worker(worker& w, clock::time_point deadline, drain_s
     w.fwd.close_idle();
     w.watch.stop();
     w.guard.reset();
-    if (ds.remaining.fetch_sub(1) == 1 && ds.redis != nullptr) {
-        ds.redis->stop(); // posts to every worker loop, all still running
+    if (ds.remaining.fetch_sub(1) == 1 && ds.st != nullptr) {
+        ds.st->close(); // posts to every worker loop, all still running
     }
 }
 
@@ -163,24 +162,31 @@ int run(std::shared_ptr<const config::config> cfg, const run_options& opts) {
         std::fprintf(stderr, "onceproxy: store: %s\n", e.what());
         return 1;
     }
-    auto* redis = dynamic_cast<store::redis_store*>(st.get());
-    if (redis != nullptr) {
-        // Start-up check on a one-shot connection: unreachable, wrong password, or an eviction
-        // policy that could drop live records must fail loudly here, not hang (SPEC §5).
-        net::io_context check_ioc(1);
-        store::redis_startup_report report;
+    {
+        // Open on a one-shot loop: a wrong password or an eviction policy that could drop live
+        // records fails loudly here (SPEC §5); an unreachable store does not stop the start
+        // (issue 9): it reconnects in the background and routes follow on_store_error.
+        net::io_context open_ioc(1);
+        store::open_report report;
         net::co_spawn(
-            check_ioc,
-            [&]() -> net::awaitable<void> { report = co_await redis->async_check_startup(); },
+            open_ioc, [&]() -> net::awaitable<void> { report = co_await st->async_open(); },
             net::detached);
-        check_ioc.run();
+        open_ioc.run();
+        for (const auto& w : report.warnings) {
+            std::fprintf(stderr, "onceproxy: warning: store: %s\n", w.c_str());
+        }
         if (report.ec) {
-            std::fprintf(stderr, "onceproxy: redis: %s\n",
+            std::fprintf(stderr, "onceproxy: store: %s\n",
                          report.message.empty() ? report.ec.message().c_str()
                                                 : report.message.c_str());
             return 1;
         }
-        redis->start();
+        if (report.degraded) {
+            std::fprintf(stderr,
+                         "onceproxy: warning: store: %s; starting degraded (guarded routes "
+                         "follow on_store_error until it answers)\n",
+                         report.message.c_str());
+        }
     }
 
     unsigned short port = 0;
@@ -234,7 +240,7 @@ int run(std::shared_ptr<const config::config> cfg, const run_options& opts) {
         admin.stop();
         const auto deadline = clock::now() + cfg->limits.drain_timeout;
         drain.remaining = workers.size();
-        drain.redis = redis;
+        drain.st = st.get();
         for (auto& w : workers) {
             net::co_spawn(w->ioc, drain_worker(*w, deadline, drain), net::detached);
         }

@@ -2,10 +2,13 @@
 
 #include "config/idempotency_block.hpp"
 #include "config/yaml_walker.hpp"
+#include "onceproxy/config/cidr.hpp"
 
 #include <algorithm>
 #include <cctype>
 #include <charconv>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <set>
 #include <string_view>
@@ -138,7 +141,7 @@ public:
             return cfg;
         }
         if (!w_.mapping(root, {"listen", "tls", "admin", "workers", "limits", "upstreams", "store",
-                               "defaults", "routes", "access_log"})) {
+                               "defaults", "routes", "access_log", "trusted_proxies"})) {
             return cfg;
         }
         if (auto ep = read_endpoint(w_.get(root, "listen"))) {
@@ -149,7 +152,9 @@ public:
         read_workers(w_.get(root, "workers"), cfg);
         read_limits(w_.get(root, "limits"), cfg.limits);
         read_upstreams(w_.require(root, "upstreams"), cfg);
+        resolve_upstream_check(cfg);
         read_store(w_.get(root, "store"), cfg.store);
+        read_trusted_proxies(w_.get(root, "trusted_proxies"), cfg);
         block_marks defaults_marks;
         const yaml_field defaults = w_.get(root, "defaults");
         idempotency_block defaults_block;
@@ -201,9 +206,70 @@ private:
         admin_listen_mark_ = listen;
         cfg.admin.listen = read_endpoint(listen);
         const yaml_field readiness = w_.get(f, "readiness");
-        if (readiness.present() && w_.mapping(readiness, {"require_store"})) {
+        if (readiness.present() && w_.mapping(readiness, {"require_store", "upstream"})) {
             if (auto b = w_.boolean(w_.get(readiness, "require_store"))) {
                 cfg.admin.readiness.require_store = *b;
+            }
+            read_upstream_check(w_.get(readiness, "upstream"), cfg.admin.readiness);
+        }
+    }
+
+    /// admin.readiness.upstream: { name, http_path, interval, timeout }. The name is resolved
+    /// once the upstreams are read (resolve_upstream_check).
+    void read_upstream_check(const yaml_field& f, readiness_config& readiness) {
+        if (!f.present() || !w_.mapping(f, {"name", "http_path", "interval", "timeout"})) {
+            return;
+        }
+        upstream_check_config check;
+        upstream_check_name_ = w_.require(f, "name");
+        set(check.upstream, w_.string(upstream_check_name_));
+        const yaml_field path = w_.get(f, "http_path");
+        if (auto text = w_.string(path)) {
+            if (text->front() != '/' || text->find_first_of(" \t\r\n#") != std::string::npos) {
+                w_.error(path, "invalid http_path '" + *text +
+                                   "'; expected an absolute path such as /healthz");
+            }
+            check.http_path = *text;
+        }
+        set(check.interval, w_.positive_duration(w_.get(f, "interval")));
+        const yaml_field timeout = w_.get(f, "timeout");
+        set(check.timeout, w_.positive_duration(timeout));
+        if (check.timeout > check.interval) {
+            w_.error(timeout.present() ? timeout : f, "the check timeout (" +
+                                                          format_duration(check.timeout) +
+                                                          ") must not exceed its interval (" +
+                                                          format_duration(check.interval) + ")");
+        }
+        readiness.upstream = std::move(check);
+    }
+
+    void resolve_upstream_check(config& cfg) {
+        auto& check = cfg.admin.readiness.upstream;
+        if (!check || check->upstream.empty()) {
+            return;
+        }
+        const auto it =
+            std::find_if(cfg.upstreams.begin(), cfg.upstreams.end(),
+                         [&](const upstream_config& u) { return u.name == check->upstream; });
+        if (it == cfg.upstreams.end()) {
+            w_.error(upstream_check_name_, "unknown upstream '" + check->upstream + "'");
+            return;
+        }
+        check->upstream_index = static_cast<std::size_t>(it - cfg.upstreams.begin());
+    }
+
+    void read_trusted_proxies(const yaml_field& f, config& cfg) {
+        const auto list = w_.string_list(f);
+        if (!list) {
+            return;
+        }
+        for (std::size_t i = 0; i < list->size(); ++i) {
+            if (auto block = parse_cidr((*list)[i])) {
+                cfg.trusted_proxies.push_back(*block);
+            } else {
+                w_.error(w_.item(f, i), "invalid address block '" + (*list)[i] +
+                                            "'; expected an address or CIDR with no host bits "
+                                            "set, e.g. 10.0.0.0/8, 127.0.0.1 or fd00::/8");
             }
         }
     }
@@ -343,9 +409,10 @@ private:
         }
         const yaml_field redis = w_.get(f, "redis");
         if (redis.present() &&
-            w_.mapping(redis, {"url", "key_prefix", "connect_timeout", "command_timeout",
-                               "connections_per_worker", "health_check_interval",
-                               "maxmemory_policy", "tls_ca_file"})) {
+            w_.mapping(redis,
+                       {"url", "key_prefix", "connect_timeout", "command_timeout",
+                        "connections_per_worker", "health_check_interval", "maxmemory_policy",
+                        "tls_ca_file", "username", "password", "password_file"})) {
             redis_config& r = store.redis;
             const yaml_field url = w_.get(redis, "url");
             if (auto text = w_.string(url)) {
@@ -370,7 +437,71 @@ private:
                     w_.get(redis, "maxmemory_policy"),
                     {{"refuse", maxmemory_check::refuse}, {"warn", maxmemory_check::warn}}));
             set(r.tls_ca_file, w_.string(w_.get(redis, "tls_ca_file")));
+            read_redis_credentials(redis, url, r);
         }
+    }
+
+    /// username, password, password_file: credentials as plain fields (no URL encoding).
+    void read_redis_credentials(const yaml_field& redis, const yaml_field& url, redis_config& r) {
+        const yaml_field username = w_.get(redis, "username");
+        const yaml_field password = w_.get(redis, "password");
+        const yaml_field password_file = w_.get(redis, "password_file");
+        set(r.username, w_.string(username));
+        // Values are never echoed: they are secrets.
+        if (password.present()) {
+            if (auto text = w_.scalar(password, "a string")) {
+                if (text->empty()) {
+                    w_.error(password, "the password is empty; omit the key for no password");
+                }
+                r.password = *text;
+            }
+        }
+        if (auto path = w_.string(password_file)) {
+            if (password.present()) {
+                w_.error(password_file, "set either password or password_file, not both");
+            } else {
+                read_password_file(password_file, *path, r);
+            }
+        }
+        if (username.present() && !password.present() && !password_file.present()) {
+            w_.error(username, "a username needs password or password_file");
+        }
+        if (url.present() &&
+            (username.present() || password.present() || password_file.present())) {
+            const std::string_view u = r.url;
+            const auto scheme_end = u.find("://");
+            const auto authority =
+                scheme_end == std::string_view::npos
+                    ? std::string_view{}
+                    : u.substr(scheme_end + 3, u.find('/', scheme_end + 3) - (scheme_end + 3));
+            if (authority.find('@') != std::string_view::npos) {
+                w_.error(url, "the url carries credentials and username/password/password_file "
+                              "are set too; keep one of them");
+            }
+        }
+    }
+
+    /// A mounted Secret, read once at start. One trailing line break is not part of the password
+    /// (files written by editors and `echo` end with one).
+    void read_password_file(const yaml_field& f, const std::string& path, redis_config& r) {
+        std::ifstream in(path, std::ios::binary);
+        if (!in) {
+            w_.error(f, "cannot read password_file '" + path + "'");
+            return;
+        }
+        std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+        if (text.ends_with("\n")) {
+            text.pop_back();
+            if (text.ends_with("\r")) {
+                text.pop_back();
+            }
+        }
+        if (text.empty()) {
+            w_.error(f, "password_file '" + path + "' is empty");
+            return;
+        }
+        r.password = std::move(text);
+        r.password_file = path;
     }
 
     std::optional<std::vector<std::string>> read_header_list(const yaml_field& f) {
@@ -729,6 +860,7 @@ private:
 
     yaml_walker w_;
     yaml_field admin_listen_mark_;
+    yaml_field upstream_check_name_;
 };
 
 } // namespace

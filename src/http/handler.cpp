@@ -100,7 +100,7 @@ net::awaitable<response> handler::async_handle(request& req, const request_conte
         request_id = ensure_request_id(req);
     }
     strip_hop_by_hop(req, m.fields_in_use[route_index]);
-    add_forwarded(req, ctx.client_ip, ctx.tls ? "https" : "http");
+    add_forwarded(req, ctx.client_ip, ctx.tls ? "https" : "http", m.cfg->trusted_proxies);
     req.version(11);
     req.keep_alive(true);
     req.prepare_payload();

@@ -1,9 +1,13 @@
 #include "onceproxy/http/headers.hpp"
 
+#include "onceproxy/config/cidr.hpp"
+
 #include <boost/beast/core/string.hpp>
 #include <boost/beast/http/field.hpp>
 #include <boost/beast/http/rfc7230.hpp>
 
+#include <algorithm>
+#include <cctype>
 #include <string>
 #include <vector>
 
@@ -79,22 +83,87 @@ std::vector<std::string_view> request_fields_in_use(const config::idempotency_co
     return out;
 }
 
-void add_forwarded(fields& f, std::string_view client_ip, std::string_view proto) {
-    // Several X-Forwarded-For lines form one list (RFC 9110 §5.3): keep every earlier hop.
-    std::string chain;
-    for (auto it = f.find("X-Forwarded-For");
-         it != f.end() && beast::iequals(it->name_string(), "X-Forwarded-For"); ++it) {
-        if (!chain.empty()) {
-            chain += ", ";
+namespace {
+
+/// Every line of `name`, joined with ", " (several lines form one list, RFC 9110 §5.3).
+std::string joined_lines(const fields& f, std::string_view name) {
+    std::string out;
+    for (auto it = f.find(name); it != f.end() && beast::iequals(it->name_string(), name); ++it) {
+        if (it->value().empty()) {
+            continue;
         }
-        chain += it->value();
+        if (!out.empty()) {
+            out += ", ";
+        }
+        out += it->value();
     }
-    if (!chain.empty()) {
-        chain += ", ";
+    return out;
+}
+
+bool is_token(std::string_view s) {
+    return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) {
+        return std::isalnum(static_cast<unsigned char>(c)) != 0 ||
+               std::string_view{"!#$%&'*+-.^_`|~"}.find(c) != std::string_view::npos;
+    });
+}
+
+/// A Forwarded parameter value (RFC 7239 §4): a token as is, anything else a quoted-string.
+std::string forwarded_value(std::string_view v) {
+    if (is_token(v)) {
+        return std::string{v};
     }
-    chain += client_ip;
-    f.set("X-Forwarded-For", chain);
-    f.set("X-Forwarded-Proto", proto);
+    std::string out = "\"";
+    for (const char c : v) {
+        if (c == '"' || c == '\\') {
+            out += '\\';
+        }
+        out += c;
+    }
+    out += '"';
+    return out;
+}
+
+/// The for= node of an address (RFC 7239 §6): IPv6 in brackets, which makes it quoted.
+std::string forwarded_node(std::string_view ip) {
+    if (ip.find(':') != std::string_view::npos) {
+        return forwarded_value("[" + std::string{ip} + "]");
+    }
+    return forwarded_value(ip);
+}
+
+} // namespace
+
+void add_forwarded(fields& f, std::string_view client_ip, std::string_view proto,
+                   std::span<const config::cidr> trusted) {
+    // A peer in trusted_proxies is a proxy in front of this one: its chain is extended. Anyone
+    // else could write any chain, so theirs is dropped and this hop starts a new one.
+    const bool extend = config::address_in(client_ip, trusted);
+    const std::string host(f[bhttp::field::host]);
+
+    std::string xff = extend ? joined_lines(f, "X-Forwarded-For") : std::string{};
+    xff += xff.empty() ? "" : ", ";
+    xff += client_ip;
+    f.set("X-Forwarded-For", xff);
+
+    if (!extend || f.find("X-Forwarded-Proto") == f.end()) {
+        f.set("X-Forwarded-Proto", proto);
+    }
+    if (!extend || f.find("X-Forwarded-Host") == f.end()) {
+        f.erase("X-Forwarded-Host");
+        if (!host.empty()) {
+            f.set("X-Forwarded-Host", host);
+        }
+    }
+
+    std::string element = "for=" + forwarded_node(client_ip);
+    if (!host.empty()) {
+        element += ";host=" + forwarded_value(host);
+    }
+    element += ";proto=" + forwarded_value(proto);
+    std::string fwd = extend ? joined_lines(f, "Forwarded") : std::string{};
+    fwd += fwd.empty() ? "" : ", ";
+    fwd += element;
+    f.set(bhttp::field::forwarded, fwd);
 }
 
 std::size_t count_lines(const fields& f, std::string_view name) {

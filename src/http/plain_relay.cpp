@@ -278,7 +278,7 @@ struct plain_relay::exchange {
             request_id = ensure_request_id(req);
         }
         strip_hop_by_hop(req, relay.fields_in_use_[route_index]);
-        add_forwarded(req, ctx.client_ip, ctx.tls ? "https" : "http");
+        add_forwarded(req, ctx.client_ip, ctx.tls ? "https" : "http", relay.cfg_->trusted_proxies);
         // The proxy itself answers 100 Continue (below), once the upstream is connected.
         req.erase(bhttp::field::expect);
         req.version(11);

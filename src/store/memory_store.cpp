@@ -203,6 +203,12 @@ memory_store::async_extend(std::string key, std::string owner, duration lease) {
     co_return extend(key, owner, lease);
 }
 
+boost::asio::awaitable<open_report> memory_store::async_open() {
+    co_return open_report{};
+}
+
+void memory_store::close() {}
+
 boost::asio::awaitable<result<void>> memory_store::async_ping() {
     co_return result<void>{};
 }

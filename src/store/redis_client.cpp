@@ -367,7 +367,7 @@ struct redis_client::impl : std::enable_shared_from_this<redis_client::impl> {
         connecting = true;
         l->write_counter = &writes;
         if (!ca_error.empty()) {
-            co_return fail(l, errc::unavailable, ca_error);
+            co_return fail(l, errc::tls_failed, ca_error);
         }
         // One watchdog bounds the whole attempt (resolve + connect + TLS + AUTH + SELECT +
         // SCRIPT LOAD): an unreachable or silent Redis gives a clear error, never a hang.
@@ -424,7 +424,7 @@ struct redis_client::impl : std::enable_shared_from_this<redis_client::impl> {
                 co_return timeout_report();
             }
             if (hec) {
-                co_return fail(l, errc::unavailable,
+                co_return fail(l, errc::tls_failed,
                                "TLS handshake with Redis at " + where() +
                                    " failed: " + hec.message());
             }
@@ -484,7 +484,7 @@ struct redis_client::impl : std::enable_shared_from_this<redis_client::impl> {
                 if (stopped) {
                     co_return;
                 }
-            } else if (report.ec == errc::auth_failed) {
+            } else if (report.ec == errc::auth_failed || report.ec == errc::tls_failed) {
                 // Retrying a refused password at full speed only fills Redis's log.
                 delay = options.reconnect_max;
             }

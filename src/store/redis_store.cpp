@@ -2,6 +2,8 @@
 
 #include "onceproxy/store/error.hpp"
 
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
 #include <boost/asio/execution/context.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/query.hpp>
@@ -11,6 +13,7 @@
 #include <openssl/sha.h>
 
 #include <algorithm>
+#include <atomic>
 #include <iostream>
 #include <stdexcept>
 
@@ -131,7 +134,14 @@ struct redis_store::impl {
     script extend = make_script(extend_lua);
     std::vector<worker> workers;
 
+    std::atomic<bool> closed{false};
+    /// A check that refuses the store (allkeys-* with refuse) failed after a degraded start.
+    std::atomic<bool> refused{false};
+
     redis_client* pick(const net::any_io_executor& ex) noexcept {
+        if (refused.load(std::memory_order_relaxed)) {
+            return nullptr;
+        }
         auto* ctx = &net::query(ex, net::execution::context);
         for (auto& w : workers) {
             if (w.context == ctx && !w.clients.empty()) {
@@ -182,6 +192,13 @@ redis_store::redis_store(const config::redis_config& cfg,
     impl_->cfg = cfg;
     auto& o = impl_->options;
     o.url = *url;
+    // The fields of their own win over the URL (the config refuses both at once).
+    if (!cfg.username.empty()) {
+        o.url.user = cfg.username;
+    }
+    if (!cfg.password.empty()) {
+        o.url.password = cfg.password;
+    }
     o.tls_ca_file = cfg.tls_ca_file;
     o.connect_timeout = cfg.connect_timeout;
     o.command_timeout = cfg.command_timeout;
@@ -208,7 +225,71 @@ void redis_store::start() {
     }
 }
 
+net::awaitable<open_report> redis_store::async_open() {
+    auto checked = co_await async_check_startup();
+    open_report report;
+    report.warnings = std::move(checked.warnings);
+    if (checked.ec == errc::unavailable || checked.ec == errc::timeout) {
+        // Unreachable is not a reason to exit: a crash loop would take the plain routes down
+        // with it (issue 9). The connections keep trying with backoff; until one answers,
+        // operations fail with errc::unavailable and routes follow on_store_error. The
+        // maxmemory-policy check runs once Redis answers.
+        report.degraded = true;
+        report.message = std::move(checked.message);
+        if (report.message.empty()) {
+            report.message = checked.ec.message();
+        }
+        start();
+        net::co_spawn(impl_->workers.front().clients.front().get_executor(), deferred_check(),
+                      net::detached);
+        co_return report;
+    }
+    if (checked.ec) {
+        report.ec = checked.ec;
+        report.message = std::move(checked.message);
+        co_return report;
+    }
+    start();
+    co_return report;
+}
+
+void redis_store::close() {
+    stop();
+}
+
+net::awaitable<void> redis_store::deferred_check() {
+    // Runs on the first worker until Redis has answered the start-up check once, or close().
+    redis_client& c = impl_->workers.front().clients.front();
+    while (!impl_->closed) {
+        if (!co_await c.async_wait_ready(std::chrono::seconds(1))) {
+            continue;
+        }
+        auto checked = co_await async_check_startup();
+        if (checked.ec == errc::unavailable || checked.ec == errc::timeout) {
+            continue; // lost again at once: wait for the next connection
+        }
+        for (const auto& w : checked.warnings) {
+            std::cerr << "onceproxy: warning: store: " << w << '\n';
+        }
+        if (checked.ec == boost::system::errc::operation_not_permitted) {
+            // An evicting Redis with maxmemory_policy refuse: too late to refuse to start, so
+            // the store refuses to be used; guarded routes follow on_store_error, /readyz with
+            // require_store reports it.
+            impl_->refused = true;
+            std::cerr << "onceproxy: error: redis: " << checked.message
+                      << " (found after a degraded start: the store is not used)\n";
+        } else if (checked.ec) {
+            // The connections report and retry such failures (AUTH, SELECT) themselves.
+            std::cerr << "onceproxy: error: redis: " << checked.message << '\n';
+        } else {
+            std::cerr << "onceproxy: redis: answering; the store is in service\n";
+        }
+        co_return;
+    }
+}
+
 void redis_store::stop() {
+    impl_->closed = true;
     for (auto& w : impl_->workers) {
         for (auto& c : w.clients) {
             net::post(c.get_executor(), [&c] { c.stop(); });
@@ -269,9 +350,6 @@ net::awaitable<redis_startup_report> redis_store::async_check_startup() {
     } else {
         report.ec = errc::protocol;
         report.message = "unexpected reply to CONFIG GET maxmemory-policy from Redis at " + where;
-    }
-    for (const auto& w : report.warnings) {
-        std::cerr << "onceproxy: warning: " << w << '\n';
     }
     probe.stop();
     co_return report;

@@ -79,6 +79,10 @@ void request_facts::clear() {
     forwarded_for.clear();
     has_forwarded_proto = false;
     forwarded_proto.clear();
+    has_forwarded_host = false;
+    forwarded_host.clear();
+    has_forwarded = false;
+    forwarded.clear();
     has_connection = false;
     connection.clear();
     hop.clear();
@@ -174,6 +178,10 @@ void request_reader::on_field_impl(http::field name, boost::beast::string_view n
         append_joined(f.forwarded_for, f.has_forwarded_for, value);
     } else if (lower == "x-forwarded-proto") {
         append_joined(f.forwarded_proto, f.has_forwarded_proto, value);
+    } else if (lower == "x-forwarded-host") {
+        append_joined(f.forwarded_host, f.has_forwarded_host, value);
+    } else if (lower == "forwarded") {
+        append_joined(f.forwarded, f.has_forwarded, value);
     } else if (lower.starts_with("x-test-")) {
         std::uint64_t n = 0;
         std::string_view const which = lower.substr(7);

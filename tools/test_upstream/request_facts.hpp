@@ -46,6 +46,10 @@ struct request_facts {
     std::string forwarded_for; // X-Forwarded-For, repeated fields joined with ", "
     bool has_forwarded_proto = false;
     std::string forwarded_proto;
+    bool has_forwarded_host = false;
+    std::string forwarded_host; // X-Forwarded-Host
+    bool has_forwarded = false;
+    std::string forwarded; // RFC 7239 Forwarded, repeated fields joined with ", "
     bool has_connection = false;
     std::string connection; // Connection as received, repeated fields joined with ", "
     std::string hop;        // comma list of received hop-by-hop header names (lowercase)

@@ -193,6 +193,8 @@ void build_head(std::string& head, reply const& r, request_facts const& f, std::
         };
         echo("X-Echo-Forwarded-For", f.has_forwarded_for, f.forwarded_for);
         echo("X-Echo-Forwarded-Proto", f.has_forwarded_proto, f.forwarded_proto);
+        echo("X-Echo-Forwarded-Host", f.has_forwarded_host, f.forwarded_host);
+        echo("X-Echo-Forwarded", f.has_forwarded, f.forwarded);
         echo("X-Echo-Connection", f.has_connection, f.connection);
         echo("X-Echo-Hop", !f.hop.empty(), f.hop);
         head += f.extra_headers;

@@ -3,6 +3,7 @@
 // every other module receives std::shared_ptr<const config::config> and reads resolved values
 // only: route idempotency blocks already carry the inherited defaults.
 
+#include <array>
 #include <bitset>
 #include <chrono>
 #include <cstddef>
@@ -29,10 +30,33 @@ struct tls_files {
     std::string key_file;
 };
 
+/// /readyz also checks that the app behind the proxy answers (issue 9 item 7).
+struct upstream_check_config {
+    std::string upstream;           ///< upstream name
+    std::size_t upstream_index = 0; ///< index into config::upstreams
+    std::string http_path;          ///< empty: a TCP connect is the check; else GET it, 2xx/3xx
+    duration interval{2'000};       ///< time between two checks
+    duration timeout{1'000};        ///< bound on one check (connect, and the answer's head)
+
+    friend bool operator==(const upstream_check_config&, const upstream_check_config&) = default;
+};
+
 struct readiness_config {
-    bool require_store = false; ///< /readyz follows the store after the first answer
+    /// false: /readyz does not depend on the store (guarded routes follow on_store_error while
+    /// it is down). true: /readyz is 200 only while the store answers.
+    bool require_store = false;
+    std::optional<upstream_check_config> upstream; ///< unset: the app is not checked
 
     friend bool operator==(const readiness_config&, const readiness_config&) = default;
+};
+
+/// An address block of `trusted_proxies` (CIDR). IPv4 blocks are kept as IPv4-mapped IPv6
+/// (::ffff:a.b.c.d/96+n), so one comparison covers both families.
+struct cidr {
+    std::array<std::uint8_t, 16> address{}; ///< network address, host bits zero
+    unsigned prefix_length = 0;             ///< 0..128, over the 16 bytes
+
+    friend bool operator==(const cidr&, const cidr&) = default;
 };
 
 struct admin_config {
@@ -90,6 +114,10 @@ struct redis_config {
     duration health_check_interval{5'000};
     maxmemory_check maxmemory_policy = maxmemory_check::refuse;
     std::string tls_ca_file; ///< rediss://: CA bundle; empty = system default
+    /// Credentials as fields of their own (no percent-encoding); they win over the URL's.
+    std::string username;      ///< ACL user; empty: the URL's user, else the default user
+    std::string password;      ///< resolved: `password`, or the content of password_file
+    std::string password_file; ///< the file password was read from at start; empty: none
 
     friend bool operator==(const redis_config&, const redis_config&) = default;
 };
@@ -241,6 +269,9 @@ struct config {
     store_config store;
     std::vector<route_config> routes;
     bool access_log = true; ///< one JSON line per request on stdout
+    /// Peers whose X-Forwarded-* and Forwarded headers are extended; any other peer's are
+    /// replaced (an untrusted client cannot forge an earlier hop). Empty: trust no one.
+    std::vector<cidr> trusted_proxies;
 };
 
 } // namespace onceproxy::config

@@ -29,8 +29,15 @@ void strip_hop_by_hop(fields& f, std::span<const std::string_view> keep = {});
 /// the route's key header, scope headers and fingerprint headers. The views point into `idem`.
 std::vector<std::string_view> request_fields_in_use(const config::idempotency_config& idem);
 
-/// Appends the client address to X-Forwarded-For and sets X-Forwarded-Proto.
-void add_forwarded(fields& f, std::string_view client_ip, std::string_view proto);
+/// Sets the forwarding headers of a request received from `client_ip` over `proto` ("http" or
+/// "https"): X-Forwarded-For, X-Forwarded-Proto, X-Forwarded-Host and RFC 7239 Forwarded.
+/// When `client_ip` is in `trusted` (a proxy in front of this one), the incoming chain is kept:
+/// the address is appended to X-Forwarded-For, an element to Forwarded, and the proxy's
+/// X-Forwarded-Proto/-Host are kept (set from this hop when absent). Otherwise every incoming
+/// forwarding header is replaced by this hop's values, so a client cannot forge an earlier hop.
+/// X-Forwarded-Host and Forwarded's host= are the request's Host (left out when it has none).
+void add_forwarded(fields& f, std::string_view client_ip, std::string_view proto,
+                   std::span<const config::cidr> trusted = {});
 
 /// Why a request's framing is refused (request smuggling shapes, RFC 9112 §6.3).
 enum class framing_error {

@@ -28,6 +28,10 @@ enum class errc {
 
     /// A server-side script is unknown to the store and could not be loaded (NOSCRIPT).
     script_missing,
+
+    /// The TLS session with a reachable store could not be set up (certificate not trusted,
+    /// name mismatch, CA file unreadable): a setting to fix, not an outage.
+    tls_failed,
 };
 
 namespace detail {
@@ -50,6 +54,8 @@ public:
             return "store authentication failed";
         case errc::script_missing:
             return "store script missing";
+        case errc::tls_failed:
+            return "store TLS setup failed";
         }
         return "onceproxy.store error";
     }

@@ -56,6 +56,11 @@ public:
     memory_store(const memory_store&) = delete;
     memory_store& operator=(const memory_store&) = delete;
 
+    /// Nothing to connect: always opens, never degraded.
+    boost::asio::awaitable<open_report> async_open() override;
+    /// Nothing to stop: the records live as long as the object.
+    void close() override;
+
     boost::asio::awaitable<result<claim_result>> async_claim(claim_request req) override;
     boost::asio::awaitable<result<fence_status>>
     async_complete(std::string key, std::string owner, std::string payload, duration ttl) override;

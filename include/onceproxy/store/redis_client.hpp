@@ -60,7 +60,8 @@ struct redis_exec_result {
 
 /// Outcome of one connection attempt, with a message for an operator.
 struct redis_connect_report {
-    /// Empty on success; errc::unavailable (resolve, connect, TLS handshake, closed),
+    /// Empty on success; errc::unavailable (resolve, connect, closed), errc::tls_failed (TLS
+    /// handshake refused or CA file unreadable),
     /// errc::timeout (connect_timeout elapsed), errc::auth_failed (AUTH refused),
     /// errc::protocol (SELECT or SCRIPT LOAD refused, or a malformed reply).
     boost::system::error_code ec;

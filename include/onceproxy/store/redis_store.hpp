@@ -10,10 +10,10 @@
 // context is run by one thread; from any other executor an operation fails with
 // errc::unavailable.
 //
-// Lifecycle (app/): construct with the worker executors → co_await async_check_startup() (refuse
-// to start on an error) → start() → serve → stop() before the worker loops are torn down (the
-// connections keep their loops busy: reader, writer, health timer) → destroy once the worker
-// threads have been joined.
+// Lifecycle (app/, through the store interface): construct with the worker executors →
+// co_await async_open() (check, then start; refuse to start on an error only) → serve → stop()
+// before the worker loops are torn down (the connections keep their loops busy: reader, writer,
+// health timer) → destroy once the worker threads have been joined.
 //
 // Data model (Cluster-ready: every script touches only KEYS[1]): one Redis hash per
 // idempotency key, named key_prefix + key, with binary-safe fields
@@ -48,7 +48,7 @@ struct redis_startup_report {
     /// maxmemory-policy is allkeys-* and the config says `refuse`.
     boost::system::error_code ec;
     std::string message;               ///< why it failed, naming host:port; empty on success
-    std::vector<std::string> warnings; ///< also written to stderr
+    std::vector<std::string> warnings; ///< for the caller to log
 };
 
 class redis_store final : public store {
@@ -68,6 +68,15 @@ public:
     /// Closes every connection; pending operations fail with errc::unavailable. Thread-safe
     /// (posts to each executor).
     void stop();
+
+    /// The store lifecycle (store.hpp): async_check_startup(), then start(). Unreachable or
+    /// timed out → degraded: started anyway, and the maxmemory-policy check runs once Redis
+    /// answers (a refusal found then takes the store out of service, logged). A wrong password,
+    /// a refused SELECT or an evicting Redis with `refuse` → error.
+    boost::asio::awaitable<open_report> async_open() override;
+
+    /// stop().
+    void close() override;
 
     /// Start-up check on a one-shot connection of the calling executor (any executor): connects
     /// (bounded by connect_timeout: an unreachable Redis or a wrong password gives a clear error
@@ -106,6 +115,8 @@ public:
     struct impl;
 
 private:
+    boost::asio::awaitable<void> deferred_check();
+
     std::unique_ptr<impl> impl_;
 };
 

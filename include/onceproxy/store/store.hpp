@@ -6,16 +6,24 @@
 // bytes to the store (core/record_codec serialises them); the store keeps, per key:
 //   owner token, fingerprint, state (in flight | completed), lease expiry or record TTL.
 //
+// Lifecycle (app/): construct → co_await async_open() once, before serving (refuse to start
+// only when it reports an error) → serve → close() before the worker loops are torn down →
+// destroy once the worker threads have been joined. A store that cannot reach its backend at
+// start opens degraded: it keeps trying in the background, and operations fail with
+// errc::unavailable until it answers (routes follow on_store_error meanwhile; issue 9).
+//
 // Threading: a store object is shared by all workers; its operations may be awaited from any
 // worker's executor concurrently. Operational failures (Redis down, timeout) come back as an
 // error_code in the result, never as an exception.
 
 #include <boost/asio/awaitable.hpp>
+#include <boost/system/error_code.hpp>
 #include <boost/system/result.hpp>
 
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace onceproxy::store {
 
@@ -50,9 +58,29 @@ enum class fence_status {
     not_owner, ///< the lease was lost (expired, taken over): nothing changed
 };
 
+/// How opening a store went, for the operator.
+struct open_report {
+    /// Empty: the store may be used (perhaps degraded). Set: refuse to start; the setting or
+    /// backend would break the contract (a wrong password, an evicting Redis with
+    /// maxmemory_policy refuse). Never set merely because the backend is unreachable.
+    boost::system::error_code ec;
+    std::string message; ///< why it failed, or why it is degraded; empty otherwise
+    /// The backend did not answer: the store started anyway and reconnects with backoff.
+    bool degraded = false;
+    std::vector<std::string> warnings; ///< for the log
+};
+
 class store {
 public:
     virtual ~store() = default;
+
+    /// Connects (bounded by the store's connect timeout) and starts whatever keeps the store
+    /// usable (reconnects, health checks). Call once, before serving, from any executor.
+    virtual boost::asio::awaitable<open_report> async_open() = 0;
+
+    /// Stops the background work and closes connections; pending operations fail with
+    /// errc::unavailable. Thread-safe; call once, while the worker loops still run.
+    virtual void close() = 0;
 
     /// Claim-or-get: takes a lease on a free key, or reports what is there.
     virtual boost::asio::awaitable<result<claim_result>> async_claim(claim_request req) = 0;
@@ -69,7 +97,8 @@ public:
     virtual boost::asio::awaitable<result<fence_status>>
     async_extend(std::string key, std::string owner, duration lease) = 0;
 
-    /// Cheap liveness probe for /readyz (memory: always true).
+    /// Health: a cheap liveness probe for /readyz, on the calling worker's connection
+    /// (memory: always answers).
     virtual boost::asio::awaitable<result<void>> async_ping() = 0;
 };
 

@@ -144,6 +144,7 @@ TEST_CASE("conf/example.yaml documents exactly the built-in defaults") {
     CHECK(c->access_log == builtin.access_log);
     CHECK(c->limits == builtin.limits);
     CHECK(c->store == builtin.store);
+    CHECK(c->trusted_proxies == builtin.trusted_proxies);
 
     REQUIRE(c->upstreams.size() == 1);
     const auto& app = c->upstreams[0];
@@ -315,7 +316,7 @@ TEST_CASE("all errors are reported at once, in file order") {
     }
     CHECK(errors[0].to_string() ==
           file + ":7:1: listn: unknown key 'listn'; allowed keys: listen, tls, admin, workers, "
-                 "limits, upstreams, store, defaults, routes, access_log");
+                 "limits, upstreams, store, defaults, routes, access_log, trusted_proxies");
     try {
         cfg::load_file(file);
         FAIL("expected config_errors");

@@ -1,5 +1,7 @@
 #include "onceproxy/http/headers.hpp"
 
+#include "onceproxy/config/cidr.hpp"
+
 #include <doctest/doctest.h>
 
 #include <boost/beast/http/field.hpp>
@@ -159,35 +161,87 @@ TEST_SUITE("headers") {
         CHECK(lines(res) == std::vector<std::string>{"Content-Type: text/plain"});
     }
 
-    TEST_CASE("add_forwarded") {
-        SUBCASE("no X-Forwarded-For yet: set to the client address") {
-            fields f;
+    TEST_CASE("add_forwarded from an untrusted peer replaces every forwarding header") {
+        SUBCASE("nothing yet: this hop's values") {
+            auto f = make({{"Host", "shop.example"}});
             add_forwarded(f, "10.1.2.3", "http");
             CHECK(f["X-Forwarded-For"] == "10.1.2.3");
             CHECK(f["X-Forwarded-Proto"] == "http");
+            CHECK(f["X-Forwarded-Host"] == "shop.example");
+            CHECK(f["Forwarded"] == "for=10.1.2.3;host=shop.example;proto=http");
         }
-        SUBCASE("an existing chain is appended to, an existing proto replaced") {
-            auto f = make(
-                {{"X-Forwarded-For", "203.0.113.7, 198.51.100.2"}, {"X-Forwarded-Proto", "ftp"}});
+        SUBCASE("a forged chain is dropped, not extended") {
+            auto f = make({{"Host", "shop.example"},
+                           {"X-Forwarded-For", "203.0.113.7, 198.51.100.2"},
+                           {"X-Forwarded-For", "192.0.2.1"},
+                           {"X-Forwarded-Proto", "ftp"},
+                           {"X-Forwarded-Host", "evil.example"},
+                           {"Forwarded", "for=203.0.113.7;proto=https"}});
             add_forwarded(f, "::1", "https");
-            CHECK(f["X-Forwarded-For"] == "203.0.113.7, 198.51.100.2, ::1");
+            CHECK(f["X-Forwarded-For"] == "::1");
             CHECK(f["X-Forwarded-Proto"] == "https");
+            CHECK(f["X-Forwarded-Host"] == "shop.example");
+            CHECK(f["Forwarded"] == "for=\"[::1]\";host=shop.example;proto=https");
             CHECK(count_lines(f, "x-forwarded-for") == 1);
             CHECK(count_lines(f, "x-forwarded-proto") == 1);
+            CHECK(count_lines(f, "x-forwarded-host") == 1);
+            CHECK(count_lines(f, "forwarded") == 1);
         }
-        SUBCASE("several X-Forwarded-Proto lines collapse to one") {
-            auto f = make({{"X-Forwarded-Proto", "a"}, {"X-Forwarded-Proto", "b"}});
-            add_forwarded(f, "10.0.0.1", "http");
-            CHECK(count_lines(f, "x-forwarded-proto") == 1);
-            CHECK(f["X-Forwarded-Proto"] == "http");
+        SUBCASE("an untrusted peer outside the trusted blocks is treated the same") {
+            const std::vector<onceproxy::config::cidr> trusted{
+                *onceproxy::config::parse_cidr("10.0.0.0/8")};
+            auto f = make({{"X-Forwarded-For", "6.6.6.6"}, {"Forwarded", "for=6.6.6.6"}});
+            add_forwarded(f, "192.168.1.5", "http", trusted);
+            CHECK(f["X-Forwarded-For"] == "192.168.1.5");
+            CHECK(f["Forwarded"] == "for=192.168.1.5;proto=http");
+        }
+        SUBCASE("no Host (HTTP/1.0): no X-Forwarded-Host, no host=") {
+            auto f = make({{"X-Forwarded-Host", "evil.example"}});
+            add_forwarded(f, "10.1.2.3", "http");
+            CHECK(count_lines(f, "x-forwarded-host") == 0);
+            CHECK(f["Forwarded"] == "for=10.1.2.3;proto=http");
+        }
+        SUBCASE("a Host with a port is quoted in Forwarded (':' is not a token character)") {
+            auto f = make({{"Host", "127.0.0.1:8080"}});
+            add_forwarded(f, "127.0.0.1", "http");
+            CHECK(f["X-Forwarded-Host"] == "127.0.0.1:8080");
+            CHECK(f["Forwarded"] == "for=127.0.0.1;host=\"127.0.0.1:8080\";proto=http");
         }
     }
 
-    // Several X-Forwarded-For lines form one list (RFC 9110 §5.3): every earlier hop is kept.
-    TEST_CASE("add_forwarded keeps every X-Forwarded-For line") {
-        auto f = make({{"X-Forwarded-For", "203.0.113.7"}, {"X-Forwarded-For", "198.51.100.2"}});
-        add_forwarded(f, "10.0.0.1", "http");
-        CHECK(f["X-Forwarded-For"] == "203.0.113.7, 198.51.100.2, 10.0.0.1");
+    TEST_CASE("add_forwarded from a trusted proxy extends its chain") {
+        const std::vector<onceproxy::config::cidr> trusted{
+            *onceproxy::config::parse_cidr("10.0.0.0/8"),
+            *onceproxy::config::parse_cidr("fd00::/8")};
+        SUBCASE("every X-Forwarded-For line is kept (RFC 9110 §5.3), proto and host too") {
+            auto f = make({{"Host", "shop.example"},
+                           {"X-Forwarded-For", "203.0.113.7"},
+                           {"X-Forwarded-For", "198.51.100.2"},
+                           {"X-Forwarded-Proto", "https"},
+                           {"X-Forwarded-Host", "www.shop.example"},
+                           {"Forwarded", "for=203.0.113.7;proto=https"},
+                           {"Forwarded", "for=198.51.100.2"}});
+            add_forwarded(f, "10.0.0.1", "http", trusted);
+            CHECK(f["X-Forwarded-For"] == "203.0.113.7, 198.51.100.2, 10.0.0.1");
+            CHECK(f["X-Forwarded-Proto"] == "https"); // the scheme the client really used
+            CHECK(f["X-Forwarded-Host"] == "www.shop.example");
+            CHECK(f["Forwarded"] == "for=203.0.113.7;proto=https, for=198.51.100.2, "
+                                    "for=10.0.0.1;host=shop.example;proto=http");
+            CHECK(count_lines(f, "forwarded") == 1);
+        }
+        SUBCASE("a trusted proxy that sent nothing: this hop's values") {
+            auto f = make({{"Host", "shop.example"}});
+            add_forwarded(f, "fd00::7", "https", trusted);
+            CHECK(f["X-Forwarded-For"] == "fd00::7");
+            CHECK(f["X-Forwarded-Proto"] == "https");
+            CHECK(f["X-Forwarded-Host"] == "shop.example");
+            CHECK(f["Forwarded"] == "for=\"[fd00::7]\";host=shop.example;proto=https");
+        }
+        SUBCASE("an IPv4-mapped peer address matches an IPv4 block") {
+            auto f = make({{"X-Forwarded-For", "203.0.113.7"}});
+            add_forwarded(f, "::ffff:10.2.3.4", "http", trusted);
+            CHECK(f["X-Forwarded-For"] == "203.0.113.7, ::ffff:10.2.3.4");
+        }
     }
 
     TEST_CASE("check_framing accepts the unambiguous shapes") {
