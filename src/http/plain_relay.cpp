@@ -243,7 +243,9 @@ struct plain_relay::exchange {
             log.status = status;
             log.outcome = metrics::outcome::passthrough;
             log.request_id = request_id;
-            write_access_log(log, ctx, parser.get());
+            if (!write_access_log(log, ctx, parser.get())) {
+                relay.reg_.access_log_dropped.fetch_add(1, std::memory_order_relaxed);
+            }
         }
     }
 

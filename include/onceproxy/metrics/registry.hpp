@@ -79,6 +79,7 @@ public:
     std::atomic<std::uint64_t> tunnels_total{0}; ///< upgraded connections (101), ever
     std::atomic<std::int64_t> tunnels_open{
         0}; ///< upgraded connections open now     ///< exceptions caught in an event loop
+    std::atomic<std::uint64_t> access_log_dropped{0}; ///< lines the log writer had no room for
 
     /// Prometheus text exposition format 0.0.4.
     std::string render() const;
