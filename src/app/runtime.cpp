@@ -272,6 +272,7 @@ int run(std::shared_ptr<const config::config> cfg, const run_options& opts) {
     }
     cv.notify_one();
     watchdog.join();
+    http::flush_access_log();
     std::fprintf(stderr, "onceproxy: drained, exiting\n");
     return 0;
 }

@@ -1,6 +1,8 @@
 #include "http/access_log.hpp"
 
+#include "http/access_log_queue.hpp"
 #include "http/random_id.hpp"
+#include "onceproxy/http/server.hpp"
 
 #include <boost/json/serialize.hpp>
 #include <boost/json/value.hpp>
@@ -41,6 +43,20 @@ std::size_t utf8_sequence_length(std::string_view s) {
     return 0; // 80..C1 (continuation or overlong lead), F5..FF
 }
 
+/// Pending bytes the writer buffers at most (some 16,000 typical lines): enough to ride out a
+/// slow moment of the log collector, bounded so a stalled stdout costs no more memory than this.
+constexpr std::size_t log_buffer_bytes = 4 * 1024 * 1024;
+
+/// How long the writer lets lines gather before a write: a batch per write(2) instead of a
+/// write per request, and no wake-up of the writer per line.
+constexpr std::chrono::milliseconds log_linger{20};
+
+/// The process's writer, started with the first line; its destructor (at exit) flushes too.
+access_log_writer& stdout_writer() {
+    static access_log_writer writer(STDOUT_FILENO, log_buffer_bytes, log_linger);
+    return writer;
+}
+
 } // namespace
 
 std::string escape_invalid_utf8(std::string_view bytes) {
@@ -74,7 +90,7 @@ std::string ensure_request_id(request& req) {
     return id;
 }
 
-void write_access_log(const access_log_entry& e, const request_context& ctx, const request&) {
+bool write_access_log(const access_log_entry& e, const request_context& ctx, const request&) {
     boost::json::object o;
     o["ts"] = std::chrono::duration_cast<std::chrono::milliseconds>(
                   std::chrono::system_clock::now().time_since_epoch())
@@ -103,16 +119,11 @@ void write_access_log(const access_log_entry& e, const request_context& ctx, con
     }
     auto line = boost::json::serialize(o);
     line += '\n';
-    const char* p = line.data();
-    std::size_t left = line.size();
-    while (left > 0) {
-        const auto n = ::write(STDOUT_FILENO, p, left);
-        if (n <= 0) {
-            return; // a closed stdout never stops the proxy
-        }
-        p += n;
-        left -= static_cast<std::size_t>(n);
-    }
+    return stdout_writer().submit(line);
+}
+
+void flush_access_log() {
+    stdout_writer().stop();
 }
 
 } // namespace onceproxy::http

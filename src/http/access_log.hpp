@@ -30,7 +30,11 @@ std::string escape_invalid_utf8(std::string_view bytes);
 /// Returns the request's X-Request-Id, generating (and setting) one when absent.
 std::string ensure_request_id(request& req);
 
-/// Writes the line (one write(2), so lines from several workers never interleave).
-void write_access_log(const access_log_entry& e, const request_context& ctx, const request& req);
+/// Formats the line and hands it to the access-log writer thread (access_log_queue.hpp), which
+/// writes whole lines to stdout, so lines from several workers never interleave. Returns false
+/// when the writer's buffer is full and the line was dropped: the caller counts it
+/// (registry::access_log_dropped). Any worker thread; never waits for stdout.
+[[nodiscard]] bool write_access_log(const access_log_entry& e, const request_context& ctx,
+                                    const request& req);
 
 } // namespace onceproxy::http

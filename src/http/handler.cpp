@@ -83,7 +83,9 @@ net::awaitable<response> handler::async_handle(request& req, const request_conte
         if (m.cfg->access_log) {
             log.status = res.result_int();
             log.outcome = metrics::outcome::rejected;
-            write_access_log(log, ctx, req);
+            if (!write_access_log(log, ctx, req)) {
+                m.reg.access_log_dropped.fetch_add(1, std::memory_order_relaxed);
+            }
         }
         co_return res;
     }
@@ -116,7 +118,9 @@ net::awaitable<response> handler::async_handle(request& req, const request_conte
         log.key_hash = report.key_hash;
         log.upstream_ms = report.upstream_ms;
         log.store_ms = report.store_ms;
-        write_access_log(log, ctx, req);
+        if (!write_access_log(log, ctx, req)) {
+            m.reg.access_log_dropped.fetch_add(1, std::memory_order_relaxed);
+        }
     }
     co_return res;
 }

@@ -43,7 +43,35 @@ std::string_view trim(std::string_view s) {
 
 } // namespace
 
+namespace {
+
+/// True when `f` holds a field strip_hop_by_hop removes or acts on. Most requests and answers
+/// carry none: one pass over the fields then replaces a lookup per hop-by-hop name.
+bool has_hop_by_hop(const fields& f) {
+    for (const auto& field : f) {
+        switch (field.name()) {
+        case bhttp::field::connection:
+        case bhttp::field::keep_alive:
+        case bhttp::field::te:
+        case bhttp::field::trailer:
+        case bhttp::field::transfer_encoding:
+        case bhttp::field::upgrade:
+            return true;
+        default:
+            if (starts_with_icase(field.name_string(), "proxy-")) {
+                return true;
+            }
+        }
+    }
+    return false;
+}
+
+} // namespace
+
 void strip_hop_by_hop(fields& f, std::span<const std::string_view> keep) {
+    if (!has_hop_by_hop(f)) {
+        return;
+    }
     // Headers named by Connection are hop-by-hop too (RFC 9110 §7.6.1), except those in `keep`.
     // The RFC forbids a sender to nominate a field meant for every recipient; a client that does
     // anyway is not obeyed for the fields the proxy reads, or `Connection: Idempotency-Key` would

@@ -5,6 +5,7 @@
 #include "onceproxy/http/headers.hpp"
 #include "onceproxy/http/problem.hpp"
 #include "onceproxy/wire/head_writer.hpp"
+#include "onceproxy/wire/message_reader.hpp"
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -24,6 +25,7 @@
 #include <chrono>
 #include <optional>
 #include <span>
+#include <tuple>
 
 namespace onceproxy::http {
 
@@ -105,35 +107,44 @@ std::string last_chunk(const bhttp::fields& trailers, std::span<const std::strin
     return out;
 }
 
-/// Writes `head`, then `piece` (as one chunk of a chunked body when `chunked`; nothing for an
-/// empty piece), then `tail`, in one gather write within `timeout`. Coalescing a head with the
-/// body bytes already at hand saves a system call per small message.
-net::awaitable<std::pair<boost::system::error_code, std::size_t>>
-write_parts(tcp::socket& sock, wire::deadline_watch::slot& dl, clock::duration timeout,
-            std::string_view head, std::string_view piece, bool chunked, std::string_view tail) {
-    std::array<char, 20> size_line{};
-    std::size_t size_len = 0;
-    const bool framed = chunked && !piece.empty();
-    if (framed) {
-        auto r = std::to_chars(size_line.data(), size_line.data() + 16, piece.size(), 16);
-        size_len = static_cast<std::size_t>(r.ptr - size_line.data());
-        size_line[size_len++] = '\r';
-        size_line[size_len++] = '\n';
+/// The buffers of one gather write: `head`, then `piece` (as one chunk of a chunked body when
+/// `chunked`; nothing for an empty piece), then `tail`. Coalescing a head with the body bytes
+/// already at hand saves a system call per small message. Not copyable: the buffers point
+/// into the object's own chunk-size line.
+class gather {
+public:
+    gather(std::string_view head, std::string_view piece, bool chunked, std::string_view tail) {
+        std::size_t size_len = 0;
+        const bool framed = chunked && !piece.empty();
+        if (framed) {
+            auto r = std::to_chars(size_line_.data(), size_line_.data() + 16, piece.size(), 16);
+            size_len = static_cast<std::size_t>(r.ptr - size_line_.data());
+            size_line_[size_len++] = '\r';
+            size_line_[size_len++] = '\n';
+        }
+        static constexpr std::string_view crlf = "\r\n";
+        bufs_ = {net::buffer(head.data(), head.size()), net::buffer(size_line_.data(), size_len),
+                 net::buffer(piece.data(), piece.size()),
+                 net::buffer(crlf.data(), framed ? crlf.size() : 0),
+                 net::buffer(tail.data(), tail.size())};
     }
-    static constexpr std::string_view crlf = "\r\n";
-    const std::array<net::const_buffer, 5> bufs{
-        net::buffer(head.data(), head.size()), net::buffer(size_line.data(), size_len),
-        net::buffer(piece.data(), piece.size()), net::buffer(crlf.data(), framed ? crlf.size() : 0),
-        net::buffer(tail.data(), tail.size())};
-    dl.expires_after(timeout);
-    auto [ec, n] = co_await net::async_write(sock, bufs, use_tuple);
-    co_return std::pair{ec, n};
-}
+    gather(const gather&) = delete;
+    gather& operator=(const gather&) = delete;
 
-/// `data` as one piece of a body (a chunk when `chunked`); false when the write failed.
+    const std::array<net::const_buffer, 5>& buffers() const { return bufs_; }
+
+private:
+    std::array<char, 20> size_line_{};
+    std::array<net::const_buffer, 5> bufs_{};
+};
+
+/// `data` as one piece of a body (a chunk when `chunked`) within `timeout`; false when the
+/// write failed.
 net::awaitable<bool> write_piece(tcp::socket& sock, wire::deadline_watch::slot& dl,
                                  clock::duration timeout, std::string_view data, bool chunked) {
-    auto [ec, n] = co_await write_parts(sock, dl, timeout, {}, data, chunked, {});
+    const gather g({}, data, chunked, {});
+    dl.expires_after(timeout);
+    auto [ec, n] = co_await net::async_write(sock, g.buffers(), use_tuple);
     (void)n;
     co_return !ec;
 }
@@ -209,7 +220,9 @@ struct plain_relay::exchange {
     bool client_gone = false;      ///< the client closed mid-request: nobody to answer
     /// The upstream stopped taking the body: it may have answered early (413, 401, ...).
     bool upstream_stopped_reading = false;
-    bool body_done = false; ///< the whole request body left with the head
+    bool body_done = false;         ///< the whole request body left with the head
+    std::string tail;               ///< the end of a chunked body written with a head
+    std::optional<gather> outgoing; ///< the buffers of the head write in flight
 
     std::span<const std::string_view> in_use() const { return relay.fields_in_use_[route_index]; }
 
@@ -260,7 +273,9 @@ struct plain_relay::exchange {
             log.status = status;
             log.outcome = metrics::outcome::passthrough;
             log.request_id = request_id;
-            write_access_log(log, ctx, parser.get());
+            if (!write_access_log(log, ctx, parser.get())) {
+                relay.reg_.access_log_dropped.fetch_add(1, std::memory_order_relaxed);
+            }
         }
     }
 
@@ -300,17 +315,9 @@ struct plain_relay::exchange {
                 co_return lent.failure;
             }
             conn = std::move(lent.conn);
-            wire::serialize_head(parser.get(), conn->head);
-            // The body bytes that came with the head leave in the same write.
-            auto& staged = parser.get().body();
-            const bool chunked = parser.chunked();
-            const std::string tail = chunked && parser.is_done() && !staged.empty()
-                                         ? last_chunk(parser.trailers(), in_use())
-                                         : std::string();
-            auto [ec, written] = co_await write_parts(conn->sock, conn->dl, up.timeout, conn->head,
-                                                      staged, chunked, tail);
+            auto [ec, written] = co_await write_head_and_staged_body();
             if (!ec) {
-                staged.clear();
+                parser.get().body().clear();
                 body_done = !tail.empty();
                 co_return std::nullopt;
             }
@@ -325,6 +332,27 @@ struct plain_relay::exchange {
             co_return timed_out ? upstream::forward_status::timeout_after_send
                                 : upstream::forward_status::reset_after_send;
         }
+    }
+
+    /// The request head and the body bytes that came with it, in one write to `conn`. (Not a
+    /// coroutine: the buffers live in the exchange, and the write is awaited by the caller.)
+    net::awaitable<std::tuple<boost::system::error_code, std::size_t>>
+    write_head_and_staged_body() {
+        wire::serialize_head(parser.get(), conn->head);
+        const auto& staged = parser.get().body();
+        const bool chunked = parser.chunked();
+        tail = chunked && parser.is_done() && !staged.empty()
+                   ? last_chunk(parser.trailers(), in_use())
+                   : std::string();
+        outgoing.emplace(conn->head, staged, chunked, tail);
+        conn->dl.expires_after(up.timeout);
+        return net::async_write(conn->sock, outgoing->buffers(), use_tuple);
+    }
+
+    /// True when send_body has anything to do: a 100 Continue to give, or body bytes (or the
+    /// end of a chunked body) still to send.
+    bool body_to_send() const {
+        return expect_continue || (!body_done && (!parser.is_done() || parser.chunked()));
     }
 
     /// Streams the request body: each read's bytes are written upstream before the next read,
@@ -347,9 +375,8 @@ struct plain_relay::exchange {
         const body_read_room room(client.buffer, relay_chunk);
         while (!parser.is_done()) {
             client.dl.expires_after(limits().idle_timeout);
-            auto [ec, n] =
-                co_await bhttp::async_read_some(client.sock, client.buffer, parser, use_tuple);
-            (void)n;
+            auto ec = co_await wire::async_read(client.sock, client.buffer, parser,
+                                                wire::read_until::some);
             if (ec && ec != bhttp::error::need_buffer) {
                 if (auto problem = read_failure_problem(ec, "request body")) {
                     co_return problem;
@@ -359,9 +386,7 @@ struct plain_relay::exchange {
             }
             if (!body.empty()) {
                 if (!co_await write_piece(conn->sock, conn->dl, up.timeout, body, chunked)) {
-                    upstream_stopped_reading = true;
-                    co_return upstream_failure(upstream::forward_status::reset_after_send,
-                                               relay.reg_);
+                    co_return upstream_stopped();
                 }
                 body.clear();
             }
@@ -369,13 +394,20 @@ struct plain_relay::exchange {
         if (chunked) {
             const auto end = last_chunk(parser.trailers(), in_use());
             if (!co_await write_piece(conn->sock, conn->dl, up.timeout, end, false)) {
-                upstream_stopped_reading = true;
-                co_return upstream_failure(upstream::forward_status::reset_after_send, relay.reg_);
+                co_return upstream_stopped();
             }
         }
         co_return std::nullopt;
     }
 
+    /// The upstream stopped taking the request body (it may have answered early).
+    response upstream_stopped() {
+        upstream_stopped_reading = true;
+        return upstream_failure(upstream::forward_status::reset_after_send, relay.reg_);
+    }
+
+    /// 101 Switching Protocols: the answer head goes to the client, then both connections
+    /// become one byte tunnel until either side closes or stays idle past idle_timeout.
     net::awaitable<bool> tunnel(wire::response_parser& rp) {
         auto& res = rp.get();
         const std::string upgrade_to(res[bhttp::field::upgrade]);
@@ -396,38 +428,50 @@ struct plain_relay::exchange {
         auto& reg = relay.reg_;
         reg.tunnels_total.fetch_add(1, std::memory_order_relaxed);
         reg.tunnels_open.fetch_add(1, std::memory_order_relaxed);
-        // Bytes either side sent early (after its head) go first.
-        bool ok = true;
-        if (client.buffer.size() > 0) {
-            conn->dl.expires_after(limits().idle_timeout);
-            auto [wec, wn] = co_await net::async_write(conn->sock, client.buffer.data(), use_tuple);
-            client.buffer.consume(wn);
-            ok = !wec;
-        }
-        if (ok && conn->buffer.size() > 0) {
-            client.dl.expires_after(limits().idle_timeout);
-            auto [wec, wn] = co_await net::async_write(client.sock, conn->buffer.data(), use_tuple);
-            conn->buffer.consume(wn);
-            ok = !wec;
-        }
-        if (ok) {
-            const auto idle = limits().idle_timeout;
-            auto ex = co_await net::this_coro::executor;
-            net::steady_timer other_done(ex, clock::time_point::max());
-            bool other_running = true;
-            net::co_spawn(ex, pump(client.sock, client.dl, conn->sock, conn->dl, idle),
-                          [&](std::exception_ptr) {
-                              other_running = false;
-                              other_done.cancel();
-                          });
-            co_await pump(conn->sock, conn->dl, client.sock, client.dl, idle);
-            while (other_running) {
-                co_await other_done.async_wait(use_tuple);
-            }
+        if (co_await flush_early_bytes()) {
+            co_await pump_both_ways();
         }
         reg.tunnels_open.fetch_sub(1, std::memory_order_relaxed);
         relay.fwd_.release(route.upstream_index, std::move(conn), false);
         co_return false;
+    }
+
+    /// Bytes either side sent early (after its head) go first. False when a write failed.
+    net::awaitable<bool> flush_early_bytes() {
+        if (client.buffer.size() > 0) {
+            conn->dl.expires_after(limits().idle_timeout);
+            auto [wec, wn] = co_await net::async_write(conn->sock, client.buffer.data(), use_tuple);
+            client.buffer.consume(wn);
+            if (wec) {
+                co_return false;
+            }
+        }
+        if (conn->buffer.size() > 0) {
+            client.dl.expires_after(limits().idle_timeout);
+            auto [wec, wn] = co_await net::async_write(client.sock, conn->buffer.data(), use_tuple);
+            conn->buffer.consume(wn);
+            if (wec) {
+                co_return false;
+            }
+        }
+        co_return true;
+    }
+
+    /// The tunnel proper: one pump per direction; ends when both have.
+    net::awaitable<void> pump_both_ways() {
+        const auto idle = limits().idle_timeout;
+        auto ex = co_await net::this_coro::executor;
+        net::steady_timer other_done(ex, clock::time_point::max());
+        bool other_running = true;
+        net::co_spawn(ex, pump(client.sock, client.dl, conn->sock, conn->dl, idle),
+                      [&](std::exception_ptr) {
+                          other_running = false;
+                          other_done.cancel();
+                      });
+        co_await pump(conn->sock, conn->dl, client.sock, client.dl, idle);
+        while (other_running) {
+            co_await other_done.async_wait(use_tuple);
+        }
     }
 
     /// Reads the upstream's answer head (interim 1xx answers other than 101 are dropped: the
@@ -443,9 +487,8 @@ struct plain_relay::exchange {
             rp.skip(head_request);
             rp.stream_body(relay_chunk);
             conn->dl.expires_after(up.timeout);
-            auto [ec, n] =
-                co_await bhttp::async_read_header(conn->sock, conn->buffer, rp, use_tuple);
-            (void)n;
+            auto ec =
+                co_await wire::async_read(conn->sock, conn->buffer, rp, wire::read_until::header);
             if (ec) {
                 if (conn->dl.fired()) {
                     co_return upstream::forward_status::timeout_after_send;
@@ -463,81 +506,105 @@ struct plain_relay::exchange {
         }
     }
 
-    /// Streams the answer: the head as soon as it is read, then each piece of body as it
-    /// arrives (SSE and long polling see their events at once).
-    net::awaitable<bool> relay_response(wire::response_parser& rp) {
+    /// How the answer's body travels to the client.
+    struct response_framing {
+        bool no_body = false; ///< HEAD, 1xx, 204, 304
+        /// A body the client cannot delimit by Content-Length: chunked to an HTTP/1.1 client
+        /// (trailers passed on), close-delimited to an HTTP/1.0 one.
+        bool rechunk = false;
+        bool keep = false; ///< the client connection carries on after this answer
+    };
+
+    /// The answer head as the client gets it.
+    response_framing rewrite_response_head(wire::response_parser& rp) {
         auto& res = rp.get();
         const unsigned status = res.result_int();
-        const bool no_body = head_request || status == 204 || status == 304 || status < 200;
+        response_framing f;
+        f.no_body = head_request || status == 204 || status == 304 || status < 200;
         const bool length_known = !rp.chunked() && rp.content_length().has_value();
-        // A body the client cannot delimit by Content-Length: chunked to an HTTP/1.1 client
-        // (trailers passed on), close-delimited to an HTTP/1.0 one.
-        const bool rechunk = !no_body && !length_known && client_version >= 11;
-        const bool close_delimited = !no_body && !length_known && client_version < 11;
-        const std::string trailer_names(res[bhttp::field::trailer]);
+        f.rechunk = !f.no_body && !length_known && client_version >= 11;
+        const bool close_delimited = !f.no_body && !length_known && client_version < 11;
+        const std::string trailer_names(f.rechunk ? res[bhttp::field::trailer] : "");
         strip_hop_by_hop(res);
-        if (rechunk) {
+        if (f.rechunk) {
             res.set(bhttp::field::transfer_encoding, "chunked");
             if (!trailer_names.empty()) {
                 res.set(bhttp::field::trailer, trailer_names);
             }
         }
-        const bool keep = client_keep_alive && !close_delimited && !client.draining;
+        f.keep = client_keep_alive && !close_delimited && !client.draining;
         res.version(11);
-        res.keep_alive(keep);
+        // What Beast's keep_alive() does to an HTTP/1.1 head whose Connection is stripped:
+        // nothing to say for keep-alive, "close" otherwise.
+        if (!f.keep) {
+            res.set(bhttp::field::connection, "close");
+        }
+        return f;
+    }
+
+    /// Streams the answer: the head as soon as it is read, then each piece of body as it
+    /// arrives (SSE and long polling see their events at once).
+    net::awaitable<bool> relay_response(wire::response_parser& rp) {
+        const unsigned status = rp.get().result_int();
+        const auto f = rewrite_response_head(rp);
         // The body bytes that came with the head go out with it (one write for a small answer).
-        auto& body = res.body();
-        if (!no_body) {
-            if (stage_buffered(rp, conn->buffer)) {
-                co_return co_await fail(
-                    upstream_failure(upstream::forward_status::bad_response, relay.reg_));
-            }
+        if (!f.no_body && stage_buffered(rp, conn->buffer)) {
+            co_return co_await fail(
+                upstream_failure(upstream::forward_status::bad_response, relay.reg_));
         }
-        wire::serialize_head(res, client.scratch);
-        const std::string tail =
-            rechunk && rp.is_done() ? last_chunk(rp.trailers(), {}) : std::string();
+        auto [ec, n] = co_await write_response_head(rp, f.rechunk);
+        (void)n;
+        rp.get().body().clear();
+        if (ec) {
+            co_return co_await abort_response(status);
+        }
+        if (!rp.is_done() && !co_await stream_response_body(rp, f.rechunk)) {
+            co_return co_await abort_response(status);
+        }
+        relay.fwd_.release(route.upstream_index, std::move(conn),
+                           rp.keep_alive() && !rp.need_eof());
+        finish(status);
+        co_return f.keep;
+    }
+
+    /// The answer head, the body bytes at hand and (for a whole chunked body) its end, in one
+    /// write to the client (not a coroutine: the caller awaits the write).
+    net::awaitable<std::tuple<boost::system::error_code, std::size_t>>
+    write_response_head(wire::response_parser& rp, bool rechunk) {
+        wire::serialize_head(rp.get(), client.scratch);
+        tail = rechunk && rp.is_done() ? last_chunk(rp.trailers(), {}) : std::string();
         response_started = true;
-        {
-            auto [ec, n] = co_await write_parts(client.sock, client.dl, limits().idle_timeout,
-                                                client.scratch, body, rechunk, tail);
-            (void)n;
-            if (ec) {
-                co_return co_await abort_response(status);
-            }
-            body.clear();
-        }
-        if (rp.is_done()) {
-            relay.fwd_.release(route.upstream_index, std::move(conn),
-                               rp.keep_alive() && !rp.need_eof());
-            finish(status);
-            co_return keep;
-        }
-        conn->buffer.reserve(conn->buffer.max_size()); // see send_body
+        outgoing.emplace(client.scratch, rp.get().body(), rechunk, tail);
+        client.dl.expires_after(limits().idle_timeout);
+        return net::async_write(client.sock, outgoing->buffers(), use_tuple);
+    }
+
+    /// The rest of the answer's body, piece by piece, then its end when rechunked. False when
+    /// either side failed.
+    net::awaitable<bool> stream_response_body(wire::response_parser& rp, bool rechunk) {
+        auto& body = rp.get().body();
+        conn->buffer.reserve(conn->buffer.max_size()); // see body_read_room
         while (!rp.is_done()) {
             conn->dl.expires_after(up.timeout);
-            auto [ec, n] = co_await bhttp::async_read_some(conn->sock, conn->buffer, rp, use_tuple);
-            (void)n;
+            auto ec =
+                co_await wire::async_read(conn->sock, conn->buffer, rp, wire::read_until::some);
             if (ec && ec != bhttp::error::need_buffer) {
-                co_return co_await abort_response(status);
+                co_return false;
             }
             if (!body.empty()) {
                 if (!co_await write_piece(client.sock, client.dl, limits().idle_timeout, body,
                                           rechunk)) {
-                    co_return co_await abort_response(status);
+                    co_return false;
                 }
                 body.clear();
             }
         }
         if (rechunk) {
             const auto end = last_chunk(rp.trailers(), {});
-            if (!co_await write_piece(client.sock, client.dl, limits().idle_timeout, end, false)) {
-                co_return co_await abort_response(status);
-            }
+            co_return co_await write_piece(client.sock, client.dl, limits().idle_timeout, end,
+                                           false);
         }
-        relay.fwd_.release(route.upstream_index, std::move(conn),
-                           rp.keep_alive() && !rp.need_eof());
-        finish(status);
-        co_return keep;
+        co_return true;
     }
 
     /// The answer broke off after its head reached the client: close both connections.
@@ -546,6 +613,18 @@ struct plain_relay::exchange {
         relay.fwd_.release(route.upstream_index, std::move(conn), false);
         finish(status);
         co_return false;
+    }
+
+    /// The upstream refused the rest of the body: it answers first and closes (RFC 9112
+    /// §9.6). Its answer, if there is one, is passed on; the rest of the client's body is not
+    /// read, so the client connection closes after the answer.
+    net::awaitable<bool> answer_early(response failed) {
+        client_keep_alive = false;
+        std::optional<wire::response_parser> early;
+        if (co_await read_response_head(early)) {
+            co_return co_await fail(std::move(failed));
+        }
+        co_return co_await relay_response(*early);
     }
 };
 
@@ -569,7 +648,6 @@ net::awaitable<bool> plain_relay::async_relay(client_side client, wire::request_
         x.log.target = target;
     }
     x.rewrite_head();
-
     if (auto refused = x.stage_request()) {
         co_return co_await x.fail(std::move(*refused));
     }
@@ -577,20 +655,15 @@ net::awaitable<bool> plain_relay::async_relay(client_side client, wire::request_
     if (auto failed = co_await x.send_head()) {
         co_return co_await x.fail(upstream_failure(*failed, reg_));
     }
-    if (auto failed = co_await x.send_body()) {
-        if (!x.upstream_stopped_reading) {
-            co_return co_await x.fail(std::move(*failed));
+    if (x.body_to_send()) {
+        if (auto failed = co_await x.send_body()) {
+            if (!x.upstream_stopped_reading) {
+                co_return co_await x.fail(std::move(*failed));
+            }
+            co_return co_await x.answer_early(std::move(*failed));
         }
-        // An upstream that refuses a body answers first and closes (RFC 9112 §9.6): pass its
-        // answer on if there is one; the rest of the client's body is not read, so its
-        // connection closes after the answer.
-        x.client_keep_alive = false;
-        std::optional<wire::response_parser> early;
-        if (co_await x.read_response_head(early)) {
-            co_return co_await x.fail(std::move(*failed));
-        }
-        co_return co_await x.relay_response(*early);
     }
+    // The request went out whole: the answer, streamed or tunnelled.
     std::optional<wire::response_parser> rp;
     if (auto failed = co_await x.read_response_head(rp)) {
         co_return co_await x.fail(upstream_failure(*failed, reg_));

@@ -7,6 +7,7 @@
 #include "onceproxy/wire/deadline_watch.hpp"
 #include "onceproxy/wire/head_writer.hpp"
 #include "onceproxy/wire/message_parser.hpp"
+#include "onceproxy/wire/message_reader.hpp"
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -14,8 +15,6 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
-#include <boost/beast/core/tcp_stream.hpp>
-#include <boost/beast/http/read.hpp>
 #include <boost/beast/http/write.hpp>
 
 #include <sys/socket.h>
@@ -23,6 +22,7 @@
 #include <array>
 #include <cstdio>
 #include <list>
+#include <optional>
 
 namespace onceproxy::http {
 
@@ -47,6 +47,22 @@ void frame_body(response& res, bool head_request) {
     res.content_length(res.body().size());
 }
 
+/// The read step's verdict on one request head.
+struct read_verdict {
+    /// The head is read and acceptable; `route` is its route (nullptr: none matches).
+    bool accepted = false;
+    /// Not accepted: the answer to send before closing, or nothing when the client went away.
+    std::optional<response> rejection;
+    const config::route_config* route = nullptr;
+    std::size_t route_index = 0;
+
+    static read_verdict reject(std::optional<response> r) {
+        read_verdict v;
+        v.rejection = std::move(r);
+        return v;
+    }
+};
+
 } // namespace
 
 struct server::impl : std::enable_shared_from_this<impl> {
@@ -67,6 +83,8 @@ struct server::impl : std::enable_shared_from_this<impl> {
     tcp::acceptor acceptor;
     bool draining = false;
     std::list<session_entry> sessions;
+
+    struct connection;
 
     /// Completion of a spawned coroutine: an exception is a bug; log it, count it, go on.
     auto log_failure(const char* what) {
@@ -128,162 +146,182 @@ struct server::impl : std::enable_shared_from_this<impl> {
         sock.close(ignored);
     }
 
-    net::awaitable<void> send_problem_and_close(tcp::socket& stream, wire::deadline_watch::slot& dl,
-                                                problem_code code, std::string_view detail,
-                                                std::optional<unsigned> status = std::nullopt) {
-        auto res = make_problem(code, detail, 11, status);
-        res.keep_alive(false);
-        dl.expires_after(cfg->limits.idle_timeout);
-        co_await bhttp::async_write(stream, res, use_tuple);
-        reg.unrouted().count(metrics::outcome::rejected);
-    }
+    net::awaitable<void> session(tcp::socket sock);
+};
 
-    /// Answers a request that could not be read (unless the client went away) and closes.
-    net::awaitable<void> send_read_failure(tcp::socket& stream, wire::deadline_watch::slot& dl,
-                                           const boost::system::error_code& ec,
-                                           std::string_view what) {
-        if (auto res = read_failure_problem(ec, what)) {
-            res->keep_alive(false);
-            dl.expires_after(cfg->limits.idle_timeout);
-            co_await bhttp::async_write(stream, *res, use_tuple);
-            reg.unrouted().count(metrics::outcome::rejected);
-        }
-    }
-
-    net::awaitable<void> session(tcp::socket sock) {
-        auto self = shared_from_this();
-        reg.open_connections.fetch_add(1, std::memory_order_relaxed);
-        request_context ctx;
+/// One client connection: its socket, read buffer and deadline, and the steps of its loop.
+struct server::impl::connection {
+    connection(impl& s, tcp::socket sock)
+        : srv(s), stream(std::move(sock)), dl(s.watch, stream),
+          // Bounded: a header, a chunk-size line or a trailer section that does not fit is a
+          // read error (buffer_overflow), never unbounded memory (see message_parser.hpp).
+          buffer(wire::read_buffer_limit(s.cfg->limits.max_header_bytes)),
+          entry(s.sessions.insert(s.sessions.end(), session_entry{&stream, false})) {
+        srv.reg.open_connections.fetch_add(1, std::memory_order_relaxed);
+        boost::system::error_code ec;
+        auto ep = stream.remote_endpoint(ec);
+        ctx.client_ip = ec ? "unknown" : ep.address().to_string();
         ctx.tls = false;
-        {
-            boost::system::error_code ec;
-            auto ep = sock.remote_endpoint(ec);
-            ctx.client_ip = ec ? "unknown" : ep.address().to_string();
-            sock.set_option(tcp::no_delay(true), ec);
-        }
-        tcp::socket stream(std::move(sock));
-        wire::deadline_watch::slot dl(watch, stream);
-        auto entry = sessions.insert(sessions.end(), session_entry{&stream, false});
-        struct cleanup {
-            impl* self;
-            std::list<session_entry>::iterator it;
-            ~cleanup() {
-                self->sessions.erase(it);
-                self->reg.open_connections.fetch_sub(1, std::memory_order_relaxed);
-            }
-        } guard{this, entry};
-
-        const auto& limits = cfg->limits;
-        // Bounded: a header, a chunk-size line or a trailer section that does not fit is a
-        // read error (buffer_overflow), never unbounded memory (see message_parser.hpp).
-        beast::flat_buffer buffer(wire::read_buffer_limit(limits.max_header_bytes));
-        std::string wire_head; // serialised response head, reused for every response
-        bool first = true;
-        while (!draining) {
-            entry->busy = false;
-            if (buffer.size() == 0) {
-                // Waiting for the next request: the idle deadline (header deadline for the
-                // first request of a connection).
-                dl.expires_after(first ? limits.header_timeout : limits.idle_timeout);
-                auto [ec, n] = co_await stream.async_read_some(buffer.prepare(4096), use_tuple);
-                if (ec) {
-                    break;
-                }
-                buffer.commit(n);
-            }
-            entry->busy = true;
-            first = false;
-            ctx.received = std::chrono::steady_clock::now();
-
-            wire::request_parser parser;
-            parser.header_limit(static_cast<std::uint32_t>(limits.max_header_bytes));
-            parser.body_limit(boost::none); // the route's limit, set once the route is known
-            parser.trailer_limit(limits.max_header_bytes);
-            dl.expires_after(limits.header_timeout);
-            auto [hec, hn] = co_await bhttp::async_read_header(stream, buffer, parser, use_tuple);
-            (void)hn;
-            if (hec) {
-                co_await send_read_failure(stream, dl, hec, "request");
-                break;
-            }
-            if (const auto why = refuse_request_head(parser.get()); !why.empty()) {
-                // Refused before any of the body is read or anything is sent upstream.
-                co_await send_problem_and_close(stream, dl, problem_code::bad_request, why);
-                break;
-            }
-            const auto expect = parser.get()[bhttp::field::expect];
-            if (!parser.is_done() && !expect.empty() && !beast::iequals(expect, "100-continue")) {
-                // RFC 9110 §10.1.1: 417 Expectation Failed; counted like every refusal.
-                co_await send_problem_and_close(stream, dl, problem_code::bad_request,
-                                                "unsupported Expect value", 417u);
-                break;
-            }
-            std::size_t route_index = 0;
-            const auto* route = h.route_for(parser.get(), route_index);
-            const auto body_limit = route != nullptr
-                                        ? route->limits.max_request_bytes
-                                        : std::optional<std::size_t>(limits.max_request_bytes);
-            if (body_limit && parser.content_length().value_or(0) > *body_limit) {
-                co_await send_problem_and_close(stream, dl, problem_code::request_too_large,
-                                                "request body exceeds max_request_bytes");
-                break;
-            }
-            parser.body_limit(body_limit ? boost::optional<std::uint64_t>(*body_limit)
-                                         : boost::none);
-            if (route != nullptr && h.streams(*route, parser.get().method_string())) {
-                // The plain path: streamed both ways, nothing buffered whole.
-                const bool keep =
-                    co_await h.async_relay(client_side{stream, buffer, dl, wire_head, draining},
-                                           parser, *route, route_index, ctx);
-                if (!keep) {
-                    break;
-                }
-                continue;
-            }
-            if (!parser.is_done()) {
-                if (!expect.empty() && parser.get().version() >= 11) {
-                    static constexpr std::string_view cont = "HTTP/1.1 100 Continue\r\n\r\n";
-                    auto [wec, wn] = co_await net::async_write(
-                        stream, net::buffer(cont.data(), cont.size()), use_tuple);
-                    (void)wn;
-                    if (wec) {
-                        break;
-                    }
-                }
-                dl.expires_after(limits.idle_timeout);
-                auto [bec, bn] = co_await bhttp::async_read(stream, buffer, parser, use_tuple);
-                (void)bn;
-                if (bec) {
-                    co_await send_read_failure(stream, dl, bec, "request body");
-                    break;
-                }
-            }
-            // Trailer fields stay in the parser: the body is forwarded re-framed with a
-            // Content-Length, which carries no trailer (RFC 9112 §7.1.2 lets a recipient that
-            // removes the chunked coding discard them), and nothing of them may reach the
-            // header the route, key, scope and fingerprint are read from (RFC 9110 §6.5.1).
-            auto req = parser.release();
-            const bool keep_alive = req.keep_alive();
-            const bool head = req.method() == bhttp::verb::head;
-            dl.disarm(); // the upstream side has its own deadlines
-            auto res = co_await h.async_handle(req, ctx);
-            frame_body(res, head);
-            const bool keep = keep_alive && !draining;
-            res.keep_alive(keep);
-            dl.expires_after(limits.idle_timeout); // a client that reads nothing is dropped
-            wire::serialize_head(res, wire_head);
-            const std::array<net::const_buffer, 2> wire{net::buffer(wire_head),
-                                                        net::buffer(res.body())};
-            auto [wec, wn] = co_await net::async_write(stream, wire, use_tuple);
-            (void)wn;
-            if (wec || !keep) {
-                break;
-            }
-        }
+        stream.set_option(tcp::no_delay(true), ec);
+    }
+    ~connection() {
         boost::system::error_code ignored;
         stream.shutdown(tcp::socket::shutdown_send, ignored);
+        srv.sessions.erase(entry);
+        srv.reg.open_connections.fetch_sub(1, std::memory_order_relaxed);
+    }
+    connection(const connection&) = delete;
+    connection& operator=(const connection&) = delete;
+
+    impl& srv;
+    tcp::socket stream;
+    wire::deadline_watch::slot dl;
+    beast::flat_buffer buffer;
+    std::list<session_entry>::iterator entry;
+    request_context ctx;
+    std::string wire_head; ///< serialised response head, reused for every response
+    std::optional<wire::request_parser> parser;
+    bool first = true; ///< no request read yet
+
+    const config::limits_config& limits() const { return srv.cfg->limits; }
+
+    /// The read step: waits for the next request (the header deadline for a connection's first
+    /// request, the idle deadline afterwards), reads its head and checks and routes it (the
+    /// body is not read yet: its limit is the route's, known only now). Not accepted: the
+    /// connection ends, after the rejection if there is one (none: the client closed or went
+    /// away).
+    net::awaitable<read_verdict> read_request() {
+        entry->busy = false;
+        if (buffer.size() == 0) {
+            dl.expires_after(first ? limits().header_timeout : limits().idle_timeout);
+            auto [ec, n] = co_await stream.async_read_some(buffer.prepare(4096), use_tuple);
+            if (ec) {
+                co_return read_verdict{};
+            }
+            buffer.commit(n);
+        }
+        entry->busy = true;
+        first = false;
+        ctx.received = std::chrono::steady_clock::now();
+        auto& p = parser.emplace();
+        p.header_limit(static_cast<std::uint32_t>(limits().max_header_bytes));
+        p.body_limit(boost::none); // the route's limit, set once the route is known
+        p.trailer_limit(limits().max_header_bytes);
+        dl.expires_after(limits().header_timeout);
+        if (auto ec = co_await wire::async_read(stream, buffer, p, wire::read_until::header)) {
+            co_return read_verdict::reject(read_failure_problem(ec, "request"));
+        }
+        co_return check_head(p);
+    }
+
+    /// Refusals decided from the head alone, before any of the body is read or anything is
+    /// sent upstream; then the route and its body limit.
+    read_verdict check_head(wire::request_parser& p) const {
+        const auto& head = p.get();
+        if (const auto why = refuse_request_head(head); !why.empty()) {
+            return read_verdict::reject(make_problem(problem_code::bad_request, why));
+        }
+        const auto expect = head[bhttp::field::expect];
+        if (!p.is_done() && !expect.empty() && !beast::iequals(expect, "100-continue")) {
+            return read_verdict::reject(
+                make_problem(problem_code::bad_request, "unsupported Expect value", 11, 417u));
+        }
+        read_verdict v;
+        v.route = srv.h.route_for(head, v.route_index);
+        const auto body_limit = v.route != nullptr
+                                    ? v.route->limits.max_request_bytes
+                                    : std::optional<std::size_t>(limits().max_request_bytes);
+        if (body_limit && p.content_length().value_or(0) > *body_limit) {
+            return read_verdict::reject(
+                read_failure_problem(bhttp::error::body_limit, "request body"));
+        }
+        p.body_limit(body_limit ? boost::optional<std::uint64_t>(*body_limit) : boost::none);
+        v.accepted = true;
+        return v;
+    }
+
+    /// The write step: frames `res` (Content-Length, keep-alive) and writes it. True when the
+    /// connection may carry the next request.
+    net::awaitable<bool> write_response(response& res, bool head_request, bool keep) {
+        frame_body(res, head_request);
+        res.keep_alive(keep);
+        dl.expires_after(limits().idle_timeout); // a client that reads nothing is dropped
+        wire::serialize_head(res, wire_head);
+        const std::array<net::const_buffer, 2> wire{net::buffer(wire_head),
+                                                    net::buffer(res.body())};
+        auto [ec, n] = co_await net::async_write(stream, wire, use_tuple);
+        (void)n;
+        co_return !ec && keep;
+    }
+
+    /// A request refused at the read step: its answer (if the client is still there), counted
+    /// as a rejection of no route; the connection then closes.
+    net::awaitable<void> reject(std::optional<response> res) {
+        if (!res) {
+            co_return; // the client went away: nobody to answer
+        }
+        co_await write_response(*res, false, false);
+        srv.reg.unrouted().outcomes[static_cast<std::size_t>(metrics::outcome::rejected)].fetch_add(
+            1, std::memory_order_relaxed);
+    }
+
+    /// A request the handler answers whole (no route, or a guarded method): its body is read
+    /// whole first. True when the connection may carry the next request.
+    net::awaitable<bool> serve_whole() {
+        auto& p = *parser;
+        if (!p.is_done()) {
+            if (!p.get()[bhttp::field::expect].empty() && p.get().version() >= 11) {
+                static constexpr std::string_view cont = "HTTP/1.1 100 Continue\r\n\r\n";
+                auto [wec, wn] = co_await net::async_write(
+                    stream, net::buffer(cont.data(), cont.size()), use_tuple);
+                (void)wn;
+                if (wec) {
+                    co_return false;
+                }
+            }
+            dl.expires_after(limits().idle_timeout);
+            if (auto ec = co_await wire::async_read(stream, buffer, p, wire::read_until::message)) {
+                co_await reject(read_failure_problem(ec, "request body"));
+                co_return false;
+            }
+        }
+        // Trailer fields stay in the parser: the body is forwarded re-framed with a
+        // Content-Length, which carries no trailer (RFC 9112 §7.1.2 lets a recipient that
+        // removes the chunked coding discard them), and nothing of them may reach the
+        // header the route, key, scope and fingerprint are read from (RFC 9110 §6.5.1).
+        auto req = p.release();
+        const bool keep_alive = req.keep_alive();
+        const bool head = req.method() == bhttp::verb::head;
+        dl.disarm(); // the upstream side has its own deadlines
+        auto res = co_await srv.h.async_handle(req, ctx);
+        co_return co_await write_response(res, head, keep_alive && !srv.draining);
+    }
+
+    /// Serves one accepted request: streamed both ways on the plain path, else whole. (Not a
+    /// coroutine itself: one frame fewer per request.)
+    net::awaitable<bool> serve(const read_verdict& v) {
+        if (v.route != nullptr && srv.h.streams(*v.route, parser->get().method_string())) {
+            return srv.h.async_relay(client_side{stream, buffer, dl, wire_head, srv.draining},
+                                     *parser, *v.route, v.route_index, ctx);
+        }
+        return serve_whole();
     }
 };
+
+net::awaitable<void> server::impl::session(tcp::socket sock) {
+    auto self = shared_from_this();
+    connection c(*this, std::move(sock));
+    while (!draining) {
+        auto verdict = co_await c.read_request();
+        if (!verdict.accepted) {
+            co_await c.reject(std::move(verdict.rejection));
+            break;
+        }
+        if (!co_await c.serve(verdict)) {
+            break;
+        }
+    }
+}
 
 server::server(net::io_context& ioc, std::shared_ptr<const config::config> cfg, handler& h,
                metrics::registry& reg, wire::deadline_watch& watch)

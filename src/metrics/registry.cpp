@@ -118,6 +118,10 @@ std::string registry::render() const {
            {{"", get(tunnels_total)}});
     family("onceproxy_tunnels_open", "gauge", "Upgraded connections open now.",
            {{"", get(tunnels_open)}});
+    family("onceproxy_access_log_dropped_total", "counter",
+           "Access-log lines dropped because the log writer's buffer was full (stdout slower "
+           "than the requests).",
+           {{"", get(access_log_dropped)}});
     return out;
 }
 

@@ -2,6 +2,7 @@
 
 #include "onceproxy/wire/head_writer.hpp"
 #include "onceproxy/wire/message_parser.hpp"
+#include "onceproxy/wire/message_reader.hpp"
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/connect.hpp>
@@ -10,7 +11,6 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
-#include <boost/beast/http/read.hpp>
 
 #include <sys/socket.h>
 
@@ -94,11 +94,7 @@ struct forwarder::impl {
         }
     }
 
-    struct acquired {
-        std::unique_ptr<connection> conn;
-        bool reused = false;
-        forward_status failure = forward_status::ok;
-    };
+    using acquired = lent_connection;
 
     net::awaitable<acquired> acquire(pool& p) {
         const auto deadline = clock::now() + p.cfg->connect_timeout;
@@ -161,9 +157,7 @@ connection::connection(net::any_io_executor ex, wire::deadline_watch& watch)
       buffer(wire::read_buffer_limit(wire::max_header_section)) {}
 
 net::awaitable<lent_connection> forwarder::async_acquire(std::size_t upstream_index) {
-    auto& p = impl_->pools.at(upstream_index);
-    auto a = co_await impl_->acquire(p);
-    co_return lent_connection{std::move(a.conn), a.reused, a.failure};
+    return impl_->acquire(impl_->pools.at(upstream_index)); // no coroutine frame of its own
 }
 
 void forwarder::release(std::size_t upstream_index, std::unique_ptr<connection> c, bool reusable) {
@@ -223,8 +217,8 @@ net::awaitable<forward_result> forwarder::async_forward(std::size_t upstream_ind
             parser.body_limit(max_response ? boost::optional<std::uint64_t>(*max_response)
                                            : boost::none);
             parser.skip(head);
-            auto [rec, n] = co_await http::async_read(c.sock, c.buffer, parser, use_tuple);
-            (void)n;
+            const auto rec =
+                co_await wire::async_read(c.sock, c.buffer, parser, wire::read_until::message);
             if (rec) {
                 const bool timed_out = c.dl.fired(); // read before give_back frees the connection
                 impl_->give_back(p, std::move(a.conn), false);

@@ -48,4 +48,8 @@ private:
     std::shared_ptr<impl> impl_;
 };
 
+/// Writes every access-log line still queued and ends the log writer thread. Call at shutdown,
+/// once the workers have stopped; lines logged afterwards are written directly. Idempotent.
+void flush_access_log();
+
 } // namespace onceproxy::http

@@ -75,6 +75,7 @@ public:
     std::atomic<std::uint64_t> internal_errors{0};     ///< exceptions caught in an event loop
     std::atomic<std::uint64_t> tunnels_total{0};       ///< upgraded connections (101), ever
     std::atomic<std::int64_t> tunnels_open{0};         ///< upgraded connections open now
+    std::atomic<std::uint64_t> access_log_dropped{0};  ///< lines the log writer had no room for
 
     /// Prometheus text exposition format 0.0.4.
     std::string render() const;

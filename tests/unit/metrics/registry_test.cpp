@@ -44,6 +44,7 @@ TEST_CASE("metrics: the exposed metric families are stable") {
                                   "# TYPE onceproxy_internal_errors_total counter",
                                   "# TYPE onceproxy_tunnels_total counter",
                                   "# TYPE onceproxy_tunnels_open gauge",
+                                  "# TYPE onceproxy_access_log_dropped_total counter",
                               });
 }
 

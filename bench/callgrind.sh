@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# Instructions per proxied request, counted by valgrind's callgrind: unlike req/s, the count
+# does not move with the noise of a shared machine, so it compares two builds reliably.
+#
+#   bench/callgrind.sh [--build-dir build/release] [--seconds 10] [--connections 8]
+#                      [--binary PATH] [--out DIR]
+#
+# Starts the test upstream and onceproxy (one worker, plain route, config of bench/run.sh) with
+# onceproxy under callgrind, sends one warm-up second of wrk load, zeroes the counters, runs
+# wrk for --seconds, dumps, and prints instructions per request (the proxy's whole process:
+# user-space instructions, system calls not included). Build with -g (e.g.
+# -DCMAKE_CXX_FLAGS=-g1) for annotated output; `callgrind_annotate OUT/callgrind.out.*` then
+# shows where they go.
+set -euo pipefail
+bench_dir=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=bench/lib.sh
+. "$bench_dir/lib.sh"
+
+build=${BENCH_BUILD_DIR:-build/release}
+seconds=10
+conns=8
+binary=
+out=
+keep_work_dir=0
+while [ $# -gt 0 ]; do
+    case "$1" in
+    --build-dir) build=$2; shift 2 ;;
+    --seconds) seconds=$2; shift 2 ;;
+    --connections) conns=$2; shift 2 ;;
+    --binary) binary=$2; shift 2 ;;
+    --out) out=$2; shift 2 ;;
+    -h | --help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) die "unknown option $1" ;;
+    esac
+done
+command -v valgrind >/dev/null || die "valgrind is not installed"
+find_binaries "$build"
+[ -n "$binary" ] && onceproxy_bin=$binary
+make_work_dir
+[ -n "$out" ] || out=$work_dir
+mkdir -p "$out"
+
+start_upstream 1
+write_proxy_config 1 memory
+# Under callgrind the proxy starts slowly: wait_file/wait_tcp below are bounded anyway.
+valgrind --tool=callgrind --callgrind-out-file="$out/callgrind.out.%p" \
+    "$onceproxy_bin" --config "$work_dir/onceproxy.yaml" \
+    --port-file "$work_dir/onceproxy.port" >"$work_dir/onceproxy.log" 2>&1 &
+proxy_pid=$!
+started_pids+=("$proxy_pid")
+started_names[$proxy_pid]="onceproxy (callgrind)"
+for ((i = 0; i < 600; i++)); do # up to 60 s: valgrind starts slowly on a busy machine
+    [ -s "$work_dir/onceproxy.port" ] && break
+    kill -0 "$proxy_pid" 2>/dev/null || die "onceproxy exited during start-up"
+    sleep 0.1
+done
+read -r proxy_port _ <"$work_dir/onceproxy.port"
+wait_tcp "$proxy_port" $proxy_pid "onceproxy"
+
+url="http://127.0.0.1:$proxy_port/bench"
+timeout 30 wrk -t1 -c"$conns" -d1s "$url" >/dev/null 2>&1 || true
+callgrind_control -z "$proxy_pid" >/dev/null
+timeout $((seconds + 30)) wrk -t1 -c"$conns" -d"${seconds}s" "$url" >"$work_dir/wrk.txt" 2>&1
+callgrind_control -d "$proxy_pid" >/dev/null
+requests=$(awk '/requests in/ {print $1}' "$work_dir/wrk.txt")
+errors=$(awk '/Non-2xx|Socket errors/' "$work_dir/wrk.txt")
+[ -n "$errors" ] && log "wrk reported: $errors"
+dump=$(ls -t "$out"/callgrind.out."$proxy_pid".* 2>/dev/null | head -n1)
+[ -n "$dump" ] || die "no callgrind dump in $out"
+ir=$(awk '/^summary:/ {print $2}' "$dump")
+echo "requests $requests"
+echo "instructions $ir"
+echo "instructions/request $((ir / requests))"
+echo "dump $dump"
