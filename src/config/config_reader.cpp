@@ -295,9 +295,10 @@ private:
     }
 
     void read_limits(const yaml_field& f, limits_config& limits) {
-        if (!f.present() || !w_.mapping(f, {"max_request_bytes", "max_header_bytes",
-                                            "max_response_bytes", "header_timeout", "idle_timeout",
-                                            "drain_timeout", "max_connections"})) {
+        if (!f.present() ||
+            !w_.mapping(f, {"max_request_bytes", "max_header_bytes", "max_response_bytes",
+                            "header_timeout", "idle_timeout", "drain_timeout", "max_connections",
+                            "body_timeout", "min_body_rate", "max_requests_per_connection"})) {
             return;
         }
         set(limits.max_request_bytes, w_.positive_size(w_.get(f, "max_request_bytes")));
@@ -319,6 +320,11 @@ private:
         }
         set(limits.max_response_bytes, w_.positive_size(w_.get(f, "max_response_bytes")));
         set(limits.header_timeout, w_.positive_duration(w_.get(f, "header_timeout")));
+        set(limits.body_timeout, w_.positive_duration(w_.get(f, "body_timeout")));
+        set(limits.min_body_rate, w_.positive_size(w_.get(f, "min_body_rate")));
+        if (auto n = w_.integer(w_.get(f, "max_requests_per_connection"), 1, 1'000'000'000)) {
+            limits.max_requests_per_connection = static_cast<std::size_t>(*n);
+        }
         set(limits.idle_timeout, w_.positive_duration(w_.get(f, "idle_timeout")));
         set(limits.drain_timeout, w_.positive_duration(w_.get(f, "drain_timeout")));
     }

@@ -1,6 +1,7 @@
 #include "http/plain_relay.hpp"
 
 #include "http/access_log.hpp"
+#include "http/body_pace.hpp"
 #include "http/exchange_runner.hpp"
 #include "onceproxy/http/headers.hpp"
 #include "onceproxy/http/problem.hpp"
@@ -252,7 +253,7 @@ struct plain_relay::exchange {
             finish(499); // too late or nobody to answer: cutting the connection is the answer
             co_return false;
         }
-        const bool keep = client_keep_alive && parser.is_done() && !client.draining;
+        const bool keep = client_keep_alive && parser.is_done() && !client.draining && !client.last;
         res.keep_alive(keep);
         client.dl.expires_after(limits().idle_timeout);
         wire::serialize_head(res, client.scratch);
@@ -373,10 +374,18 @@ struct plain_relay::exchange {
         // Beast reads at most the buffer's free capacity (512 bytes at least): without room, a
         // large body would arrive a kilobyte per read. The header bound comes back afterwards.
         const body_read_room room(client.buffer, relay_chunk);
+        const body_pace pace(body_pace::clock::now(), limits().body_timeout,
+                             limits().min_body_rate);
+        std::uint64_t received = 0;
         while (!parser.is_done()) {
-            client.dl.expires_after(limits().idle_timeout);
+            client.dl.expires_after(limits().body_timeout);
             auto ec = co_await wire::async_read(client.sock, client.buffer, parser,
                                                 wire::read_until::some);
+            received += body.size();
+            if (client.dl.fired() ||
+                (!ec && !pace.on_progress(received, body_pace::clock::now()))) {
+                co_return make_problem(problem_code::request_timeout);
+            }
             if (ec && ec != bhttp::error::need_buffer) {
                 if (auto problem = read_failure_problem(ec, "request body")) {
                     co_return problem;
@@ -532,7 +541,7 @@ struct plain_relay::exchange {
                 res.set(bhttp::field::trailer, trailer_names);
             }
         }
-        f.keep = client_keep_alive && !close_delimited && !client.draining;
+        f.keep = client_keep_alive && !close_delimited && !client.draining && !client.last;
         res.version(11);
         // What Beast's keep_alive() does to an HTTP/1.1 head whose Connection is stripped:
         // nothing to say for keep-alive, "close" otherwise.

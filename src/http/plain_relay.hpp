@@ -32,6 +32,7 @@ struct client_side {
     wire::deadline_watch::slot& dl;
     std::string& scratch; ///< a reusable buffer for serialised heads
     const bool& draining; ///< the worker is draining: answer with Connection: close
+    bool last = false;    ///< the connection's request cap is reached: Connection: close too
 };
 
 /// One worker's plain-path relay. Used only from that worker's executor.

@@ -122,4 +122,26 @@ target_result normalize_target(std::string_view raw) {
     return r;
 }
 
+bool is_normal_target(std::string_view raw) noexcept {
+    if (raw.empty() || raw.front() != '/') {
+        return false;
+    }
+    const auto path = raw.substr(0, raw.find('?'));
+    for (std::size_t i = 0; i < path.size(); ++i) {
+        const auto c = static_cast<unsigned char>(path[i]);
+        if (c <= 0x20 || c == 0x7f || c == '\\' || c == '#' || c == '%') {
+            return false;
+        }
+        if (c == '/' && i + 1 < path.size()) {
+            const auto next = path.substr(i + 1);
+            // "//", "/." and "/.." segments
+            if (next.front() == '/' || next == "." || next.starts_with("./") || next == ".." ||
+                next.starts_with("../")) {
+                return false;
+            }
+        }
+    }
+    return true;
+}
+
 } // namespace onceproxy::http

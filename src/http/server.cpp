@@ -1,9 +1,11 @@
 #include "onceproxy/http/server.hpp"
 
+#include "http/body_pace.hpp"
 #include "http/plain_relay.hpp"
 #include "onceproxy/http/headers.hpp"
 #include "onceproxy/http/loop_guard.hpp"
 #include "onceproxy/http/problem.hpp"
+#include "onceproxy/http/request_target.hpp"
 #include "onceproxy/wire/deadline_watch.hpp"
 #include "onceproxy/wire/head_writer.hpp"
 #include "onceproxy/wire/message_parser.hpp"
@@ -181,7 +183,8 @@ struct server::impl::connection {
     request_context ctx;
     std::string wire_head; ///< serialised response head, reused for every response
     std::optional<wire::request_parser> parser;
-    bool first = true; ///< no request read yet
+    bool first = true;      ///< no request read yet
+    std::size_t served = 0; ///< requests accepted on this connection
 
     const config::limits_config& limits() const { return srv.cfg->limits; }
 
@@ -226,6 +229,15 @@ struct server::impl::connection {
             return read_verdict::reject(
                 make_problem(problem_code::bad_request, "unsupported Expect value", 11, 417u));
         }
+        if (!is_normal_target(head.target())) {
+            // Routed and forwarded as normalised (README "Path normalisation"), so the route
+            // that guards a path and the app that serves it read the same path.
+            const auto t = normalize_target(head.target());
+            if (t.refused != nullptr) {
+                return read_verdict::reject(make_problem(problem_code::bad_request, t.refused));
+            }
+            p.get().target(t.target);
+        }
         read_verdict v;
         v.route = srv.h.route_for(head, v.route_index);
         const auto body_limit = v.route != nullptr
@@ -265,6 +277,27 @@ struct server::impl::connection {
             1, std::memory_order_relaxed);
     }
 
+    /// Reads the rest of a body that is buffered whole, each read within body_timeout and the
+    /// whole at min_body_rate (body_pace). An answer when it failed (nullopt and a false
+    /// verdict: the client went away).
+    net::awaitable<std::optional<std::optional<response>>>
+    read_whole_body(wire::request_parser& p) {
+        const body_pace pace(body_pace::clock::now(), limits().body_timeout,
+                             limits().min_body_rate);
+        while (!p.is_done()) {
+            dl.expires_after(limits().body_timeout);
+            const auto ec = co_await wire::async_read(stream, buffer, p, wire::read_until::some);
+            if (dl.fired() ||
+                (!ec && !pace.on_progress(p.get().body().size(), body_pace::clock::now()))) {
+                co_return make_problem(problem_code::request_timeout);
+            }
+            if (ec) {
+                co_return read_failure_problem(ec, "request body");
+            }
+        }
+        co_return std::nullopt;
+    }
+
     /// A request the handler answers whole (no route, or a guarded method): its body is read
     /// whole first. True when the connection may carry the next request.
     net::awaitable<bool> serve_whole() {
@@ -279,9 +312,8 @@ struct server::impl::connection {
                     co_return false;
                 }
             }
-            dl.expires_after(limits().idle_timeout);
-            if (auto ec = co_await wire::async_read(stream, buffer, p, wire::read_until::message)) {
-                co_await reject(read_failure_problem(ec, "request body"));
+            if (auto res = co_await read_whole_body(p)) {
+                co_await reject(std::move(*res));
                 co_return false;
             }
         }
@@ -294,15 +326,20 @@ struct server::impl::connection {
         const bool head = req.method() == bhttp::verb::head;
         dl.disarm(); // the upstream side has its own deadlines
         auto res = co_await srv.h.async_handle(req, ctx);
-        co_return co_await write_response(res, head, keep_alive && !srv.draining);
+        co_return co_await write_response(res, head, keep_alive && !srv.draining && !last());
     }
+
+    /// This connection's request cap is reached: the answer says Connection: close.
+    bool last() const { return served >= limits().max_requests_per_connection; }
 
     /// Serves one accepted request: streamed both ways on the plain path, else whole. (Not a
     /// coroutine itself: one frame fewer per request.)
     net::awaitable<bool> serve(const read_verdict& v) {
+        ++served;
         if (v.route != nullptr && srv.h.streams(*v.route, parser->get().method_string())) {
-            return srv.h.async_relay(client_side{stream, buffer, dl, wire_head, srv.draining},
-                                     *parser, *v.route, v.route_index, ctx);
+            return srv.h.async_relay(
+                client_side{stream, buffer, dl, wire_head, srv.draining, last()}, *parser, *v.route,
+                v.route_index, ctx);
         }
         return serve_whole();
     }

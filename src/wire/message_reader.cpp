@@ -6,6 +6,7 @@
 #include <boost/beast/http/error.hpp>
 
 #include <stdexcept>
+#include <string_view>
 
 namespace onceproxy::wire {
 
@@ -47,6 +48,19 @@ bool prepare(boost::beast::flat_buffer& buffer, net::mutable_buffer& out) {
     return true;
 }
 
+/// True when a request head holds obsolete line folding (a line that starts with a space or a
+/// tab, RFC 9112 §5.2). Beast would join it to the previous field; a request is refused with 400
+/// instead, as another hop may not join it the same way.
+bool has_obs_fold(std::string_view head) {
+    for (auto pos = head.find('\n'); pos != std::string_view::npos && pos + 1 < head.size();
+         pos = head.find('\n', pos + 1)) {
+        if (head[pos + 1] == ' ' || head[pos + 1] == '\t') {
+            return true;
+        }
+    }
+    return false;
+}
+
 } // namespace
 
 template <bool isRequest>
@@ -58,7 +72,14 @@ net::awaitable<error_code> async_read(net::ip::tcp::socket& sock, boost::beast::
     error_code ec;
     for (;;) {
         if (buffer.size() != 0) {
+            const bool in_head = !parser.is_header_done();
             const auto used = parser.put(buffer.data(), ec);
+            if constexpr (isRequest) {
+                if (in_head && !ec && parser.is_header_done() &&
+                    has_obs_fold({static_cast<const char*>(buffer.data().data()), used})) {
+                    co_return bhttp::error::bad_value;
+                }
+            }
             buffer.consume(used);
             if (!ec && reached(parser, until)) {
                 co_return ec;

@@ -16,12 +16,14 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 using namespace onceproxy::test;
 using namespace std::chrono_literals;
+using clock_type = std::chrono::steady_clock;
 
 namespace {
 
@@ -445,5 +447,111 @@ TEST_SUITE("hostile input") {
             now = metric(p.proxy.admin("/metrics").body, series);
         }
         CHECK(now == before + 1);
+    }
+
+    TEST_CASE("obs-fold, bare LF, over-long chunk sizes and non-origin targets get 400") {
+        proxied p;
+        const std::vector<std::string> requests{
+            "GET /a HTTP/1.1\r\nHost: x\r\nX-A: b\r\n c\r\n\r\n",
+            "GET /a HTTP/1.1\r\nHost: x\r\nX-A: b\r\n\tc\r\n\r\n",
+            "GET /a HTTP/1.1\nHost: x\n\n",
+            "GET /a HTTP/1.1\r\nHost: x\nX-A: b\r\n\r\n",
+            "POST /a HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+            "fffffffffffffffff\r\nx\r\n0\r\n\r\n",
+            "GET http://evil.example/a HTTP/1.1\r\nHost: x\r\n\r\n",
+            "OPTIONS * HTTP/1.1\r\nHost: x\r\n\r\n",
+            "CONNECT evil.example:443 HTTP/1.1\r\nHost: evil.example:443\r\n\r\n",
+            "GET /v1%2Fpayments HTTP/1.1\r\nHost: x\r\n\r\n",
+            "GET /../etc/passwd HTTP/1.1\r\nHost: x\r\n\r\n"};
+        for (const auto& raw : requests) {
+            CAPTURE(raw);
+            bool closed = false;
+            const auto r = exchange_raw(p.proxy.port, raw, &closed);
+            REQUIRE(r);
+            check_problem(*r, 400, "request.malformed");
+            CHECK(closed);
+        }
+        CHECK(p.upstream.total() == 0);
+    }
+
+    TEST_CASE("a guarded path cannot be bypassed by spelling it differently") {
+        proxied p;
+        const auto id = p.record("spelling-1");
+        header_list h{{"Idempotency-Key", "spelling-1"}, {"Content-Type", "application/json"}};
+        for (const char* target : {"/v1//payments", "/v1/./payments", "/v1/x/../payments",
+                                   "/v1/%70ayments", "//v1/payments"}) {
+            CAPTURE(target);
+            const auto r = fetch(p.proxy.port, "POST", target, h, R"({"amount":1000})");
+            CHECK(r.status == 200);
+            CHECK(r.header("Idempotency-Status") == "replayed");
+            CHECK(json_member(r.body, "execution_id") == id);
+        }
+        CHECK(p.upstream.count("spelling-1") == 1);
+        // The app receives the normalised path too.
+        const auto plain = fetch(p.proxy.port, "GET", "/a//b/./c/../d%7e");
+        CHECK(json_member(plain.body, "path") == "/a/b/d~");
+    }
+
+    TEST_CASE("a request body that stalls or trickles is cut with 408") {
+        proxy_config cfg;
+        cfg.limits = {"body_timeout: 1s", "min_body_rate: 1KiB"};
+        proxied p(cfg);
+        for (const char* target : {"/plain", "/v1/payments"}) {
+            CAPTURE(target);
+            {
+                INFO("stalled");
+                http_client c(p.proxy.port);
+                const auto start = clock_type::now();
+                c.send_raw(std::string("POST ") + target +
+                           " HTTP/1.1\r\nHost: x\r\nIdempotency-Key: stall\r\n"
+                           "Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"a\":");
+                const auto r = c.read_response(5s);
+                REQUIRE(r);
+                check_problem(*r, 408, "request.timeout");
+                CHECK(clock_type::now() - start < 4s);
+                CHECK(c.wait_closed(3s));
+            }
+            {
+                INFO("trickled, each byte inside body_timeout");
+                http_client c(p.proxy.port);
+                const auto start = clock_type::now();
+                c.send_raw(std::string("POST ") + target +
+                           " HTTP/1.1\r\nHost: x\r\nIdempotency-Key: trickle\r\n"
+                           "Content-Type: application/json\r\nContent-Length: 100\r\n\r\n");
+                std::optional<http_response> r;
+                for (int i = 0; i < 40 && clock_type::now() - start < 8s; ++i) {
+                    try {
+                        c.send_raw("a");
+                    } catch (const std::exception&) {
+                        break; // cut: the answer is already waiting
+                    }
+                    std::this_thread::sleep_for(300ms);
+                    if (i >= 3 && (r = c.read_response(10ms))) {
+                        break;
+                    }
+                }
+                if (!r) {
+                    r = c.read_response(3s);
+                }
+                REQUIRE(r);
+                check_problem(*r, 408, "request.timeout");
+                CHECK(clock_type::now() - start < 6s);
+            }
+        }
+        CHECK(p.upstream.count("stall") == 0);
+        CHECK(p.upstream.count("trickle") == 0);
+    }
+
+    TEST_CASE("max_requests_per_connection: the last answer says Connection: close") {
+        proxy_config cfg;
+        cfg.limits = {"max_requests_per_connection: 3"};
+        proxied p(cfg);
+        http_client c(p.proxy.port);
+        for (int i = 1; i <= 3; ++i) {
+            const auto r = c.request("GET", "/n" + std::to_string(i));
+            CHECK(r.status == 200);
+            CHECK((r.header("Connection") == "close") == (i == 3));
+        }
+        CHECK(c.wait_closed(3s));
     }
 }

@@ -75,6 +75,12 @@ struct limits_config {
     std::size_t max_connections = 10'000;
     std::size_t max_response_bytes = 64 * 1024 * 1024; ///< upstream responses are buffered
     duration header_timeout{10'000};
+    duration body_timeout{30'000}; ///< longest wait for the next bytes of a request body
+    /// Once a request body has taken longer than body_timeout, it must have averaged at least
+    /// this many bytes per second (slow-body defence); 0 would disable it (not configurable).
+    std::size_t min_body_rate = 1024;
+    /// Requests on one client connection; the last one is answered with Connection: close.
+    std::size_t max_requests_per_connection = 10'000;
     duration idle_timeout{60'000};
     duration drain_timeout{30'000}; ///< SIGTERM: bound on finishing in-flight requests
 

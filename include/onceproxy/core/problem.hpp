@@ -27,11 +27,12 @@ enum class problem_code : std::uint8_t {
     upstream_outcome_unknown, ///< 502 upstream.outcome_unknown (recorded on `fail` routes)
     upstream_bad_response,    ///< 502 upstream.bad_response (sent, but the answer was unusable)
     connection_limit,         ///< 503 proxy.connection_limit (limits.max_connections reached)
+    request_timeout,          ///< 408 request.timeout (a request body too slow)
 };
 
-/// Number of problem codes (the last one is connection_limit).
+/// Number of problem codes (the last one is request_timeout).
 inline constexpr std::size_t problem_code_count =
-    static_cast<std::size_t>(problem_code::connection_limit) + 1;
+    static_cast<std::size_t>(problem_code::request_timeout) + 1;
 
 /// One row of the problem table.
 struct problem_info {
@@ -81,6 +82,9 @@ inline constexpr std::array<problem_info, problem_code_count> problem_table{{
      "upstream may have processed it"},
     {problem_code::connection_limit, "proxy.connection_limit", 503, "Too many connections",
      "the proxy is at its connection limit; retry later"},
+    {problem_code::request_timeout, "request.timeout", 408, "Request body too slow",
+     "the request body did not arrive within limits.body_timeout or below "
+     "limits.min_body_rate"},
 }};
 
 namespace detail {

@@ -35,4 +35,8 @@ struct target_result {
 /// Normalises `raw` (the request line's target). On success `refused` is null.
 target_result normalize_target(std::string_view raw);
 
+/// True when normalize_target would accept `raw` and return it unchanged; false when it might
+/// not (then call it). One pass, no allocation: the common request takes only this.
+bool is_normal_target(std::string_view raw) noexcept;
+
 } // namespace onceproxy::http

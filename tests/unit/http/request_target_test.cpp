@@ -4,6 +4,7 @@
 
 #include <string>
 
+using onceproxy::http::is_normal_target;
 using onceproxy::http::normalize_target;
 
 namespace {
@@ -46,6 +47,18 @@ TEST_CASE("escapes of reserved characters stay encoded, with upper-case hex") {
     CHECK(normal("/a%3fb") == "/a%3Fb");
     CHECK(normal("/caf%c3%a9") == "/caf%C3%A9");
     CHECK(normal("/%7euser") == "/~user");
+}
+
+TEST_CASE("the fast check vouches for the common targets") {
+    CHECK(is_normal_target("/"));
+    CHECK(is_normal_target("/v1/payments?x=%2F//.."));
+    CHECK(is_normal_target("/v1/payments/"));
+    CHECK(is_normal_target("/v1/.well-known/x"));
+    CHECK_FALSE(is_normal_target("/v1//payments"));
+    CHECK_FALSE(is_normal_target("/v1/./payments"));
+    CHECK_FALSE(is_normal_target("/v1/.."));
+    CHECK_FALSE(is_normal_target("/v1%2e"));
+    CHECK(normal("/v1/.well-known/x") == "/v1/.well-known/x");
 }
 
 TEST_CASE("targets that cannot be routed safely are refused") {
