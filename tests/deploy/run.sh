@@ -1,0 +1,262 @@
+#!/usr/bin/env bash
+# Deployment test: the Kustomize directories of deploy/kubernetes, rendered with
+# `kubectl kustomize` and run as pods with `podman kube play` (4.3), on the images of
+# `make image` (localhost/onceproxy:TAG, localhost/onceproxy-test-upstream:TAG as the app).
+#
+#   tests/deploy/run.sh            (IMAGE_TAG, default dev; run as root; `make deploy-test`)
+#
+# 1. base (memory store): a guarded POST executes once, its retry replays.
+# 2. redis overlay: one Redis pod, the app Deployment played twice (two replicas); a retry sent
+#    to the other replica replays. SIGTERM to a replica's pod while a slow guarded request is in
+#    flight: the client gets its answer, and the retry on the other replica replays it.
+# 3. the sidecar component on an existing Deployment (classic form, as podman 4.3 runs it): the
+#    proxy forwards to the app's port; the native form is checked for what kube play does with it.
+#
+# podman has no cluster: tests/deploy/adapt.py maps image names to the local tags, drops the
+# Services, stands in for the Redis Service's DNS name with hostAliases and plays the second
+# replica under another name. Pods are reached through their network namespace (nsenter); no
+# port is published. Every wait is bounded; the pods are removed on exit.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+tag=${IMAGE_TAG:-dev}
+proxy_image=localhost/onceproxy:$tag
+app_image=localhost/onceproxy-test-upstream:$tag
+redis_image=localhost/onceproxy-test-redis:$tag
+work=$(mktemp -d /tmp/onceproxy-deploy.XXXXXX)
+played=()
+secrets=()
+failures=0
+started=$SECONDS
+
+log() { printf '[%3ds] %s\n' $((SECONDS - started)) "$*"; }
+die() { log "FAIL: $*"; exit 1; }
+check() { # check DESCRIPTION TEST...
+    local what=$1; shift
+    if "$@"; then log "ok   $what"; return 0; fi
+    log "FAIL $what"
+    failures=$((failures + 1))
+    return 1
+}
+# show NAME: what the client of request NAME got (after a failed check).
+show() {
+    echo "    $1: status $(cat "$work/$1.status") $(cat "$work/$1.err")"
+    sed 's/^/    | /' "$work/$1.headers"
+}
+
+cleanup() {
+    local f v s
+    if [ -n "${DEPLOY_TEST_KEEP:-}" ]; then
+        log "DEPLOY_TEST_KEEP: pods, secrets and $work left in place"
+        return
+    fi
+    for f in "${played[@]}"; do
+        timeout 90 podman kube down "$f" >/dev/null 2>&1 || true
+        # kube down (4.3) leaves the volumes of ConfigMaps and claims behind.
+        for v in $(tests/deploy/adapt.py --list-volumes <"$f"); do
+            timeout 30 podman volume rm -f "$v" >/dev/null 2>&1 || true
+        done
+    done
+    for s in "${secrets[@]}"; do
+        timeout 30 podman secret rm "$s" >/dev/null 2>&1 || true
+    done
+    rm -rf "$work"
+}
+trap cleanup EXIT
+
+for image in "$proxy_image" "$app_image"; do
+    podman image exists "$image" || die "$image is missing: run \`make image\` first"
+done
+if ! podman image exists "$redis_image"; then
+    log "building $redis_image (tests/deploy/redis.Containerfile)"
+    timeout 600 podman build --pull=never -q -f tests/deploy/redis.Containerfile \
+        -t "$redis_image" tests/deploy >/dev/null
+fi
+
+images=(--image "registry.example.com/onceproxy=$proxy_image"
+        --image "registry.example.com/my-app=$app_image"
+        --image "registry.example.com/onceproxy-test-upstream=$app_image"
+        --image "redis=$redis_image")
+# A well-behaved app finishes what it is serving on SIGTERM; the test upstream exits at once,
+# so in the pods it runs under a shell that forwards SIGTERM 5 s later.
+draining_app='["/bin/sh", "-c", "/usr/local/bin/onceproxy_test_upstream --listen 127.0.0.1:3000 & pid=$!; trap \"sleep 5; kill -TERM $pid\" TERM; wait $pid; wait $pid"]'
+
+# render DIR OUT adapt-options...: kubectl kustomize DIR, adapted for podman, into OUT. Its
+# Secrets become podman secrets (see adapt.py --secrets-to).
+render() {
+    local dir=$1 out=$2 f name; shift 2
+    kubectl kustomize "$dir" >"$work/rendered.yaml"
+    rm -rf "$work/secrets" && mkdir -p "$work/secrets"
+    tests/deploy/adapt.py "${images[@]}" --drop-kind Service --secrets-to "$work/secrets" \
+        --restart-policy Never "$@" <"$work/rendered.yaml" >"$out"
+    for f in "$work"/secrets/*.json; do
+        [ -e "$f" ] || continue
+        name=$(basename "$f" .json)
+        timeout 30 podman secret rm "$name" >/dev/null 2>&1 || true
+        timeout 30 podman secret create "$name" "$f" >/dev/null
+        secrets+=("$name")
+    done
+}
+
+# play FILE: podman kube play, bounded; remembered for cleanup.
+play() {
+    played+=("$1")
+    timeout 120 podman kube play "$1" >"$work/play.log" 2>&1 || {
+        cat "$work/play.log"; die "podman kube play $1"; }
+}
+
+infra_pid() { # infra_pid POD
+    local infra
+    infra=$(podman pod inspect "$1" --format '{{.InfraContainerID}}')
+    podman inspect "$infra" --format '{{.State.Pid}}'
+}
+
+pod_ip() { # pod_ip POD
+    local infra
+    infra=$(podman pod inspect "$1" --format '{{.InfraContainerID}}')
+    podman inspect "$infra" --format '{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}'
+}
+
+# in_pod POD CMD...: CMD in the pod's network namespace (its loopback is the pod's).
+in_pod() {
+    local pod=$1; shift
+    nsenter -t "$(infra_pid "$pod")" -n "$@"
+}
+
+# wait_http POD URL SECONDS: until URL answers 2xx inside the pod.
+wait_http() {
+    local pod=$1 url=$2 deadline=$((SECONDS + $3))
+    until in_pod "$pod" curl -fsS -m 2 -o /dev/null "$url" 2>/dev/null; do
+        if [ $SECONDS -ge $deadline ]; then
+            podman pod logs "$pod" 2>&1 | tail -30
+            die "$pod: $url did not answer within $3 s"
+        fi
+        sleep 0.5
+    done
+}
+
+# post POD PORT KEY NAME [curl options...]: a guarded POST /v1/payments through the proxy;
+# leaves $work/NAME.status, NAME.headers and NAME.body.
+post() {
+    local pod=$1 port=$2 key=$3 name=$4; shift 4
+    in_pod "$pod" curl -sS -m 40 -X POST "http://127.0.0.1:$port/v1/payments" \
+        -H "Idempotency-Key: $key" -H 'Content-Type: application/json' \
+        --data '{"amount": 1000, "currency": "EUR"}' "$@" \
+        -D "$work/$name.headers" -o "$work/$name.body" -w '%{http_code}' \
+        >"$work/$name.status" 2>"$work/$name.err" || true
+}
+
+status_is() { [ "$(cat "$work/$1.status")" = "$2" ]; }
+idempotency_status_is() {
+    grep -qi "^idempotency-status: $2"$'\r'"\?$" "$work/$1.headers"
+}
+same_body() { cmp -s "$work/$1.body" "$work/$2.body"; }
+# executions POD KEY: how many times the app in POD executed requests with KEY.
+executions() {
+    in_pod "$1" curl -fsS -m 5 "http://127.0.0.1:3000/__count?key=$2" \
+        | python3 -c 'import json, sys; print(json.load(sys.stdin)["count"])'
+}
+executions_are() { [ "$(executions "$1" "$2")" = "$3" ]; }
+
+# ---- 1. base: memory store, one pod ------------------------------------------------------
+log "base: rendering deploy/kubernetes/base and playing it"
+render deploy/kubernetes/base "$work/base.yaml"
+play "$work/base.yaml"
+wait_http app-pod-0 http://127.0.0.1:9901/readyz 60
+post app-pod-0 8080 base-1 base-first
+post app-pod-0 8080 base-1 base-retry
+check "base: first execution answers 200, Idempotency-Status: stored" \
+    eval 'status_is base-first 200 && idempotency_status_is base-first stored' || show base-first
+check "base: the retry answers 200, Idempotency-Status: replayed, same body" \
+    eval 'status_is base-retry 200 && idempotency_status_is base-retry replayed &&
+          same_body base-first base-retry' || show base-retry
+check "base: the app executed the request once" executions_are app-pod-0 base-1 1
+timeout 90 podman kube down "$work/base.yaml" >"$work/down.log" 2>&1
+
+# ---- 2. redis overlay: two replicas sharing one Redis ------------------------------------
+log "redis: rendering deploy/kubernetes/redis; the Redis pod first"
+password=$(kubectl kustomize deploy/kubernetes/redis | python3 -c '
+import sys, yaml
+for d in yaml.safe_load_all(sys.stdin):
+    if d and d["kind"] == "Secret":
+        print(d["stringData"]["password"])')
+render deploy/kubernetes/redis "$work/redis.yaml" \
+    --keep Secret/onceproxy-redis --keep PersistentVolumeClaim/onceproxy-redis-data \
+    --keep Deployment/onceproxy-redis
+play "$work/redis.yaml"
+redis_ip=$(pod_ip onceproxy-redis-pod-0)
+[ -n "$redis_ip" ] || die "the Redis pod has no IP"
+deadline=$((SECONDS + 30))
+until in_pod onceproxy-redis-pod-0 redis-cli -a "$password" --no-auth-warning ping 2>/dev/null \
+    | grep -q PONG; do
+    [ $SECONDS -lt $deadline ] || { podman pod logs onceproxy-redis-pod-0 | tail; die "Redis"; }
+    sleep 0.5
+done
+log "redis: Redis answers at $redis_ip; two replicas of the app"
+for replica in a b; do
+    render deploy/kubernetes/redis "$work/app-$replica.yaml" \
+        --keep "Deployment/app" --keep "ConfigMap/*" --rename "app=app-$replica" \
+        --host-alias "onceproxy-redis=$redis_ip" --command "app=$draining_app"
+    play "$work/app-$replica.yaml"
+done
+for replica in a b; do
+    wait_http "app-$replica-pod-0" http://127.0.0.1:9901/readyz 60
+done
+post app-a-pod-0 8080 redis-1 redis-first
+post app-b-pod-0 8080 redis-1 redis-retry
+check "redis: replica a executes: 200, Idempotency-Status: stored" \
+    eval 'status_is redis-first 200 && idempotency_status_is redis-first stored' ||
+    show redis-first
+check "redis: the retry on replica b replays: 200, Idempotency-Status: replayed, same body" \
+    eval 'status_is redis-retry 200 && idempotency_status_is redis-retry replayed &&
+          same_body redis-first redis-retry' || show redis-retry
+check "redis: executed once on a, never on b" \
+    eval 'executions_are app-a-pod-0 redis-1 1 && executions_are app-b-pod-0 redis-1 0'
+
+log "redis: SIGTERM to replica a with a slow guarded request in flight"
+post app-a-pod-0 8080 redis-slow slow-first -H 'X-Test-Delay-Ms: 3000' &
+client=$!
+deadline=$((SECONDS + 20))
+until [ "$(executions app-a-pod-0 redis-slow 2>/dev/null)" = 1 ]; do
+    [ $SECONDS -lt $deadline ] || die "the slow request never reached the app"
+    sleep 0.2
+done
+# What the kubelet does: SIGTERM to the pod's containers, the pod's network (its infra
+# container) kept until they have exited. `podman pod stop` (4.3) stops the infra container at
+# once, which takes the pod's interface down under the draining proxy: its Redis would vanish.
+stop_started=$SECONDS
+timeout 10 podman kill --signal TERM app-a-pod-0-onceproxy app-a-pod-0-app >/dev/null
+timeout 40 podman wait app-a-pod-0-onceproxy app-a-pod-0-app >/dev/null ||
+    die "replica a's containers did not exit within 40 s of SIGTERM"
+log "redis: replica a's containers exited $((SECONDS - stop_started)) s after SIGTERM"
+wait "$client" || true
+check "redis: the in-flight client still gets its answer: 200, stored" \
+    eval 'status_is slow-first 200 && idempotency_status_is slow-first stored' ||
+    show slow-first
+post app-b-pod-0 8080 redis-slow slow-retry
+check "redis: its retry on replica b replays (the record is complete)" \
+    eval 'status_is slow-retry 200 && idempotency_status_is slow-retry replayed &&
+          same_body slow-first slow-retry && executions_are app-b-pod-0 redis-slow 0' ||
+    show slow-retry
+check "redis: the proxy of replica a drained in time and exited 0" \
+    eval '[ "$(podman inspect app-a-pod-0-onceproxy --format "{{.State.ExitCode}}")" = 0 ] &&
+          podman logs app-a-pod-0-onceproxy 2>&1 | grep -q "drained, exiting" &&
+          ! podman logs app-a-pod-0-onceproxy 2>&1 | grep -q "overran"'
+
+# ---- 3. the sidecar component on an existing Deployment ----------------------------------
+log "component: tests/deploy/example-app/classic (sidecar-classic on the shop Deployment)"
+kubectl kustomize tests/deploy/example-app/classic >"$work/classic-rendered.yaml"
+check "component: the Service now targets the proxy port" \
+    grep -q 'targetPort: onceproxy$' "$work/classic-rendered.yaml"
+render tests/deploy/example-app/classic "$work/shop.yaml" \
+    --host-alias "onceproxy-redis=$redis_ip"
+play "$work/shop.yaml"
+wait_http shop-pod-0 http://127.0.0.1:15090/readyz 60
+post shop-pod-0 15080 shop-1 shop-first
+post shop-pod-0 15080 shop-1 shop-retry
+check "component: through the sidecar the POST executes once and its retry replays" \
+    eval 'status_is shop-first 200 && idempotency_status_is shop-first stored &&
+          status_is shop-retry 200 && idempotency_status_is shop-retry replayed &&
+          executions_are shop-pod-0 shop-1 1' || { show shop-first; show shop-retry; }
+
+log "done in $((SECONDS - started)) s, $failures failure(s)"
+[ "$failures" -eq 0 ]
