@@ -304,6 +304,7 @@ log "native form: tests/deploy/example-app/native with podman kube play"
 render tests/deploy/example-app/native "$work/native.yaml" \
     --host-alias "onceproxy-redis=$redis_ip"
 played+=("$work/native.yaml")
+pods+=(shop-pod-0)   # a refused play leaves its half-made pod, which kube down does not remove
 if timeout 60 podman kube play "$work/native.yaml" >"$work/native.log" 2>&1; then
     log "native form: podman played it: $(podman ps -a --filter pod=shop-pod-0 \
         --format '{{.Names}}={{.Status}}' | tr '\n' ' ')"
