@@ -16,6 +16,9 @@
 #    the Service targets the proxy, the proxy forwards to the app's port, retries replay.
 # 4. the native sidecar form: what podman 4.3's kube play does with it is logged (it refuses
 #    it; see deploy/README.md), not counted as a failure.
+# 5. the native sidecar lifecycle, run with explicit podman commands: proxy started first,
+#    app after it; SIGTERM to the app first (it finishes its slow request, which reaches the
+#    client through the proxy), then to the proxy, which exits 0.
 #
 # podman has no cluster: tests/deploy/adapt.py maps image names to the local tags, drops the
 # Services (and the containerPorts, which podman 4.3 would publish on the host), stands in for
@@ -95,7 +98,9 @@ images=(--image "registry.example.com/onceproxy=$proxy_image"
         --image "redis=$redis_image")
 # A well-behaved app finishes what it is serving on SIGTERM; the test upstream exits at once,
 # so in the pods it runs under a shell that forwards SIGTERM 5 s later.
-draining_app='["/bin/sh", "-c", "/usr/local/bin/onceproxy_test_upstream --listen 127.0.0.1:3000 & pid=$!; trap \"sleep 5; kill -TERM $pid\" TERM; wait $pid; wait $pid"]'
+draining_script='/usr/local/bin/onceproxy_test_upstream --listen 127.0.0.1:3000 & pid=$!; trap "sleep 5; kill -TERM $pid" TERM; wait $pid; wait $pid'
+draining_app=$(python3 -c 'import json, sys; print(json.dumps(["/bin/sh", "-c", sys.argv[1]]))' \
+    "$draining_script")
 
 # render DIR OUT adapt-options...: kubectl kustomize DIR, adapted for podman, into OUT. Its
 # Secrets become podman secrets (see adapt.py --secrets-to).
@@ -311,6 +316,42 @@ if timeout 60 podman kube play "$work/native.yaml" >"$work/native.log" 2>&1; the
 else
     log "native form: podman refused it: $(grep -v 'level=' "$work/native.log" | tail -1)"
 fi
+
+# ---- 5. the native sidecar lifecycle, with explicit podman commands -----------------------
+# What the kubelet does with a native sidecar, on the same images: the proxy starts first and
+# the app once the proxy is ready; on shutdown the app gets SIGTERM first and the proxy only
+# after the app has exited. The proxy must carry the app's last answer while the app drains.
+log "native lifecycle: proxy first, app second; SIGTERM to the app, then to the proxy"
+native=onceproxy-native-test
+timeout 30 podman pod rm -f "$native" >/dev/null 2>&1 || true
+timeout 60 podman pod create --name "$native" >/dev/null
+pods+=("$native")
+timeout 60 podman run -d --pod "$native" --name "$native-proxy" "$proxy_image" >/dev/null
+wait_http "$native" http://127.0.0.1:9901/readyz 30
+timeout 60 podman run -d --pod "$native" --name "$native-app" --entrypoint /bin/sh "$app_image" \
+    -c "$draining_script" >/dev/null
+wait_http "$native" http://127.0.0.1:3000/__health 30
+post "$native" 8080 native-slow native-first -H 'X-Test-Delay-Ms: 3000' &
+client=$!
+deadline=$((SECONDS + 20))
+until [ "$(executions "$native" native-slow 2>/dev/null)" = 1 ]; do
+    [ $SECONDS -lt $deadline ] || die "the slow request never reached the app"
+    sleep 0.2
+done
+timeout 10 podman kill --signal TERM "$native-app" >/dev/null
+timeout 30 podman wait "$native-app" >/dev/null || die "the app did not exit within 30 s"
+wait "$client" || true
+post "$native" 8080 native-slow native-retry
+timeout 10 podman kill --signal TERM "$native-proxy" >/dev/null
+timeout 30 podman wait "$native-proxy" >/dev/null || die "the proxy did not exit within 30 s"
+check "native lifecycle: the app's last answer reached the client (stored), its retry replays" \
+    eval 'status_is native-first 200 && idempotency_status_is native-first stored &&
+          status_is native-retry 200 && idempotency_status_is native-retry replayed' ||
+    { show native-first; show native-retry; }
+check "native lifecycle: the proxy, signalled last, exited 0 without overrunning its drain" \
+    eval '[ "$(podman inspect "$native-proxy" --format "{{.State.ExitCode}}")" = 0 ] &&
+          ! podman logs "$native-proxy" 2>&1 | grep -q "overran"'
+timeout 60 podman pod rm -f "$native" >/dev/null
 
 log "done in $((SECONDS - started)) s, $failures failure(s)"
 [ "$failures" -eq 0 ]
