@@ -31,7 +31,8 @@ if ! podman image exists docker.io/library/debian:12 \
     || ! podman image exists docker.io/library/debian:12-slim; then
     mkdir -p "$cache"
     if [ ! -s "$cache/debian12.tar" ]; then
-        command -v mmdebstrap >/dev/null || die "mmdebstrap is not installed (scripts/install-deps.sh deploy)"
+        command -v mmdebstrap >/dev/null ||
+            die "mmdebstrap is not installed (scripts/install-deps.sh deploy)"
         echo "image.sh: bootstrapping a Debian 12 base with mmdebstrap"
         # The path excludes of Debian's official -slim images (no docs, man pages, locales);
         # they stay in /etc/dpkg/dpkg.cfg.d, so packages installed later skip them too.

@@ -182,8 +182,9 @@ executions_are() { [ "$(executions "$1" "$2")" = "$3" ]; }
 # ---- 0. the image alone: --version, and a request through its built-in config ------------
 version=$(podman run --rm "$proxy_image" --version)
 log "image: $version"
+version_pattern='^onceproxy [0-9]+\.[0-9]+\.[0-9]+ \(commit [0-9a-f]{7,}(-dirty)?\)$'
 check "image: --version names the version and a commit" \
-    eval '[[ "$version" =~ ^onceproxy\ [0-9]+\.[0-9]+\.[0-9]+\ \(commit\ [0-9a-f]{7,}(-dirty)?\)$ ]]'
+    eval '[[ "$version" =~ $version_pattern ]]'
 # The README's plain-podman pod: the proxy's default /etc/onceproxy/onceproxy.yaml forwards to
 # the app on 127.0.0.1:3000 in the same pod. Nothing is published.
 timeout 30 podman pod rm -f onceproxy-image-test >/dev/null 2>&1 || true
