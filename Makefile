@@ -1,6 +1,7 @@
 # The two commands of the README: `make run` and `make test`. Both install what is missing
 # (Debian 12 packages, as root) before building.
-.PHONY: deps build run test test-build test-tsan check-config bench format clean fuzz fuzz-build
+.PHONY: deps build run test test-build test-tsan check-config bench format clean fuzz fuzz-build \
+        image deploy-deps deploy-lint deploy-test
 
 JOBS ?= $(shell nproc)
 
@@ -18,11 +19,13 @@ test-build: deps
 	@cmake --preset test >/dev/null
 	@cmake --build --preset test -j $(JOBS)
 
-# Every shipped config must load: examples and deployment files (the Redis overlay takes its
-# password from the environment).
+# Every shipped config must load: examples and deployment files (the Redis overlay and the
+# sidecar components take their password, Redis address and app port from the environment).
 check-config: test-build
-	@REDIS_PASSWORD=check build/test/src/onceproxy --check-config conf/*.yaml \
-	  deploy/container/onceproxy.yaml deploy/kubernetes/*/onceproxy.yaml
+	@REDIS_PASSWORD=check ONCEPROXY_REDIS_ADDRESS=redis:6379 ONCEPROXY_APP_PORT=3000 \
+	  build/test/src/onceproxy --check-config conf/*.yaml \
+	  deploy/container/onceproxy.yaml deploy/kubernetes/*/onceproxy.yaml \
+	  deploy/kubernetes/components/*/onceproxy.yaml
 
 test: test-build check-config
 	@ctest --preset test -j $(JOBS)
@@ -52,8 +55,28 @@ fuzz-build:
 fuzz: fuzz-build
 	@scripts/fuzz.sh
 
+# bench/run.sh defaults to build/rel (bench/README.md's manual build); `make build` builds
+# the release preset into build/release.
 bench: build
-	@bench/run.sh
+	@BENCH_BUILD_DIR=$(CURDIR)/build/release bench/run.sh
+
+# Container images with podman (no registry needed: the debian:12 base is bootstrapped with
+# mmdebstrap when absent): localhost/onceproxy:$(IMAGE_TAG) and the test upstream beside it.
+IMAGE_TAG ?= dev
+deploy-deps:
+	@scripts/install-deps.sh deploy
+
+image: deploy-deps
+	@scripts/image.sh $(IMAGE_TAG)
+
+# Manifests: yamllint, then every Kustomize directory renders (kubectl kustomize).
+deploy-lint: deploy-deps
+	@tests/deploy/lint.sh
+
+# The images, then the Kustomize directories rendered and run as pods with `podman kube play`:
+# replay across retries and replicas, SIGTERM with a request in flight (tests/deploy/run.sh).
+deploy-test: deploy-lint image
+	@IMAGE_TAG=$(IMAGE_TAG) tests/deploy/run.sh
 
 format:
 	@git ls-files '*.cpp' '*.hpp' | xargs clang-format -i

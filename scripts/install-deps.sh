@@ -6,10 +6,17 @@ pkgs=(g++ cmake ninja-build pkg-config ccache libssl-dev openssl
       libboost1.81-dev libboost-json1.81-dev libboost-url1.81-dev libboost-system1.81-dev
       libhiredis-dev libyaml-cpp-dev doctest-dev redis-server redis-tools
       curl python3 nginx-light wrk)
-# `install-deps.sh fuzz`: also clang and its libFuzzer runtime (make fuzz).
-if [ "${1:-}" = fuzz ]; then
-  pkgs+=(clang libclang-rt-14-dev)
-fi
+# Optional groups, any number of them:
+#   fuzz    clang and its libFuzzer runtime (make fuzz)
+#   deploy  podman, buildah and mmdebstrap (make image, make deploy-test), yamllint for the
+#           manifests; kubectl is not a Debian 12 package (see deploy/README.md)
+for group in "$@"; do
+  case "$group" in
+  fuzz) pkgs+=(clang libclang-rt-14-dev) ;;
+  deploy) pkgs+=(podman buildah mmdebstrap catatonit runc uidmap yamllint) ;;
+  *) echo "install-deps.sh: unknown group '$group' (fuzz, deploy)" >&2; exit 2 ;;
+  esac
+done
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")

@@ -8,8 +8,12 @@
 #include <string>
 #include <vector>
 
+// Both come from CMake (cmake/version.cmake); the fallbacks only serve builds outside it.
 #ifndef ONCEPROXY_VERSION
 #define ONCEPROXY_VERSION "dev"
+#endif
+#ifndef ONCEPROXY_COMMIT
+#define ONCEPROXY_COMMIT "unknown"
 #endif
 
 namespace onceproxy::app {
@@ -26,7 +30,7 @@ the same idempotency key takes effect at most once and every retry gets the firs
   --config FILE        configuration to serve with (default: conf/example.yaml)
   --check-config FILE  validate one or more files, print every error, and exit
   --port-file PATH     write "LISTEN_PORT ADMIN_PORT" to PATH once the listeners are bound
-  --version            print the version
+  --version            print the version and the git commit it was built from
   --help               print this text
 )";
 
@@ -57,7 +61,7 @@ int run_cli(int argc, char** argv) {
             std::fputs(usage, stdout);
             return 0;
         } else if (a == "--version") {
-            std::printf("onceproxy %s\n", ONCEPROXY_VERSION);
+            std::printf("onceproxy %s (commit %s)\n", ONCEPROXY_VERSION, ONCEPROXY_COMMIT);
             return 0;
         } else if (a == "--config" || a == "-c") {
             const char* v = next("--config");
