@@ -27,9 +27,13 @@ check-config: test-build
 	  deploy/container/onceproxy.yaml deploy/kubernetes/*/onceproxy.yaml \
 	  deploy/kubernetes/components/*/onceproxy.yaml
 
+# Every test: unit and integration (ASan+UBSan), the ThreadSanitizer pass, then every libFuzzer
+# target briefly (TEST_FUZZ_SECONDS each; `make fuzz` runs them longer).
+TEST_FUZZ_SECONDS ?= 10
 test: test-build check-config
 	@ctest --preset test -j $(JOBS)
 	@$(MAKE) --no-print-directory test-tsan
+	@$(MAKE) --no-print-directory fuzz FUZZ_SECONDS=$(TEST_FUZZ_SECONDS)
 
 # The multi-worker suites again under ThreadSanitizer. Reports go to files (the proxies run as
 # child processes, whose stderr the tests do not read); any report fails the target.
