@@ -65,6 +65,7 @@ import tempfile
 import threading
 import time
 from collections import Counter, defaultdict
+from concurrent.futures import ThreadPoolExecutor
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -236,10 +237,12 @@ class Processes:
         wait_until(lambda: tcp_open(self.upstream_port), 10, "test upstream")
 
     def start_redis(self):
-        self.redis = self._spawn(
+        p = self._spawn(
             ["redis-server", "--port", str(self.redis_port), "--bind", "127.0.0.1", "--save", "",
              "--appendonly", "yes", "--appendfsync", "always", "--dir", self.work,
              "--logfile", os.path.join(self.work, "redis.log")], "redis.stdout")
+        with self.lock:
+            self.redis = p
         wait_until(lambda: tcp_open(self.redis_port), 10, "redis-server")
 
     def restart_redis(self, sig):
@@ -253,8 +256,7 @@ class Processes:
             old.kill()
             old.wait(timeout=5)
         time.sleep(0.5)
-        with self.lock:
-            self.start_redis()
+        self.start_redis()
 
     def write_config(self):
         path = os.path.join(self.work, "onceproxy.yaml")
@@ -285,14 +287,18 @@ class Processes:
                    timeout, f"onceproxy {name} store")
 
     def kill_proxy(self, name):
-        t0 = time.monotonic()
+        # The window is open (ends at +inf) until the new process listens, so an attempt that
+        # fails while the restart is under way is already known to have crossed the kill.
         with self.lock:
+            window = [time.monotonic(), float("inf")]
+            self.kill_windows[name].append(window)
             p = self.proxies[name]
             self.expected_exit.add(p)
             p.send_signal(signal.SIGKILL)
         p.wait(timeout=10)
         self.start_proxy(name)
-        self.kill_windows[name].append((t0, time.monotonic()))
+        with self.lock:
+            window[1] = time.monotonic()
 
     def port(self, name):
         with self.lock:
@@ -303,7 +309,8 @@ class Processes:
             return self.proxies[name].pid
 
     def killed_during(self, name, t0, t1):
-        return any(b <= t1 and e >= t0 for b, e in self.kill_windows[name])
+        with self.lock:
+            return any(b <= t1 and e >= t0 for b, e in self.kill_windows[name])
 
     def unexpected_deaths(self):
         out = []
@@ -402,7 +409,7 @@ def classify(a, procs, route):
         # Before sending (connect failure) nothing ran; after sending the outcome is unknown.
         # On a `hold` route the key is held and one retry may run after the lease.
         return code, route == "hold"
-    if a.status >= 500 and a.header("x-execution-id"):
+    if a.status >= 500 and (a.header("x-execution-id") or a.execution_id()):
         return f"released_{a.status}", True
     return f"other_{a.status}:{code}", False
 
@@ -592,7 +599,7 @@ def upload_body():
 def prepare_upload():
     global _UPLOAD, UPLOAD_FNV
     rng = random.Random(7)
-    _UPLOAD = bytes(rng.getrandbits(8) for _ in range(UPLOAD_BYTES))
+    _UPLOAD = rng.randbytes(UPLOAD_BYTES)
     UPLOAD_FNV = fnv1a(_UPLOAD)
 
 
@@ -696,14 +703,21 @@ def verify(load, procs, ledger):
     procs.wait_store_ready("B")
     keys = list(ledger.keys)
     deadline = time.monotonic() + 60 + len(keys) * 0.05
-    unsettled = 0
-    for key in keys:
+    unsettled = Counter()
+
+    def settle(key):
         a, label = final_answer(load, key, random.choice("AB"), deadline)
         if label in ("in_progress", "store_unavailable", "refused"):
-            unsettled += 1
+            with ledger.lock:
+                unsettled["n"] += 1
+
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(settle, keys))
+    unsettled = unsettled["n"]
     # Every key whose first answer was `stored` replays, from both proxies, with the same answer.
-    replay_checked = 0
-    for key in keys:
+    replay_checked = Counter()
+
+    def check_replays(key):
         with ledger.lock:
             atts = list(ledger.attempts[key])
         stored = [x for x in atts if x["label"] == "stored" and not x["mismatch"]]
@@ -711,16 +725,21 @@ def verify(load, procs, ledger):
             ledger.violation(f"key {key}: answered `stored` {len(stored)} times "
                              f"(execution ids {[x['eid'] for x in stored]})")
         if not stored:
-            continue
+            return
         first = stored[0]
         for proxy in ("A", "B"):
             a, label = final_answer(load, key, proxy, time.monotonic() + 10)
-            replay_checked += 1
+            with ledger.lock:
+                replay_checked["n"] += 1
             if label != "replayed" or a.status != first["status"] or a.execution_id() != first["eid"]:
                 ledger.violation(
                     f"key {key}: stored {first['status']} execution {first['eid']} at "
                     f"{first['t0'] - T0:.1f}s via {first['proxy']}, but proxy {proxy} now answers "
                     f"{label} {a.status} execution {a.execution_id()}")
+
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(check_replays, keys))
+    replay_checked = replay_checked["n"]
     counts = json.loads(fetch(procs.upstream_port, "GET", "/__counts").body)["keys"]
     executions = Counter()
     exempted_keys = 0
