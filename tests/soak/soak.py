@@ -743,6 +743,7 @@ def verify(load, procs, ledger):
     counts = json.loads(fetch(procs.upstream_port, "GET", "/__counts").body)["keys"]
     executions = Counter()
     exempted_keys = 0
+    exempt_reasons = Counter()
     for key in keys:
         n = counts.get(key, 0)
         executions[min(n, 3)] += 1
@@ -756,6 +757,7 @@ def verify(load, procs, ledger):
         allowed = 1 + len(unknown)
         if unknown and n > 1:
             exempted_keys += 1
+            exempt_reasons[f"{route}: " + "+".join(sorted({x['label'] for x in unknown}))] += 1
         if n > allowed:
             hist = "; ".join(f"{x['t0'] - T0:.2f}-{x['t1'] - T0:.2f}s {x['proxy']} {x['label']}"
                              f"{' (other body)' if x['mismatch'] else ''} eid={x['eid']}"
@@ -764,6 +766,7 @@ def verify(load, procs, ledger):
                              f"allowed; attempts: {hist}")
     return {"keys": len(keys), "replays_checked": replay_checked, "unsettled": unsettled,
             "executions": executions, "exempted_keys": exempted_keys,
+            "exempt_reasons": exempt_reasons,
             "total_executions": json.loads(fetch(procs.upstream_port, "GET", "/__counts").body)["total"]}
 
 
@@ -861,6 +864,8 @@ def main():
     print(f"executions per key: 0: {ex[0]}, 1: {ex[1]}, 2: {ex[2]}, 3+: {ex[3]}; keys with a second "
           f"execution after an unknown outcome (legal): {result['exempted_keys']}; upstream total "
           f"executions {result['total_executions']}")
+    for k, v in sorted(result["exempt_reasons"].items()):
+        print(f"  second execution after {k:44} {v}")
     print("RSS series (VmRSS):")
     print("\n".join(rss_lines))
     if ledger.violations:
