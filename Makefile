@@ -1,7 +1,7 @@
 # The two commands of the README: `make run` and `make test`. Both install what is missing
 # (Debian 12 packages, as root) before building.
-.PHONY: deps build run test test-build test-tsan check-config bench format clean fuzz fuzz-build \
-        image deploy-deps deploy-lint deploy-test
+.PHONY: deps build run test test-build test-tsan check-config bench soak soak-short format clean \
+        fuzz fuzz-build image deploy-deps deploy-lint deploy-test
 
 JOBS ?= $(shell nproc)
 
@@ -81,6 +81,16 @@ deploy-lint: deploy-deps
 # replay across retries and replicas, SIGTERM with a request in flight (tests/deploy/run.sh).
 deploy-test: deploy-lint image
 	@IMAGE_TAG=$(IMAGE_TAG) tests/deploy/run.sh
+
+# Mixed traffic with faults (proxy SIGKILL, Redis restarts, upstream resets and stalls) through
+# two proxies sharing one Redis, then checks at-most-once, replays and flat RSS
+# (tests/soak/README.md). SOAK_SECONDS (default 600) sets the load time; CI runs soak-short.
+SOAK_SECONDS ?= 600
+soak: build
+	@SOAK_SECONDS=$(SOAK_SECONDS) python3 tests/soak/soak.py --build build/release
+
+soak-short: build
+	@SOAK_SECONDS=60 SOAK_FAULT_INTERVAL=10 python3 tests/soak/soak.py --build build/release
 
 format:
 	@git ls-files '*.cpp' '*.hpp' | xargs clang-format -i

@@ -1,0 +1,881 @@
+#!/usr/bin/env python3
+"""Soak test: mixed traffic with faults through two onceproxy processes sharing one Redis.
+
+Usage: tests/soak/soak.py [--build build/release] [--seconds N]   (Python 3 standard library only)
+Environment: SOAK_SECONDS (default 600), SOAK_FAULT_INTERVAL (seconds between scheduled faults,
+default 15), SOAK_CLIENTS (client threads, default 6), SOAK_KEEP=1 keeps the work directory.
+
+It starts a test upstream, a redis-server (append-only file, fsync on every write, so a restart
+loses nothing it acknowledged) and two onceproxy processes (A and B, one worker each, lease 2 s,
+upstream timeout 1 s), all on 127.0.0.1, then for SOAK_SECONDS drives:
+
+  plain      GET and POST on an unguarded route
+  first      a guarded POST with a new key (routes /pay/hold: on_upstream_uncertain hold,
+             /pay/strict: on_upstream_uncertain fail), then the client's retry on the other proxy
+  conflict   the same new key sent concurrently to A and B
+  mismatch   a used key sent again with another body (422 expected, never an execution)
+  download   GET of 8 MiB (X-Test-Body-Bytes), content checked byte for byte
+  upload     POST of 3 MiB, the upstream's byte count and FNV-1a checked
+
+and injects faults: on a schedule, SIGKILL of proxy A or B (restarted at once) and Redis restarts
+(SIGTERM or SIGKILL, alternately; back on the same port after ~0.5 s); per request, at random,
+upstream resets after the request was sent (X-Test-Drop, X-Test-Drop-After-Ms), stalls beyond the
+upstream timeout (X-Test-Delay-Ms), malformed answers (X-Test-Malformed) and released 500s.
+
+After the load it stops the faults, waits for the leases to lapse, and retries every guarded key
+until it gets a final answer (as a client would), then asserts (exit 1 on any violation):
+
+1. At most once (SPEC §8, §2). For each key, the upstream's execution count (GET /__counts) is at
+   most 1 + U, where U is the number of attempts for that key, made before its first `stored`
+   answer, whose outcome the contract leaves unknown and after which one more execution is legal:
+     - the proxy serving it was SIGKILLed during the attempt (the lease lapses, one retry runs);
+     - on a `hold` route: 502/504 upstream.* (reset/stall/bad answer after sending: held, then one
+       retry may run);
+     - a 5xx from the upstream itself (released by the `release` list: a retry runs again);
+     - `Idempotency-Status: unrecorded` (the record may never land: `record_failed`).
+   On the `fail` route an upstream reset or stall is NOT an exemption: it must be recorded as
+   502 upstream.outcome_unknown and never run again. A connection error from a proxy that was not
+   killed is not an exemption either (the proxy must still record or release, SPEC §1.7).
+   Keys that only ever got conclusive answers (stored, replayed, 409, 422, 503 store_unavailable,
+   502 upstream.unavailable before sending) must have executed at most once. A mismatch never
+   executes.
+2. No record lost. Every key whose first answer was `stored` replays afterwards, from both A and
+   B, with the same status and the same `execution_id`; no key is ever answered `stored` twice.
+3. RSS flat. VmRSS of each proxy is sampled every 0.5 s from /proc/PID/status; a restarted proxy
+   starts a new series. For each series with at least RSS_MIN_SAMPLES samples after a warm-up of
+   RSS_WARMUP seconds, the mean of its last quarter must not exceed the mean of its first quarter
+   by more than RSS_MARGIN (10 %) + RSS_SLACK_KIB (4 MiB): allocator noise, pool and buffer
+   growth to the steady state, not a leak (a leak grows with the number of requests).
+4. Nothing crashed: every process that was not killed on purpose is alive at the end, and every
+   plain, download and upload answer that did not cross a fault was correct.
+"""
+
+import argparse
+import hashlib
+import http.client
+import json
+import os
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter, defaultdict
+from concurrent.futures import ThreadPoolExecutor
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+LEASE_S = 2.0
+UPSTREAM_TIMEOUT_S = 1.0
+CLIENT_TIMEOUT_S = 15.0
+DOWNLOAD_BYTES = 8 << 20
+UPLOAD_BYTES = 3 << 20
+RSS_WARMUP = 5.0
+RSS_MIN_SAMPLES = 20
+RSS_MARGIN = 0.10
+RSS_SLACK_KIB = 4096
+
+CONFIG = """\
+# onceproxy configuration of tests/soak/soak.py (written per run).
+listen: 127.0.0.1:0
+admin:
+  listen: 127.0.0.1:0
+workers: 1
+access_log: false
+upstreams:
+  app:
+    url: http://127.0.0.1:{upstream_port}
+    connect_timeout: 500ms
+    timeout: 1s
+store:
+  type: redis
+  redis:
+    url: "redis://127.0.0.1:{redis_port}/0"
+    connect_timeout: 500ms
+    command_timeout: 250ms
+defaults:
+  ttl: 1h
+  lease: 2s
+routes:
+  - name: hold
+    match: {{ methods: [POST], prefix: /pay/hold }}
+    upstream: app
+    idempotency: {{ mode: required, on_upstream_uncertain: hold }}
+  - name: strict
+    match: {{ methods: [POST], prefix: /pay/strict }}
+    upstream: app
+    idempotency: {{ mode: required, on_upstream_uncertain: fail }}
+  - name: bulk
+    match: {{ prefix: /bulk/ }}
+    upstream: app
+    limits: {{ max_request_bytes: none, max_response_bytes: none }}
+  - name: plain
+    match: {{ prefix: / }}
+    upstream: app
+"""
+
+
+def log(msg):
+    print(f"[soak] {msg}", file=sys.stderr, flush=True)
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def wait_until(pred, timeout, what):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return
+        time.sleep(0.05)
+    raise RuntimeError(f"{what} not ready within {timeout} s")
+
+
+def tcp_open(port):
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+class Answer:
+    """One HTTP exchange as the client saw it."""
+
+    __slots__ = ("status", "headers", "body", "error", "t0", "t1", "proxy")
+
+    def __init__(self):
+        self.status = None
+        self.headers = {}
+        self.body = b""
+        self.error = None
+        self.t0 = self.t1 = 0.0
+        self.proxy = None
+
+    def header(self, name):
+        return self.headers.get(name.lower())
+
+    def json(self):
+        try:
+            return json.loads(self.body)
+        except ValueError:
+            return None
+
+    def code(self):
+        j = self.json()
+        return j.get("code") if isinstance(j, dict) else None
+
+    def execution_id(self):
+        j = self.json()
+        return j.get("execution_id") if isinstance(j, dict) else None
+
+
+def fetch(port, method, path, headers=None, body=None, timeout=CLIENT_TIMEOUT_S, read_limit=None):
+    a = Answer()
+    a.t0 = time.monotonic()
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        conn.request(method, path, body=body, headers=headers or {})
+        r = conn.getresponse()
+        a.status = r.status
+        a.headers = {k.lower(): v for k, v in r.getheaders()}
+        a.body = r.read() if read_limit is None else r.read(read_limit)
+    except (OSError, http.client.HTTPException) as e:
+        a.status = None
+        a.error = type(e).__name__
+    finally:
+        conn.close()
+        a.t1 = time.monotonic()
+    return a
+
+
+# ---------------------------------------------------------------------------------------------
+# Processes
+
+
+class Processes:
+    def __init__(self, build, work):
+        self.work = work
+        self.proxy_bin = os.path.join(build, "src", "onceproxy")
+        self.upstream_bin = os.path.join(build, "tools", "test_upstream", "onceproxy_test_upstream")
+        for b in (self.proxy_bin, self.upstream_bin):
+            if not os.access(b, os.X_OK):
+                raise SystemExit(f"[soak] no {b}: build it (make build)")
+        if not shutil.which("redis-server"):
+            raise SystemExit("[soak] redis-server is not installed (scripts/install-deps.sh)")
+        self.lock = threading.Lock()
+        self.upstream = None
+        self.upstream_port = None
+        self.redis = None
+        self.redis_port = free_port()
+        self.proxies = {}  # name -> Popen
+        self.ports = {}  # name -> (port, admin)
+        self.kill_windows = defaultdict(list)  # name -> [(t_begin, t_end)]
+        self.expected_exit = set()  # Popen objects stopped on purpose
+        self.logs = []
+
+    def _spawn(self, argv, logname):
+        f = open(os.path.join(self.work, logname), "ab")
+        self.logs.append(f)
+        return subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+
+    def start_upstream(self):
+        pf = os.path.join(self.work, "upstream.port")
+        self.upstream = self._spawn([self.upstream_bin, "--listen", "127.0.0.1:0", "--threads", "2",
+                                     "--port-file", pf], "upstream.log")
+        wait_until(lambda: os.path.exists(pf) and os.path.getsize(pf) > 0, 10, "test upstream")
+        self.upstream_port = int(open(pf).read().split()[0])
+        wait_until(lambda: tcp_open(self.upstream_port), 10, "test upstream")
+
+    def start_redis(self):
+        p = self._spawn(
+            ["redis-server", "--port", str(self.redis_port), "--bind", "127.0.0.1", "--save", "",
+             "--appendonly", "yes", "--appendfsync", "always", "--dir", self.work,
+             "--logfile", os.path.join(self.work, "redis.log")], "redis.stdout")
+        with self.lock:
+            self.redis = p
+        wait_until(lambda: tcp_open(self.redis_port), 10, "redis-server")
+
+    def restart_redis(self, sig):
+        with self.lock:
+            old = self.redis
+            self.expected_exit.add(old)
+            old.send_signal(sig)
+        try:
+            old.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            old.kill()
+            old.wait(timeout=5)
+        time.sleep(0.5)
+        self.start_redis()
+
+    def write_config(self):
+        path = os.path.join(self.work, "onceproxy.yaml")
+        with open(path, "w") as f:
+            f.write(CONFIG.format(upstream_port=self.upstream_port, redis_port=self.redis_port))
+        return path
+
+    def start_proxy(self, name):
+        pf = os.path.join(self.work, f"proxy-{name}.port")
+        if os.path.exists(pf):
+            os.unlink(pf)
+        p = self._spawn([self.proxy_bin, "--config", os.path.join(self.work, "onceproxy.yaml"),
+                         "--port-file", pf], f"proxy-{name}.log")
+        wait_until(lambda: (os.path.exists(pf) and os.path.getsize(pf) > 0) or p.poll() is not None,
+                   10, f"onceproxy {name}")
+        if p.poll() is not None:
+            raise RuntimeError(f"onceproxy {name} exited at start-up (see {self.work})")
+        port, admin = (int(x) for x in open(pf).read().split()[:2])
+        wait_until(lambda: tcp_open(port), 10, f"onceproxy {name}")
+        with self.lock:
+            self.proxies[name] = p
+            self.ports[name] = (port, admin)
+        return p
+
+    def wait_store_ready(self, name, timeout=10):
+        admin = self.ports[name][1]
+        wait_until(lambda: b"store: answering" in fetch(admin, "GET", "/readyz", timeout=1).body,
+                   timeout, f"onceproxy {name} store")
+
+    def kill_proxy(self, name):
+        # The window is open (ends at +inf) until the new process listens, so an attempt that
+        # fails while the restart is under way is already known to have crossed the kill.
+        with self.lock:
+            window = [time.monotonic(), float("inf")]
+            self.kill_windows[name].append(window)
+            p = self.proxies[name]
+            self.expected_exit.add(p)
+            p.send_signal(signal.SIGKILL)
+        p.wait(timeout=10)
+        self.start_proxy(name)
+        with self.lock:
+            window[1] = time.monotonic()
+
+    def port(self, name):
+        with self.lock:
+            return self.ports[name][0]
+
+    def pid(self, name):
+        with self.lock:
+            return self.proxies[name].pid
+
+    def killed_during(self, name, t0, t1):
+        with self.lock:
+            return any(b <= t1 and e >= t0 for b, e in self.kill_windows[name])
+
+    def unexpected_deaths(self):
+        out = []
+        with self.lock:
+            procs = [("upstream", self.upstream), ("redis", self.redis)] + list(self.proxies.items())
+            for what, p in procs:
+                if p.poll() is not None and p not in self.expected_exit:
+                    out.append(f"{what} (pid {p.pid}) exited with {p.returncode}")
+        return out
+
+    def stop_all(self):
+        with self.lock:
+            procs = [self.upstream, self.redis] + list(self.proxies.values())
+        for p in procs:
+            if p is not None and p.poll() is None:
+                p.terminate()
+        deadline = time.monotonic() + 5
+        for p in procs:
+            if p is None:
+                continue
+            try:
+                p.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait(timeout=5)
+        for f in self.logs:
+            f.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# Bookkeeping
+
+
+class Ledger:
+    """Every guarded attempt per key, the outcomes, the faults, the violations."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.keys = {}  # key -> dict(path, body, route)
+        self.attempts = defaultdict(list)  # key -> [(t0, t1, proxy, label, answer-summary)]
+        self.outcomes = Counter()
+        self.faults = Counter()
+        self.violations = []
+        self.anomalies = Counter()
+
+    def new_key(self, key, route, path, body):
+        with self.lock:
+            self.keys[key] = {"route": route, "path": path, "body": body}
+
+    def add(self, key, a, label, mismatch=False):
+        with self.lock:
+            self.outcomes[label] += 1
+            if key is not None:
+                self.attempts[key].append({"t0": a.t0, "t1": a.t1, "proxy": a.proxy, "label": label,
+                                           "status": a.status, "eid": a.execution_id()
+                                           if a.status else None, "mismatch": mismatch,
+                                           "body": hashlib.sha256(a.body).hexdigest()})
+
+    def count(self, label):
+        with self.lock:
+            self.outcomes[label] += 1
+
+    def fault(self, what):
+        with self.lock:
+            self.faults[what] += 1
+
+    def violation(self, msg):
+        with self.lock:
+            self.violations.append(msg)
+        log("VIOLATION: " + msg)
+
+
+def classify(a, procs, route):
+    """Label of a guarded answer, and whether it leaves the outcome unknown (an exemption)."""
+    if a.status is None:
+        if procs.killed_during(a.proxy, a.t0, a.t1):
+            return "proxy_killed", True
+        if a.error == "ConnectionRefusedError":
+            return "refused", False
+        return "transport_error:" + str(a.error), False
+    st = a.header("idempotency-status")
+    code = a.code()
+    if st == "unrecorded":
+        return "unrecorded", True
+    if st in ("stored", "replayed"):
+        return st, False
+    if a.status == 409 and code == "idempotency.in_progress":
+        return "in_progress", False
+    if a.status == 422 and code == "idempotency.payload_mismatch":
+        return "mismatch", False
+    if a.status == 503 and code == "idempotency.store_unavailable":
+        return "store_unavailable", False
+    if a.status == 502 and code == "upstream.outcome_unknown":
+        return "outcome_unknown", False
+    if a.status in (502, 504) and code and code.startswith("upstream."):
+        # Before sending (connect failure) nothing ran; after sending the outcome is unknown.
+        # On a `hold` route the key is held and one retry may run after the lease.
+        return code, route == "hold"
+    if a.status >= 500 and (a.header("x-execution-id") or a.execution_id()):
+        return f"released_{a.status}", True
+    return f"other_{a.status}:{code}", False
+
+
+# ---------------------------------------------------------------------------------------------
+# Load
+
+
+class Load:
+    def __init__(self, procs, ledger, seed):
+        self.procs = procs
+        self.ledger = ledger
+        self.stop = threading.Event()
+        self.seq = 0
+        self.seq_lock = threading.Lock()
+        self.rng_seed = seed
+        self.plain = Counter()
+
+    def next_key(self, route):
+        with self.seq_lock:
+            self.seq += 1
+            n = self.seq
+        return f"soak-{self.rng_seed}-{route}-{n}"
+
+    def guarded(self, key, proxy, extra=None, body=None):
+        info = self.ledger.keys[key]
+        headers = {"Idempotency-Key": key, "Content-Type": "application/json"}
+        if extra:
+            headers.update(extra)
+        a = fetch(self.procs.port(proxy), "POST", info["path"], headers,
+                 (body or info["body"]).encode())
+        a.proxy = proxy
+        return a
+
+    def record(self, key, a, mismatch=False):
+        route = self.ledger.keys[key]["route"]
+        label, _ = classify(a, self.procs, route)
+        if mismatch:
+            label = "mismatch_attempt:" + label
+            if a.status is not None and label.endswith(("stored", "replayed")):
+                self.ledger.violation(f"key {key}: a different body was answered {label}")
+        self.ledger.add(key, a, label, mismatch)
+        if label.startswith("transport_error") or label.startswith("other_"):
+            self.ledger.count("anomaly " + label)
+        return label
+
+    def fault_headers(self, rng):
+        x = rng.random()
+        if x < 0.03:
+            self.ledger.fault("upstream reset after send (X-Test-Drop)")
+            return {"X-Test-Drop": "1"}
+        if x < 0.05:
+            self.ledger.fault("upstream reset after 200 ms (X-Test-Drop-After-Ms)")
+            return {"X-Test-Drop-After-Ms": "200"}
+        if x < 0.07:
+            self.ledger.fault("upstream stall beyond timeout (X-Test-Delay-Ms 1500)")
+            return {"X-Test-Delay-Ms": "1500"}
+        if x < 0.08:
+            self.ledger.fault("upstream malformed answer (X-Test-Malformed)")
+            return {"X-Test-Malformed": "1"}
+        if x < 0.10:
+            self.ledger.fault("upstream 500 (released)")
+            return {"X-Test-Status": "500"}
+        return None
+
+    def scenario_first(self, rng):
+        route = rng.choice(["hold", "strict"])
+        key = self.next_key(route)
+        body = json.dumps({"amount": rng.randint(1, 10000), "currency": "EUR", "k": key})
+        self.ledger.new_key(key, route, f"/pay/{route}/{rng.randint(1, 50)}", body)
+        a, b = rng.sample(["A", "B"], 2)
+        l1 = self.record(key, self.guarded(key, a, self.fault_headers(rng)))
+        # The client's retry, on the other proxy, without any fault header.
+        l2 = self.record(key, self.guarded(key, b))
+        # Another body under a key that is recorded: 422, never an execution.
+        if rng.random() < 0.3 and {l1, l2} & {"stored", "replayed"}:
+            mb = json.dumps({"amount": -1, "currency": "USD", "k": key})
+            self.record(key, self.guarded(key, rng.choice("AB"), body=mb), mismatch=True)
+
+    def scenario_conflict(self, rng):
+        route = rng.choice(["hold", "strict"])
+        key = self.next_key(route)
+        body = json.dumps({"amount": rng.randint(1, 10000), "currency": "EUR", "k": key})
+        self.ledger.new_key(key, route, f"/pay/{route}/c", body)
+        extra = {"X-Test-Delay-Ms": "100"}  # widen the window so the duplicates overlap
+        answers = [None] * 4
+        def go(i):
+            answers[i] = self.guarded(key, "AB"[i % 2], extra)
+        ts = [threading.Thread(target=go, args=(i,)) for i in range(4)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join(CLIENT_TIMEOUT_S + 5)
+        labels = [self.record(key, x) for x in answers if x is not None]
+        if labels.count("stored") > 1:
+            self.ledger.violation(f"key {key}: {labels.count('stored')} concurrent duplicates stored")
+
+    def scenario_plain(self, rng):
+        p = rng.choice("AB")
+        port = self.procs.port(p)
+        x = rng.random()
+        if x < 0.05:
+            self.ledger.fault("upstream reset on a plain request")
+            a = fetch(port, "GET", "/plain/reset", {"X-Test-Drop": "1"})
+            a.proxy = p
+            ok = a.status is None or a.status >= 500
+            kind = "plain_reset"
+        elif x < 0.5:
+            a = fetch(port, "GET", f"/plain/{rng.randint(1, 1000)}")
+            a.proxy = p
+            ok = a.status == 200 and a.execution_id() is not None
+            kind = "plain_get"
+        else:
+            body = os.urandom(rng.randint(0, 4096))
+            a = fetch(port, "POST", "/plain/post", {"Content-Type": "application/octet-stream"}, body)
+            a.proxy = p
+            j = a.json() if a.status == 200 else None
+            ok = isinstance(j, dict) and j.get("body_bytes") == len(body)
+            kind = "plain_post"
+        self.plain_result(kind, a, ok)
+
+    def scenario_download(self, rng):
+        p = rng.choice("AB")
+        a = fetch(self.procs.port(p), "GET", "/bulk/download",
+                 {"X-Test-Body-Bytes": str(DOWNLOAD_BYTES)})
+        a.proxy = p
+        ok = a.status == 200 and len(a.body) == DOWNLOAD_BYTES and a.body == expected_pattern()
+        self.plain_result("download", a, ok)
+        a.body = b""
+
+    def scenario_upload(self, rng):
+        p = rng.choice("AB")
+        body = upload_body()
+        a = fetch(self.procs.port(p), "POST", "/bulk/upload",
+                 {"Content-Type": "application/octet-stream"}, body)
+        a.proxy = p
+        j = a.json() if a.status == 200 else None
+        ok = (isinstance(j, dict) and j.get("body_bytes") == len(body)
+              and j.get("body_fnv1a") == UPLOAD_FNV)
+        self.plain_result("upload", a, ok)
+
+    def plain_result(self, kind, a, ok):
+        if ok:
+            self.ledger.count(f"{kind}:ok")
+            return
+        if a.status is None and (self.procs.killed_during(a.proxy, a.t0, a.t1)
+                                 or a.error == "ConnectionRefusedError"):
+            self.ledger.count(f"{kind}:proxy_down")
+            return
+        label = f"{kind}:bad({a.status or a.error})"
+        self.ledger.count(label)
+        self.ledger.violation(f"{kind} through proxy {a.proxy}: status {a.status} error {a.error} "
+                              f"body {a.body[:200]!r}")
+
+    def client(self, idx):
+        rng = random.Random(self.rng_seed * 1000 + idx)
+        scenarios = ([self.scenario_first] * 8 + [self.scenario_plain] * 6 +
+                     [self.scenario_conflict] * 2 + [self.scenario_download, self.scenario_upload])
+        while not self.stop.is_set():
+            rng.choice(scenarios)(rng)
+
+
+_PATTERN = None
+_UPLOAD = None
+UPLOAD_FNV = None
+
+
+def expected_pattern():
+    global _PATTERN
+    if _PATTERN is None:
+        unit = bytes(ord("a") + i for i in range(26))
+        _PATTERN = (unit * (DOWNLOAD_BYTES // 26 + 1))[:DOWNLOAD_BYTES]
+    return _PATTERN
+
+
+def fnv1a(data):
+    h = 0xcbf29ce484222325
+    for b in data:
+        h = ((h ^ b) * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
+    return f"{h:016x}"
+
+
+def upload_body():
+    return _UPLOAD
+
+
+def prepare_upload():
+    global _UPLOAD, UPLOAD_FNV
+    rng = random.Random(7)
+    _UPLOAD = rng.randbytes(UPLOAD_BYTES)
+    UPLOAD_FNV = fnv1a(_UPLOAD)
+
+
+# ---------------------------------------------------------------------------------------------
+# Faults and RSS
+
+
+def fault_loop(procs, ledger, stop, interval):
+    cycle = ["kill A", "redis", "kill B", "redis"]
+    i = 0
+    redis_sigs = [signal.SIGTERM, signal.SIGKILL]
+    n_redis = 0
+    while not stop.wait(interval):
+        what = cycle[i % len(cycle)]
+        i += 1
+        try:
+            if what.startswith("kill"):
+                name = what[-1]
+                log(f"fault: SIGKILL proxy {name}")
+                procs.kill_proxy(name)
+                ledger.fault(f"proxy {name} SIGKILL + restart")
+            else:
+                sig = redis_sigs[n_redis % 2]
+                n_redis += 1
+                log(f"fault: redis restart ({signal.Signals(sig).name})")
+                procs.restart_redis(sig)
+                ledger.fault(f"redis restart ({signal.Signals(sig).name})")
+        except Exception as e:  # noqa: BLE001 - a failed restart is itself a finding
+            ledger.violation(f"fault '{what}' failed: {e}")
+            return
+
+
+def rss_kib(pid):
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+def rss_loop(procs, stop, series):
+    """series: name -> list of (pid, start_time, [(t, kib)])."""
+    while not stop.wait(0.5):
+        now = time.monotonic()
+        for name in ("A", "B"):
+            pid = procs.pid(name)
+            kib = rss_kib(pid)
+            if kib is None:
+                continue
+            runs = series[name]
+            if not runs or runs[-1][0] != pid:
+                runs.append((pid, now, []))
+            runs[-1][2].append((now, kib))
+
+
+def judge_rss(series, ledger):
+    lines = []
+    for name in ("A", "B"):
+        for pid, start, samples in series[name]:
+            warm = [k for t, k in samples if t - start >= RSS_WARMUP]
+            if len(warm) < RSS_MIN_SAMPLES:
+                lines.append(f"  proxy {name} pid {pid}: {len(samples)} samples, "
+                             f"too short to judge (< {RSS_MIN_SAMPLES} after warm-up)")
+                continue
+            q = max(1, len(warm) // 4)
+            first = sum(warm[:q]) / q
+            last = sum(warm[-q:]) / q
+            limit = first * (1 + RSS_MARGIN) + RSS_SLACK_KIB
+            verdict = "flat" if last <= limit else "GROWING"
+            lines.append(f"  proxy {name} pid {pid}: {len(warm)} samples after warm-up, "
+                         f"first quarter {first / 1024:.1f} MiB, last quarter {last / 1024:.1f} MiB"
+                         f", max {max(warm) / 1024:.1f} MiB, limit {limit / 1024:.1f} MiB: {verdict}")
+            if last > limit:
+                ledger.violation(f"RSS of proxy {name} (pid {pid}) grew from {first:.0f} KiB to "
+                                 f"{last:.0f} KiB (limit {limit:.0f} KiB)")
+    return lines
+
+
+# ---------------------------------------------------------------------------------------------
+# Verification
+
+
+def final_answer(load, key, proxy, deadline):
+    """Retries `key` on `proxy` until a final answer (not 409/503/refused), bounded in time."""
+    while True:
+        a = load.guarded(key, proxy)
+        label = load.record(key, a)
+        if label not in ("in_progress", "store_unavailable", "refused") or time.monotonic() > deadline:
+            return a, label
+        ra = a.header("retry-after")
+        time.sleep(min(float(ra) if ra and ra.isdigit() else 0.3, 1.0))
+
+
+def verify(load, procs, ledger):
+    log("verification: leases lapse, every key is retried until it has a final answer")
+    time.sleep(LEASE_S + 0.5)
+    procs.wait_store_ready("A")
+    procs.wait_store_ready("B")
+    keys = list(ledger.keys)
+    deadline = time.monotonic() + 60 + len(keys) * 0.05
+    unsettled = Counter()
+
+    def settle(key):
+        a, label = final_answer(load, key, random.choice("AB"), deadline)
+        if label in ("in_progress", "store_unavailable", "refused"):
+            with ledger.lock:
+                unsettled["n"] += 1
+
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(settle, keys))
+    unsettled = unsettled["n"]
+    # Every key whose first answer was `stored` replays, from both proxies, with the same answer.
+    replay_checked = Counter()
+
+    def check_replays(key):
+        with ledger.lock:
+            atts = list(ledger.attempts[key])
+        stored = [x for x in atts if x["label"] == "stored" and not x["mismatch"]]
+        if len(stored) > 1:
+            ledger.violation(f"key {key}: answered `stored` {len(stored)} times "
+                             f"(execution ids {[x['eid'] for x in stored]})")
+        if not stored:
+            return
+        first = stored[0]
+        for proxy in ("A", "B"):
+            a, label = final_answer(load, key, proxy, time.monotonic() + 10)
+            with ledger.lock:
+                replay_checked["n"] += 1
+            if label != "replayed" or a.status != first["status"] or a.execution_id() != first["eid"]:
+                ledger.violation(
+                    f"key {key}: stored {first['status']} execution {first['eid']} at "
+                    f"{first['t0'] - T0:.1f}s via {first['proxy']}, but proxy {proxy} now answers "
+                    f"{label} {a.status} execution {a.execution_id()}")
+
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(check_replays, keys))
+    replay_checked = replay_checked["n"]
+    counts = json.loads(fetch(procs.upstream_port, "GET", "/__counts").body)["keys"]
+    executions = Counter()
+    exempted_keys = 0
+    exempt_reasons = Counter()
+    for key in keys:
+        n = counts.get(key, 0)
+        executions[min(n, 3)] += 1
+        with ledger.lock:
+            atts = sorted(ledger.attempts[key], key=lambda x: x["t0"])
+        route = ledger.keys[key]["route"]
+        t_stored = next((x["t1"] for x in atts if x["label"] == "stored"), None)
+        unknown = [x for x in atts
+                   if (t_stored is None or x["t0"] < t_stored)
+                   and _exempt(x["label"], route)]
+        allowed = 1 + len(unknown)
+        if unknown and n > 1:
+            exempted_keys += 1
+            exempt_reasons[f"{route}: " + "+".join(sorted({x['label'] for x in unknown}))] += 1
+        if n > allowed:
+            hist = "; ".join(f"{x['t0'] - T0:.2f}-{x['t1'] - T0:.2f}s {x['proxy']} {x['label']}"
+                             f"{' (other body)' if x['mismatch'] else ''} eid={x['eid']}"
+                             for x in atts)
+            ledger.violation(f"key {key} (route {route}) executed {n} times, at most {allowed} "
+                             f"allowed; attempts: {hist}")
+    return {"keys": len(keys), "replays_checked": replay_checked, "unsettled": unsettled,
+            "executions": executions, "exempted_keys": exempted_keys,
+            "exempt_reasons": exempt_reasons,
+            "total_executions": json.loads(fetch(procs.upstream_port, "GET", "/__counts").body)["total"]}
+
+
+def _exempt(label, route):
+    if label in ("proxy_killed", "unrecorded") or label.startswith("released_"):
+        return True
+    return route == "hold" and label.startswith("upstream.") and label != "upstream.outcome_unknown"
+
+
+T0 = time.monotonic()
+
+
+def main():
+    global T0
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--build", default=os.path.join(REPO, "build", "release"))
+    ap.add_argument("--seconds", type=float, default=float(os.environ.get("SOAK_SECONDS", "600")))
+    ap.add_argument("--fault-interval", type=float,
+                    default=float(os.environ.get("SOAK_FAULT_INTERVAL", "15")))
+    ap.add_argument("--clients", type=int, default=int(os.environ.get("SOAK_CLIENTS", "6")))
+    ap.add_argument("--seed", type=int, default=int(os.environ.get("SOAK_SEED", str(os.getpid()))))
+    args = ap.parse_args()
+
+    work = tempfile.mkdtemp(prefix="onceproxy-soak.")
+    keep = os.environ.get("SOAK_KEEP") == "1"
+    procs = Processes(args.build, work)
+    ledger = Ledger()
+    prepare_upload()
+    started = time.monotonic()
+    try:
+        procs.start_upstream()
+        procs.start_redis()
+        procs.write_config()
+        procs.start_proxy("A")
+        procs.start_proxy("B")
+        procs.wait_store_ready("A")
+        procs.wait_store_ready("B")
+        log(f"running {args.seconds:.0f} s, {args.clients} clients, a fault every "
+            f"{args.fault_interval:.0f} s, seed {args.seed}, work dir {work}")
+        T0 = time.monotonic()
+        load = Load(procs, ledger, args.seed)
+        stop_faults = threading.Event()
+        stop_rss = threading.Event()
+        series = {"A": [], "B": []}
+        threads = [threading.Thread(target=load.client, args=(i,), daemon=True)
+                   for i in range(args.clients)]
+        fthread = threading.Thread(target=fault_loop,
+                                   args=(procs, ledger, stop_faults, args.fault_interval), daemon=True)
+        rthread = threading.Thread(target=rss_loop, args=(procs, stop_rss, series), daemon=True)
+        for t in threads + [fthread, rthread]:
+            t.start()
+        end = T0 + args.seconds
+        while time.monotonic() < end:
+            time.sleep(min(1.0, max(0.0, end - time.monotonic())))
+            for d in procs.unexpected_deaths():
+                ledger.violation(f"unexpected exit: {d}")
+                end = 0
+        stop_faults.set()
+        fthread.join(30)
+        load.stop.set()
+        for t in threads:
+            t.join(CLIENT_TIMEOUT_S * 3)
+        stop_rss.set()
+        rthread.join(5)
+        for d in procs.unexpected_deaths():
+            ledger.violation(f"unexpected exit: {d}")
+        result = verify(load, procs, ledger)
+        for d in procs.unexpected_deaths():
+            ledger.violation(f"unexpected exit: {d}")
+        rss_lines = judge_rss(series, ledger)
+    except Exception:
+        keep = True
+        raise
+    finally:
+        procs.stop_all()
+        if ledger.violations:
+            keep = True
+        if keep:
+            log(f"work directory kept: {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+
+    print("\n=== onceproxy soak summary ===")
+    print(f"duration: load {args.seconds:.0f} s, total {time.monotonic() - started:.0f} s; "
+          f"clients {args.clients}; seed {args.seed}")
+    print("requests by outcome:")
+    for k, v in sorted(ledger.outcomes.items()):
+        print(f"  {k:58} {v}")
+    print("faults injected:")
+    for k, v in sorted(ledger.faults.items()):
+        print(f"  {k:58} {v}")
+    ex = result["executions"]
+    print(f"keys checked: {result['keys']} (unsettled after the final retries: "
+          f"{result['unsettled']}); replays checked from both proxies: {result['replays_checked']}")
+    print(f"executions per key: 0: {ex[0]}, 1: {ex[1]}, 2: {ex[2]}, 3+: {ex[3]}; keys with a second "
+          f"execution after an unknown outcome (legal): {result['exempted_keys']}; upstream total "
+          f"executions {result['total_executions']}")
+    for k, v in sorted(result["exempt_reasons"].items()):
+        print(f"  second execution after {k:44} {v}")
+    print("RSS series (VmRSS):")
+    print("\n".join(rss_lines))
+    if ledger.violations:
+        print(f"FAILED: {len(ledger.violations)} violation(s):")
+        for v in ledger.violations[:50]:
+            print("  - " + v)
+        return 1
+    print("PASSED: at most once per key, no record lost, RSS flat")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
