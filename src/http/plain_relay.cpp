@@ -384,6 +384,7 @@ struct plain_relay::exchange {
             received += body.size();
             if (client.dl.fired() ||
                 (!ec && !pace.on_progress(received, body_pace::clock::now()))) {
+                relay.reg_.body_timeouts.fetch_add(1, std::memory_order_relaxed);
                 co_return make_problem(problem_code::request_timeout);
             }
             if (ec && ec != bhttp::error::need_buffer) {

@@ -212,6 +212,9 @@ struct server::impl::connection {
         p.trailer_limit(limits().max_header_bytes);
         dl.expires_after(limits().header_timeout);
         if (auto ec = co_await wire::async_read(stream, buffer, p, wire::read_until::header)) {
+            if (dl.fired()) {
+                srv.reg.header_timeouts.fetch_add(1, std::memory_order_relaxed);
+            }
             co_return read_verdict::reject(read_failure_problem(ec, "request"));
         }
         co_return check_head(p);
@@ -289,6 +292,7 @@ struct server::impl::connection {
             const auto ec = co_await wire::async_read(stream, buffer, p, wire::read_until::some);
             if (dl.fired() ||
                 (!ec && !pace.on_progress(p.get().body().size(), body_pace::clock::now()))) {
+                srv.reg.body_timeouts.fetch_add(1, std::memory_order_relaxed);
                 co_return make_problem(problem_code::request_timeout);
             }
             if (ec) {

@@ -122,6 +122,12 @@ std::string registry::render() const {
            "Access-log lines dropped because the log writer's buffer was full (stdout slower "
            "than the requests).",
            {{"", get(access_log_dropped)}});
+    family(
+        "onceproxy_client_timeouts_total", "counter",
+        "Client connections cut by a read limit: a header not received within "
+        "limits.header_timeout, or a request body stalled for limits.body_timeout or below "
+        "limits.min_body_rate (408).",
+        {{"{phase=\"header\"}", get(header_timeouts)}, {"{phase=\"body\"}", get(body_timeouts)}});
     return out;
 }
 

@@ -540,6 +540,8 @@ TEST_SUITE("hostile input") {
         }
         CHECK(p.upstream.count("stall") == 0);
         CHECK(p.upstream.count("trickle") == 0);
+        CHECK(metric(p.proxy.admin("/metrics").body,
+                     "onceproxy_client_timeouts_total{phase=\"body\"}") == 4);
     }
 
     TEST_CASE("max_requests_per_connection: the last answer says Connection: close") {

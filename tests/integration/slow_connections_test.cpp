@@ -127,6 +127,11 @@ TEST_CASE("1,000 slowloris connections: others are served, memory is bounded, al
         std::this_thread::sleep_for(200ms);
     }
     CHECK(closed == slow_clients);
+    const auto metrics = proxy.admin("/metrics").body;
+    const std::string series = "onceproxy_client_timeouts_total{phase=\"header\"} ";
+    const auto pos = metrics.find(series);
+    REQUIRE(pos != std::string::npos);
+    CHECK(std::stoul(metrics.substr(pos + series.size())) >= slow_clients);
     for (const int fd : fds) {
         ::close(fd);
     }

@@ -76,6 +76,8 @@ public:
     std::atomic<std::uint64_t> tunnels_total{0};       ///< upgraded connections (101), ever
     std::atomic<std::int64_t> tunnels_open{0};         ///< upgraded connections open now
     std::atomic<std::uint64_t> access_log_dropped{0};  ///< lines the log writer had no room for
+    std::atomic<std::uint64_t> header_timeouts{0};     ///< connections cut at limits.header_timeout
+    std::atomic<std::uint64_t> body_timeouts{0};       ///< request bodies cut (408 request.timeout)
 
     /// Prometheus text exposition format 0.0.4.
     std::string render() const;

@@ -45,6 +45,7 @@ TEST_CASE("metrics: the exposed metric families are stable") {
                                   "# TYPE onceproxy_tunnels_total counter",
                                   "# TYPE onceproxy_tunnels_open gauge",
                                   "# TYPE onceproxy_access_log_dropped_total counter",
+                                  "# TYPE onceproxy_client_timeouts_total counter",
                               });
 }
 
