@@ -331,6 +331,7 @@ private:
         set(limits.idle_timeout, w_.positive_duration(w_.get(f, "idle_timeout")));
         set(limits.shutdown_delay, w_.duration_or_zero(w_.get(f, "shutdown_delay")));
         drain_timeout_mark_ = w_.get(f, "drain_timeout");
+        drain_timeout_given_ = drain_timeout_mark_.present();
         set(limits.drain_timeout, w_.positive_duration(drain_timeout_mark_));
     }
 
@@ -351,7 +352,7 @@ private:
         }
         // With drain_timeout absent (the default) the upstream's timeout is what was raised.
         const yaml_field& blame =
-            drain_timeout_mark_.present() || longest_index >= upstream_timeout_marks_.size()
+            drain_timeout_given_ || longest_index >= upstream_timeout_marks_.size()
                 ? drain_timeout_mark_
                 : upstream_timeout_marks_[longest_index];
         w_.error(blame, "drain_timeout " + format_duration(cfg.limits.drain_timeout) +
@@ -902,6 +903,7 @@ private:
     yaml_walker w_;
     yaml_field admin_listen_mark_;
     yaml_field drain_timeout_mark_;
+    bool drain_timeout_given_ = false; ///< a default yaml_field counts as present: track it here
     std::vector<yaml_field> upstream_timeout_marks_; ///< one per upstream, in order
     yaml_field upstream_check_name_;
 };
