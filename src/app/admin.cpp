@@ -48,6 +48,7 @@ struct admin_server::impl : std::enable_shared_from_this<impl> {
     std::atomic<bool> store_answered{false}; ///< the store has answered at least once
     std::atomic<bool> store_ok{false};       ///< the last probe succeeded
     std::atomic<bool> stopped{false};
+    std::atomic<bool> draining{false}; ///< SIGTERM received: /readyz fails from now on
     // Written by the upstream check on the admin loop.
     std::atomic<bool> upstream_checked{false}; ///< at least one check finished
     std::atomic<bool> upstream_ok{false};      ///< the last check succeeded
@@ -167,9 +168,11 @@ struct admin_server::impl : std::enable_shared_from_this<impl> {
             const bool store_ready = !require || store_ok;
             const auto& check = cfg->admin.readiness.upstream;
             const bool upstream_ready = !check || upstream_ok;
-            const bool ready = store_ready && upstream_ready;
+            const bool shutting_down = draining;
+            const bool ready = store_ready && upstream_ready && !shutting_down;
             res.result(ready ? bhttp::status::ok : bhttp::status::service_unavailable);
-            std::string body = "config: loaded\nlisteners: up\nstore: ";
+            std::string body = shutting_down ? "draining: shutting down (SIGTERM)\n" : "";
+            body += "config: loaded\nlisteners: up\nstore: ";
             body += store_ok ? "answering"
                              : (store_answered ? "not answering (was up)" : "not answered yet");
             body += require ? " (required)\n" : " (not required)\n";
@@ -276,6 +279,10 @@ void admin_server::start() {
     if (impl_->acceptor.is_open()) {
         net::co_spawn(impl_->ioc, impl_->accept_loop(), net::detached);
     }
+}
+
+void admin_server::set_draining() {
+    impl_->draining = true;
 }
 
 void admin_server::stop() {

@@ -27,6 +27,8 @@ public:
     unsigned short listen();
     /// Starts serving, and probes the store until it has answered once.
     void start();
+    /// Shutting down: /readyz answers 503 "draining" from now on, whatever it checks.
+    void set_draining();
     void stop();
 
 private:

@@ -25,6 +25,7 @@
 #include <csignal>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <mutex>
 #include <thread>
 
@@ -52,6 +53,10 @@ struct worker {
     std::thread thread;
 };
 
+/// After the drain deadline: how long exchanges still get to record or release their key
+/// before the store closes.
+constexpr auto completion_grace = std::chrono::seconds(2);
+
 /// Shared by the draining workers: the last one to finish closes the store, whose connections
 /// (Redis) live on every worker loop.
 struct drain_state {
@@ -71,7 +76,17 @@ net::awaitable<void> drain_worker(worker& w, clock::time_point deadline, drain_s
         t.expires_after(std::chrono::milliseconds(10));
         co_await t.async_wait(net::as_tuple(net::use_awaitable));
     }
+    // Past the deadline the clients are cut off, but an exchange whose upstream already
+    // answered still records or releases its key (its route's policy) while the store is
+    // open: a short grace before the store closes, rather than leaving keys held until
+    // their lease lapses.
     w.srv.close_all();
+    const auto grace_end = clock::now() + completion_grace;
+    while ((w.srv.active_sessions() > 0 || http::background_exchanges() > 0) &&
+           clock::now() < grace_end) {
+        t.expires_after(std::chrono::milliseconds(10));
+        co_await t.async_wait(net::as_tuple(net::use_awaitable));
+    }
     w.fwd.close_idle();
     w.watch.stop();
     w.guard.reset();
@@ -229,13 +244,21 @@ int run(std::shared_ptr<const config::config> cfg, const run_options& opts) {
         std::rename(tmp.c_str(), opts.port_file.c_str());
     }
 
+    // SIGTERM/SIGINT (SPEC §6): /readyz fails at once; the listeners go on accepting and serving
+    // for limits.shutdown_delay (endpoints take seconds to leave a Service), then close and
+    // in-flight requests drain for up to limits.drain_timeout. A second signal skips the rest
+    // of the delay.
     drain_state drain;
     net::signal_set signals(main_ioc, SIGTERM, SIGINT);
-    signals.async_wait([&](const boost::system::error_code& ec, int sig) {
-        if (ec) {
+    net::steady_timer delay(main_ioc);
+    bool signalled = false;
+    bool closing = false;
+    const auto close_listeners = [&] {
+        if (closing) {
             return;
         }
-        std::fprintf(stderr, "onceproxy: signal %d: draining (up to %lld ms)\n", sig,
+        closing = true;
+        std::fprintf(stderr, "onceproxy: closing the listeners; draining (up to %lld ms)\n",
                      static_cast<long long>(cfg->limits.drain_timeout.count()));
         admin.stop();
         const auto deadline = clock::now() + cfg->limits.drain_timeout;
@@ -245,7 +268,35 @@ int run(std::shared_ptr<const config::config> cfg, const run_options& opts) {
             net::co_spawn(w->ioc, drain_worker(*w, deadline, drain), net::detached);
         }
         main_ioc.stop();
-    });
+    };
+    std::function<void(const boost::system::error_code&, int)> on_signal =
+        [&](const boost::system::error_code& ec, int sig) {
+            if (ec) {
+                return;
+            }
+            if (signalled) {
+                std::fprintf(stderr, "onceproxy: signal %d again: skipping the shutdown delay\n",
+                             sig);
+                close_listeners();
+                return;
+            }
+            signalled = true;
+            admin.set_draining();
+            const auto d = cfg->limits.shutdown_delay;
+            if (d.count() <= 0) {
+                std::fprintf(stderr, "onceproxy: signal %d: not ready\n", sig);
+                close_listeners();
+                return;
+            }
+            std::fprintf(stderr,
+                         "onceproxy: signal %d: not ready; serving %lld ms more before closing "
+                         "the listeners (signal again to close now)\n",
+                         sig, static_cast<long long>(d.count()));
+            signals.async_wait(on_signal);
+            delay.expires_after(d);
+            delay.async_wait([&](const boost::system::error_code&) { close_listeners(); });
+        };
+    signals.async_wait(on_signal);
     http::run_guarded(main_ioc, "admin event loop", reg.internal_errors);
 
     // Bound the whole shutdown: background work (a completion retried until its lease ends)
@@ -255,7 +306,7 @@ int run(std::shared_ptr<const config::config> cfg, const run_options& opts) {
     bool joined = false;
     std::thread watchdog([&] {
         std::unique_lock lk(m);
-        if (!cv.wait_for(lk, cfg->limits.drain_timeout + std::chrono::seconds(3),
+        if (!cv.wait_for(lk, cfg->limits.drain_timeout + completion_grace + std::chrono::seconds(3),
                          [&] { return joined; })) {
             std::fprintf(stderr, "onceproxy: shutdown overran the drain deadline; stopping\n");
             for (auto& l : loops) {

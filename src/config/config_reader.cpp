@@ -13,6 +13,7 @@
 #include <set>
 #include <string_view>
 #include <thread>
+#include <vector>
 
 namespace onceproxy::config {
 namespace {
@@ -152,6 +153,7 @@ public:
         read_workers(w_.get(root, "workers"), cfg);
         read_limits(w_.get(root, "limits"), cfg.limits);
         read_upstreams(w_.require(root, "upstreams"), cfg);
+        check_drain_timeout(cfg);
         resolve_upstream_check(cfg);
         read_store(w_.get(root, "store"), cfg.store);
         read_trusted_proxies(w_.get(root, "trusted_proxies"), cfg);
@@ -297,8 +299,9 @@ private:
     void read_limits(const yaml_field& f, limits_config& limits) {
         if (!f.present() ||
             !w_.mapping(f, {"max_request_bytes", "max_header_bytes", "max_response_bytes",
-                            "header_timeout", "idle_timeout", "drain_timeout", "max_connections",
-                            "body_timeout", "min_body_rate", "max_requests_per_connection"})) {
+                            "header_timeout", "idle_timeout", "shutdown_delay", "drain_timeout",
+                            "max_connections", "body_timeout", "min_body_rate",
+                            "max_requests_per_connection"})) {
             return;
         }
         set(limits.max_request_bytes, w_.positive_size(w_.get(f, "max_request_bytes")));
@@ -326,7 +329,38 @@ private:
             limits.max_requests_per_connection = static_cast<std::size_t>(*n);
         }
         set(limits.idle_timeout, w_.positive_duration(w_.get(f, "idle_timeout")));
-        set(limits.drain_timeout, w_.positive_duration(w_.get(f, "drain_timeout")));
+        set(limits.shutdown_delay, w_.duration_or_zero(w_.get(f, "shutdown_delay")));
+        drain_timeout_mark_ = w_.get(f, "drain_timeout");
+        drain_timeout_given_ = drain_timeout_mark_.present();
+        set(limits.drain_timeout, w_.positive_duration(drain_timeout_mark_));
+    }
+
+    // The drain must outlast the longest upstream timeout: a request sent upstream just before
+    // the listeners close then still ends (answered, or timed out and handled by its route's
+    // on_upstream_uncertain) before the deadline, instead of being cut off mid-exchange.
+    void check_drain_timeout(const config& cfg) {
+        const upstream_config* longest = nullptr;
+        std::size_t longest_index = 0;
+        for (std::size_t i = 0; i < cfg.upstreams.size(); ++i) {
+            if (longest == nullptr || cfg.upstreams[i].timeout > longest->timeout) {
+                longest = &cfg.upstreams[i];
+                longest_index = i;
+            }
+        }
+        if (longest == nullptr || cfg.limits.drain_timeout >= longest->timeout) {
+            return;
+        }
+        // With drain_timeout absent (the default) the upstream's timeout is what was raised.
+        const yaml_field& blame =
+            drain_timeout_given_ || longest_index >= upstream_timeout_marks_.size()
+                ? drain_timeout_mark_
+                : upstream_timeout_marks_[longest_index];
+        w_.error(blame, "drain_timeout " + format_duration(cfg.limits.drain_timeout) +
+                            " is shorter than the timeout " + format_duration(longest->timeout) +
+                            " of upstream '" + longest->name +
+                            "'; expected a drain_timeout at least as long as every upstream "
+                            "timeout, so a request in flight at SIGTERM can end before the "
+                            "deadline");
     }
 
     void read_upstreams(const yaml_field& f, config& cfg) {
@@ -339,6 +373,7 @@ private:
         for (const auto& [name, uf] : w_.entries(f)) {
             upstream_config up;
             up.name = name;
+            upstream_timeout_marks_.emplace_back();
             if (!is_name(name)) {
                 w_.error(uf, "invalid upstream name '" + name +
                                  "'; expected up to 64 letters, digits, '-', '_' or '.', "
@@ -351,7 +386,8 @@ private:
                     parse_upstream_url(url, *text, up);
                 }
                 set(up.connect_timeout, w_.positive_duration(w_.get(uf, "connect_timeout")));
-                set(up.timeout, w_.positive_duration(w_.get(uf, "timeout")));
+                upstream_timeout_marks_.back() = w_.get(uf, "timeout");
+                set(up.timeout, w_.positive_duration(upstream_timeout_marks_.back()));
                 if (auto n = w_.integer(w_.get(uf, "max_connections"), 1, 1'000'000)) {
                     up.max_connections = static_cast<std::size_t>(*n);
                 }
@@ -866,6 +902,9 @@ private:
 
     yaml_walker w_;
     yaml_field admin_listen_mark_;
+    yaml_field drain_timeout_mark_;
+    bool drain_timeout_given_ = false; ///< a default yaml_field counts as present: track it here
+    std::vector<yaml_field> upstream_timeout_marks_; ///< one per upstream, in order
     yaml_field upstream_check_name_;
 };
 

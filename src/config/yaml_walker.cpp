@@ -220,6 +220,23 @@ std::optional<duration> yaml_walker::positive_duration(const yaml_field& field) 
     return value;
 }
 
+std::optional<duration> yaml_walker::duration_or_zero(const yaml_field& field) {
+    const auto text = scalar(field, "a duration");
+    if (!text) {
+        return std::nullopt;
+    }
+    if (*text == "0") {
+        return duration{0};
+    }
+    const auto value = parse_duration(*text);
+    if (!value) {
+        error(field, "invalid duration '" + *text +
+                         "'; expected 0 or an integer with a unit: ms, s, m, h or d (e.g. 5s)");
+        return std::nullopt;
+    }
+    return value;
+}
+
 std::optional<std::size_t> yaml_walker::positive_size(const yaml_field& field) {
     const auto text = scalar(field, "a size");
     if (!text) {

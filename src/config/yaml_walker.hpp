@@ -69,6 +69,8 @@ public:
                                          std::uint64_t max);
     /// A positive duration ("30s").
     std::optional<duration> positive_duration(const yaml_field& field);
+    /// A duration that may be zero ("0s", or a bare "0").
+    std::optional<duration> duration_or_zero(const yaml_field& field);
     /// A positive size ("1MiB").
     std::optional<std::size_t> positive_size(const yaml_field& field);
     /// A sequence of non-empty strings.

@@ -424,7 +424,7 @@ TEST_SUITE("proxy") {
 
     TEST_CASE("SIGTERM: an in-flight request completes, new connections are refused, exit 0") {
         proxy_config cfg;
-        cfg.limits = {"drain_timeout: 5s"};
+        cfg.limits = {"shutdown_delay: 0", "drain_timeout: 30s"};
         proxied p(cfg);
         http_client c(p.proxy.port);
         c.send_raw(make_request("GET", "/inflight", {{"X-Test-Delay-Ms", "800"}}));
@@ -454,14 +454,130 @@ TEST_SUITE("proxy") {
         CHECK(p.proxy.proc.wait(5s) == 0);
     }
 
-    TEST_CASE("SIGTERM with only idle connections exits at once with status 0") {
-        proxied p;
+    TEST_CASE("SIGTERM with shutdown_delay 0 and only idle connections exits at once, status 0") {
+        proxied p; // the fixture writes shutdown_delay: 0
         http_client idle(p.proxy.port);
         CHECK(idle.request("GET", "/x").status == 200);
         const auto start = clock_type::now();
         CHECK(p.proxy.terminate(5s) == 0);
         CHECK(clock_type::now() - start < 3s);
         CHECK(idle.wait_closed(1s));
+    }
+
+    TEST_CASE("SIGTERM: /readyz fails at once, new connections are served during "
+              "shutdown_delay, refused after it, exit 0") {
+        proxy_config cfg;
+        cfg.limits = {"shutdown_delay: 2s"};
+        proxied p(cfg);
+        REQUIRE(p.proxy.admin_port != 0);
+        unsigned ready = 0;
+        const auto ready_by = clock_type::now() + 3s;
+        while (ready != 200 && clock_type::now() < ready_by) {
+            ready = p.proxy.admin("/readyz").status;
+            if (ready != 200) {
+                std::this_thread::sleep_for(50ms);
+            }
+        }
+        REQUIRE(ready == 200);
+
+        const auto signalled = clock_type::now();
+        p.proxy.proc.signal(SIGTERM);
+        std::this_thread::sleep_for(100ms);
+        const auto readyz = p.proxy.admin("/readyz");
+        CHECK(readyz.status == 503);
+        CHECK(readyz.body.find("draining") != std::string::npos);
+        CHECK(p.proxy.admin("/healthz").status == 200);
+
+        // A connection opened during the delay is accepted and served.
+        REQUIRE(clock_type::now() - signalled < 1500ms);
+        const auto r = fetch(p.proxy.port, "GET", "/during-delay");
+        CHECK(r.status == 200);
+        CHECK(json_string(r.body, "path") == "/during-delay");
+
+        // After the delay the listener is gone and the process exits 0.
+        CHECK(p.proxy.proc.wait(6s) == 0);
+        CHECK(clock_type::now() - signalled >= 1900ms);
+        bool refused = false;
+        try {
+            http_client probe(p.proxy.port);
+        } catch (const std::exception&) {
+            refused = true;
+        }
+        CHECK(refused);
+    }
+
+    TEST_CASE("SIGTERM: a second signal during shutdown_delay skips the rest of it") {
+        proxy_config cfg;
+        cfg.limits = {"shutdown_delay: 30s"};
+        proxied p(cfg);
+        http_client idle(p.proxy.port);
+        CHECK(idle.request("GET", "/x").status == 200);
+        const auto start = clock_type::now();
+        p.proxy.proc.signal(SIGTERM);
+        std::this_thread::sleep_for(300ms);
+        CHECK(fetch(p.proxy.port, "GET", "/still-served").status == 200);
+        p.proxy.proc.signal(SIGINT);
+        CHECK(p.proxy.proc.wait(5s) == 0);
+        CHECK(clock_type::now() - start < 4s);
+        CHECK(idle.wait_closed(1s));
+    }
+
+    TEST_CASE("SIGTERM: a slow guarded request in flight when the listeners close is answered "
+              "and recorded") {
+        proxy_config cfg;
+        cfg.limits = {"shutdown_delay: 200ms", "drain_timeout: 5s"};
+        cfg.upstream_settings = {"timeout: 3s"};
+        cfg.routes = "  - name: pay\n    match: { methods: [POST], path: /v1/pay }\n"
+                     "    upstream: app\n    idempotency: { mode: required }\n";
+        proxied p(cfg);
+        http_client c(p.proxy.port);
+        c.send_raw(make_request("POST", "/v1/pay",
+                                {{"Idempotency-Key", "drain-1"}, {"X-Test-Delay-Ms", "1500"}},
+                                "{}"));
+        std::this_thread::sleep_for(200ms);
+        p.proxy.proc.signal(SIGTERM);
+
+        // The listeners close after the delay, well before the upstream answers.
+        bool refused = false;
+        const auto until = clock_type::now() + 1s;
+        while (!refused && clock_type::now() < until) {
+            try {
+                http_client probe(p.proxy.port);
+                std::this_thread::sleep_for(20ms);
+            } catch (const std::exception&) {
+                refused = true;
+            }
+        }
+        CHECK(refused);
+
+        const auto r = c.read_response(5s);
+        REQUIRE(r);
+        CHECK(r->status == 200);
+        CHECK(json_string(r->body, "path") == "/v1/pay");
+        CHECK(r->header("Idempotency-Status") == "stored");
+        CHECK(p.proxy.proc.wait(5s) == 0);
+        CHECK(p.upstream.total() == 1);
+    }
+
+    TEST_CASE("--check-config: drain_timeout below an upstream timeout is an error with its "
+              "position") {
+        temp_dir dir;
+        const auto file = dir.write("config.yaml", "limits:\n"
+                                                   "  drain_timeout: 5s\n"
+                                                   "upstreams:\n"
+                                                   "  app: { url: http://127.0.0.1:3000, "
+                                                   "timeout: 10s }\n"
+                                                   "routes:\n"
+                                                   "  - name: all\n"
+                                                   "    match: { prefix: / }\n"
+                                                   "    upstream: app\n");
+        process check({ONCEPROXY_BIN, "--check-config", file}, dir.file("check.log"));
+        CHECK(check.wait(10s) != 0);
+        const auto log = check.log();
+        CAPTURE(log);
+        CHECK(log.find(file + ":2:") != std::string::npos);
+        CHECK(log.find("drain_timeout 5s is shorter than the timeout 10s of upstream 'app'") !=
+              std::string::npos);
     }
 
     TEST_CASE("the upstream keep-alive pool reuses connections") {

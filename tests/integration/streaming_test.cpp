@@ -70,6 +70,7 @@ struct proxied {
 
     static std::string with_defaults(proxy_config& c) {
         c.upstream_settings.push_back("timeout: 300s");
+        c.limits.push_back("drain_timeout: 300s"); // at least the upstream timeout
         return c.yaml();
     }
 

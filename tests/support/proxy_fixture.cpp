@@ -2,6 +2,7 @@
 
 #include <signal.h>
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
@@ -159,11 +160,14 @@ std::string proxy_config::yaml() const {
     }
     y += "workers: " + std::to_string(workers) + "\n";
     y += std::string("access_log: ") + (access_log ? "true" : "false") + "\n";
-    if (!limits.empty()) {
-        y += "limits:\n";
-        for (const auto& l : limits) {
-            y += "  " + l + "\n";
-        }
+    // Tests stop their proxies with SIGTERM: no shutdown delay unless a test asks for one.
+    y += "limits:\n";
+    if (std::none_of(limits.begin(), limits.end(),
+                     [](const std::string& l) { return l.rfind("shutdown_delay:", 0) == 0; })) {
+        y += "  shutdown_delay: 0\n";
+    }
+    for (const auto& l : limits) {
+        y += "  " + l + "\n";
     }
     y += "upstreams:\n  app:\n    url: http://127.0.0.1:" + up + "\n";
     for (const auto& s : upstream_settings) {

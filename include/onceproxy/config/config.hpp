@@ -82,7 +82,13 @@ struct limits_config {
     /// Requests on one client connection; the last one is answered with Connection: close.
     std::size_t max_requests_per_connection = 10'000;
     duration idle_timeout{60'000};
-    duration drain_timeout{30'000}; ///< SIGTERM: bound on finishing in-flight requests
+    /// SIGTERM: /readyz fails at once, but the listeners keep accepting and serving for this
+    /// long (load balancers and Kubernetes endpoints take seconds to stop sending traffic);
+    /// then they close and the drain begins. 0: close at once. A second signal cuts it short.
+    duration shutdown_delay{5'000};
+    /// SIGTERM: bound on finishing in-flight requests once the listeners are closed; at least
+    /// the longest upstream timeout (checked), so a request already sent upstream can end.
+    duration drain_timeout{30'000};
 
     friend bool operator==(const limits_config&, const limits_config&) = default;
 };
