@@ -35,6 +35,20 @@ struct proxied {
     explicit proxied(const proxy_config& c = {}) : upstream(), proxy(c.yaml(), upstream.port) {}
 };
 
+/// True once a connection to `port` is refused, polled every 20 ms for at most `bound`.
+bool refuses_connections_within(unsigned short port, std::chrono::milliseconds bound) {
+    const auto until = clock_type::now() + bound;
+    while (clock_type::now() < until) {
+        try {
+            http_client probe(port);
+            std::this_thread::sleep_for(20ms);
+        } catch (const std::exception&) {
+            return true;
+        }
+    }
+    return false;
+}
+
 /// The string value of `"name":"..."` in a flat JSON text ("" when absent).
 std::string json_string(const std::string& json, const std::string& name) {
     const std::string needle = "\"" + name + "\":\"";
@@ -433,17 +447,7 @@ TEST_SUITE("proxy") {
 
         // Within a bounded time (well before the in-flight response is due) the listener is
         // gone.
-        bool refused = false;
-        const auto until = clock_type::now() + 500ms;
-        while (!refused && clock_type::now() < until) {
-            try {
-                http_client probe(p.proxy.port);
-                std::this_thread::sleep_for(20ms);
-            } catch (const std::exception&) {
-                refused = true;
-            }
-        }
-        CHECK(refused);
+        CHECK(refuses_connections_within(p.proxy.port, 500ms));
 
         const auto r = c.read_response(5s);
         REQUIRE(r);
@@ -538,17 +542,7 @@ TEST_SUITE("proxy") {
         p.proxy.proc.signal(SIGTERM);
 
         // The listeners close after the delay, well before the upstream answers.
-        bool refused = false;
-        const auto until = clock_type::now() + 1s;
-        while (!refused && clock_type::now() < until) {
-            try {
-                http_client probe(p.proxy.port);
-                std::this_thread::sleep_for(20ms);
-            } catch (const std::exception&) {
-                refused = true;
-            }
-        }
-        CHECK(refused);
+        CHECK(refuses_connections_within(p.proxy.port, 1s));
 
         const auto r = c.read_response(5s);
         REQUIRE(r);

@@ -4,6 +4,7 @@
 // redis-server; every wait is bounded.
 
 #include "support/http_client.hpp"
+#include "support/problem_check.hpp"
 #include "support/process.hpp"
 #include "support/proxy_fixture.hpp"
 #include "support/redis_server.hpp"
@@ -32,17 +33,6 @@ std::string unique_key(const std::string& tag) {
     return "rt-" + tag + "-" + std::to_string(::getpid()) + "-" +
            std::to_string(clock_type::now().time_since_epoch().count()) + "-" +
            std::to_string(counter.fetch_add(1));
-}
-
-/// The string value of `"name":"..."` in a flat JSON text ("" when absent).
-std::string json_string(const std::string& json, const std::string& name) {
-    const std::string needle = "\"" + name + "\":\"";
-    const auto pos = json.find(needle);
-    if (pos == std::string::npos) {
-        return {};
-    }
-    const auto start = pos + needle.size();
-    return json.substr(start, json.find('"', start) - start);
 }
 
 /// Polls `done` every 50 ms for at most `bound`; true as soon as it holds.
@@ -259,7 +249,7 @@ TEST_SUITE("runtime") {
         CHECK(fetch(p.port, "GET", "/plain").status == 200);
         const auto closed = keyed_post(p.port, "/closed", unique_key("down"));
         CHECK(closed.status == 503);
-        CHECK(json_string(closed.body, "code") == "idempotency.store_unavailable");
+        CHECK(json_member(closed.body, "code") == "idempotency.store_unavailable");
         const auto open_key = unique_key("open");
         const auto open = keyed_post(p.port, "/open", open_key);
         CHECK(open.status == 200);
