@@ -221,7 +221,10 @@ struct plain_relay::exchange {
     bool client_gone = false;      ///< the client closed mid-request: nobody to answer
     /// The upstream stopped taking the body: it may have answered early (413, 401, ...).
     bool upstream_stopped_reading = false;
-    bool body_done = false;         ///< the whole request body left with the head
+    bool body_done = false; ///< the whole request body left with the head
+    /// The request may go once more if its reused connection turns out closed (send_again).
+    bool resend_ok = false;
+    bool conn_reused = false;       ///< `conn` came from the idle pool
     std::string tail;               ///< the end of a chunked body written with a head
     std::optional<gather> outgoing; ///< the buffers of the head write in flight
 
@@ -307,18 +310,48 @@ struct plain_relay::exchange {
         }
     }
 
+    /// RFC 9112 §9.3.1: a request with a safe method (RFC 9110 §9.2.1) whose connection
+    /// closed before any answer may be sent again. Only a request that is at hand whole: no
+    /// body still to stream, no 100 Continue to give, nothing to tunnel.
+    bool may_send_again() const {
+        const auto m = parser.get().method();
+        const bool safe = m == bhttp::verb::get || m == bhttp::verb::head ||
+                          m == bhttp::verb::options || m == bhttp::verb::trace;
+        return safe && parser.is_done() && !parser.chunked() && !expect_continue && !upgrade;
+    }
+
+    /// The answer head could not be read because `conn`, taken from the idle pool unchecked,
+    /// was closed by the upstream before it answered anything (its keep-alive timeout ran out
+    /// as the request left): the request may go again, once.
+    bool stale_connection(upstream::forward_status failed, const wire::response_parser& rp) const {
+        return resend_ok && conn_reused && failed == upstream::forward_status::reset_after_send &&
+               !rp.got_some() && conn->buffer.size() == 0;
+    }
+
+    /// Sends the request once more, on a pooled connection checked for a close or a new one.
+    net::awaitable<std::optional<upstream::forward_status>> send_again() {
+        relay.fwd_.release(route.upstream_index, std::move(conn), false);
+        resend_ok = false;
+        co_return co_await send_head();
+    }
+
     /// Connects (or reuses) and writes the head. A pooled connection found closed before any
-    /// byte left gets one fresh replacement; nothing of the body has been read yet.
+    /// byte left gets one fresh replacement; nothing of the body has been read yet. A request
+    /// that may be sent again takes a pooled connection without the check for a close (a
+    /// system call per request): a closed one shows when the answer is read (send_again).
     net::awaitable<std::optional<upstream::forward_status>> send_head() {
         for (int attempt = 0;; ++attempt) {
-            auto lent = co_await relay.fwd_.async_acquire(route.upstream_index);
+            auto lent = co_await relay.fwd_.async_acquire(route.upstream_index, !resend_ok);
             if (!lent.conn) {
                 co_return lent.failure;
             }
             conn = std::move(lent.conn);
+            conn_reused = lent.reused;
             auto [ec, written] = co_await write_head_and_staged_body();
             if (!ec) {
-                parser.get().body().clear();
+                if (!resend_ok) {
+                    parser.get().body().clear(); // kept for send_again otherwise
+                }
                 body_done = !tail.empty();
                 co_return std::nullopt;
             }
@@ -661,6 +694,7 @@ net::awaitable<bool> plain_relay::async_relay(client_side client, wire::request_
     if (auto refused = x.stage_request()) {
         co_return co_await x.fail(std::move(*refused));
     }
+    x.resend_ok = x.may_send_again();
     const auto up_start = clock::now();
     if (auto failed = co_await x.send_head()) {
         co_return co_await x.fail(upstream_failure(*failed, reg_));
@@ -675,7 +709,15 @@ net::awaitable<bool> plain_relay::async_relay(client_side client, wire::request_
     }
     // The request went out whole: the answer, streamed or tunnelled.
     std::optional<wire::response_parser> rp;
-    if (auto failed = co_await x.read_response_head(rp)) {
+    auto failed = co_await x.read_response_head(rp);
+    if (failed && x.stale_connection(*failed, *rp)) {
+        reg_.upstream_resends.fetch_add(1, std::memory_order_relaxed);
+        failed = co_await x.send_again();
+        if (!failed) {
+            failed = co_await x.read_response_head(rp);
+        }
+    }
+    if (failed) {
         co_return co_await x.fail(upstream_failure(*failed, reg_));
     }
     reg_.route(route_index).upstream_duration.observe(clock::now() - up_start);

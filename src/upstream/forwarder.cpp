@@ -96,13 +96,16 @@ struct forwarder::impl {
 
     using acquired = lent_connection;
 
-    net::awaitable<acquired> acquire(pool& p) {
+    net::awaitable<acquired> acquire(pool& p, bool verify_idle = true) {
         const auto deadline = clock::now() + p.cfg->connect_timeout;
         for (;;) {
             while (!p.idle.empty()) {
                 auto c = std::move(p.idle.back());
                 p.idle.pop_back();
-                if (clock::now() - c->idle_since < p.cfg->idle_timeout && looks_alive(*c)) {
+                // Bytes left in the buffer (a stray answer) make a connection unusable; the
+                // peek for a close is skipped when the caller can recover from one.
+                if (clock::now() - c->idle_since < p.cfg->idle_timeout && c->buffer.size() == 0 &&
+                    (!verify_idle || looks_alive(*c))) {
                     co_return acquired{std::move(c), true, forward_status::ok};
                 }
                 --p.open;
@@ -156,8 +159,10 @@ connection::connection(net::any_io_executor ex, wire::deadline_watch& watch)
     : sock(std::move(ex)), dl(watch, sock),
       buffer(wire::read_buffer_limit(wire::max_header_section)) {}
 
-net::awaitable<lent_connection> forwarder::async_acquire(std::size_t upstream_index) {
-    return impl_->acquire(impl_->pools.at(upstream_index)); // no coroutine frame of its own
+net::awaitable<lent_connection> forwarder::async_acquire(std::size_t upstream_index,
+                                                         bool verify_idle) {
+    // No coroutine frame of its own.
+    return impl_->acquire(impl_->pools.at(upstream_index), verify_idle);
 }
 
 void forwarder::release(std::size_t upstream_index, std::unique_ptr<connection> c, bool reusable) {

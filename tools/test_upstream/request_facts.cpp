@@ -95,6 +95,7 @@ void request_facts::clear() {
     delay_ms.reset();
     drop_after_ms.reset();
     drop = false;
+    close_after_reply = false;
     body_size.reset();
     binary = false;
     chunked = false;
@@ -200,6 +201,8 @@ void request_reader::on_field_impl(http::field name, boost::beast::string_view n
             f.body_size = n;
         } else if (which == "drop") {
             f.drop = value == "1";
+        } else if (which == "close-after-reply") {
+            f.close_after_reply = value == "1";
         } else if (which == "binary") {
             f.binary = value == "1";
         } else if (which == "chunked") {

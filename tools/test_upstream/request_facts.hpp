@@ -64,6 +64,7 @@ struct request_facts {
     std::optional<std::uint64_t> delay_ms;
     std::optional<std::uint64_t> drop_after_ms;
     bool drop = false;
+    bool close_after_reply = false; // answer as keep-alive, then close (an idle timeout of zero)
     std::optional<std::uint64_t> body_size;
     bool binary = false;
     bool chunked = false;

@@ -622,7 +622,8 @@ net::awaitable<void> serve(tcp::socket& socket, execution_counts& counts,
             fill_body(body, facts, execution_id);
         }
 
-        if (!co_await write_reply(socket, r, facts, head, body) || !r.keep_alive) {
+        if (!co_await write_reply(socket, r, facts, head, body) || !r.keep_alive ||
+            facts.close_after_reply) {
             close_socket(socket);
             co_return;
         }

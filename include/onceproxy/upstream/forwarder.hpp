@@ -84,8 +84,12 @@ public:
                                                          std::optional<std::size_t> max_response);
 
     /// Lends a connection of upstream `upstream_index` (pooled or new, within connect_timeout
-    /// and max_connections) for a streamed exchange.
-    boost::asio::awaitable<lent_connection> async_acquire(std::size_t upstream_index);
+    /// and max_connections) for a streamed exchange. A pooled connection is first checked for
+    /// a close the upstream sent while it sat idle (one system call) unless `verify_idle` is
+    /// false: a caller that can send its request again when a reused connection turns out
+    /// closed before any answer byte skips the check (see plain_relay).
+    boost::asio::awaitable<lent_connection> async_acquire(std::size_t upstream_index,
+                                                          bool verify_idle = true);
 
     /// Takes a lent connection back: pooled when `reusable` (a complete exchange on a
     /// keep-alive connection with nothing left unread), closed otherwise.
