@@ -136,6 +136,24 @@ void serialize_streamed_head(const response& upstream_head, core::idempotency_st
     wire::serialize_head(head, out);
 }
 
+/// The first write of a streamed answer: its head (with `st`, framed by `f`) and the body bytes
+/// held, which are freed once sent (the record keeps no body: memory stays flat). False when
+/// the client could not be written to.
+net::awaitable<bool> write_answer_start(exchange_state& s, core::idempotency_status st,
+                                        const response_framing& f) {
+    auto& res = s.upstream_result->res;
+    auto& client = s.target.client;
+    serialize_streamed_head(res, st, f, client.scratch);
+    s.streamed = true;
+    s.report.streamed_status = res.result_int();
+    const gather first(client.scratch, f.no_body ? std::string_view() : res.body(), f.rechunk, {});
+    client.dl.expires_after(s.env.cfg->limits.idle_timeout);
+    auto [ec, n] = co_await net::async_write(client.sock, first.buffers(), use_tuple);
+    (void)n;
+    res.body() = std::string();
+    co_return !ec;
+}
+
 /// Passes on an answer too large to hold: its head (with `st`) and the body bytes held go to
 /// the client in one write, then the rest of the body is relayed piece by piece, the client's
 /// pace setting the upstream's. Returns how the body ended, as the engine's event: a client
@@ -143,32 +161,23 @@ void serialize_streamed_head(const response& upstream_head, core::idempotency_st
 /// head is what gets recorded, as not replayable); an upstream that broke off is an unknown
 /// outcome and the client connection is cut, the only way left to tell it.
 net::awaitable<core::upstream_event> relay_answer(exchange_state& s, core::idempotency_status st) {
-    auto& res = s.upstream_result->res;
+    const unsigned status = s.upstream_result->res.result_int();
+    std::uint64_t bytes = s.upstream_result->res.body().size();
     auto rest = std::move(s.upstream_result->rest);
     auto& rp = rest->parser;
     auto& t = s.target;
-    const unsigned status = res.result_int();
-    const bool length_known = !rp.chunked() && rp.content_length().has_value();
-    const auto f = frame_response(status, t.head_request, length_known, t.client_version,
-                                  t.keep_alive && !t.client.draining && !t.client.last);
-    const auto idle = s.env.cfg->limits.idle_timeout;
-    serialize_streamed_head(res, st, f, t.client.scratch);
-    s.streamed = true;
-    s.report.streamed_status = status;
-    std::uint64_t bytes = res.body().size();
-    const gather first(t.client.scratch, f.no_body ? std::string_view() : res.body(), f.rechunk,
-                       {});
-    t.client.dl.expires_after(idle);
-    auto [wec, wn] = co_await net::async_write(t.client.sock, first.buffers(), use_tuple);
-    (void)wn;
-    res.body() = std::string(); // sent: the record keeps no body, memory stays flat
+    const auto f =
+        frame_response(status, t.head_request, !rp.chunked() && rp.content_length().has_value(),
+                       t.client_version, t.keep_alive && !t.client.draining && !t.client.last);
     auto end = body_end::client_failed;
     auto failure = upstream::forward_status::ok;
-    if (!wec) {
+    if (co_await write_answer_start(s, st, f)) {
         rp.stream_body(relay_chunk);
-        end = co_await relay_body(rp,
-                                  {*rest->conn, s.env.fwd.upstream(s.route.upstream_index).timeout},
-                                  {t.client.sock, t.client.dl, idle, f.rechunk}, bytes, failure);
+        const auto& up = s.env.fwd.upstream(s.route.upstream_index);
+        end = co_await relay_body(
+            rp, {*rest->conn, up.timeout},
+            {t.client.sock, t.client.dl, s.env.cfg->limits.idle_timeout, f.rechunk}, bytes,
+            failure);
     }
     const bool reusable = end == body_end::complete && rp.keep_alive() && !rp.need_eof();
     s.env.fwd.release(s.route.upstream_index, std::move(rest->conn), reusable);
