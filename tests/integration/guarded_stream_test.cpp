@@ -59,15 +59,25 @@ std::vector<std::string> small_quarantine() {
     return {"/usr/bin/env", options};
 }
 
+/// A route whose lease (2 s) is shorter than a slow caller's download: only extensions keep
+/// the key from being claimed again mid-stream. The upstream timeout may not exceed the lease.
+const char* const short_lease_route = R"(  - name: short-lease
+    match: { prefix: /lease/ }
+    upstream: app
+    limits: { max_response_bytes: 1GiB }
+    idempotency: { mode: required, max_record_bytes: 1MiB, lease: 2s }
+)";
+
 struct proxied {
     upstream_process upstream;
     proxy_process proxy;
-    proxied() : upstream(2), proxy(config(), upstream.port, {}, small_quarantine()) {}
+    explicit proxied(const char* routes = guarded_routes, const char* timeout = "60s")
+        : upstream(2), proxy(config(routes, timeout), upstream.port, {}, small_quarantine()) {}
 
-    static std::string config() {
+    static std::string config(const char* routes, const std::string& timeout) {
         proxy_config c;
-        c.routes = guarded_routes;
-        c.upstream_settings.push_back("timeout: 60s");
+        c.routes = routes;
+        c.upstream_settings.push_back("timeout: " + timeout);
         c.limits.push_back("drain_timeout: 60s"); // at least the upstream timeout
         return c.yaml();
     }
@@ -137,15 +147,15 @@ TEST_SUITE("guarded answers over max_record_bytes stream") {
         reset_peak_rss(pid);
         stream_connection c(p.proxy.port);
         REQUIRE(c.send(big_request("/big/download", key, total, "big-1", 4 * mib)));
-        const auto head = c.read_head(30s);
+        // The upstream holds the rest back until released (or for 10 s): the head and the
+        // first bytes must come through well within that.
+        const auto head = c.read_head(5s);
         REQUIRE(head);
         CHECK(head->status == 200);
         CHECK(head->header("Idempotency-Status") == "stored");
         CHECK(head->header("Content-Length") == std::to_string(total));
         c.begin_body(*head);
 
-        // The upstream holds the rest back until released (or for 10 s): these bytes came
-        // through first, well within that.
         pattern_check check;
         const auto some =
             c.read_body_until([](std::string_view s) { return s.size() >= 2 * mib; }, 5s);
@@ -174,7 +184,7 @@ TEST_SUITE("guarded answers over max_record_bytes stream") {
         stream_connection c(p.proxy.port);
         REQUIRE(c.send(big_request("/big/chunked", key, 8 * mib, "chunked-1", 2 * mib,
                                    {{"X-Test-Chunked", "1"}})));
-        const auto head = c.read_head(30s);
+        const auto head = c.read_head(5s);
         REQUIRE(head);
         CHECK(head->status == 200);
         CHECK(head->header("Transfer-Encoding") == "chunked");
@@ -205,7 +215,7 @@ TEST_SUITE("guarded answers over max_record_bytes stream") {
         {
             stream_connection c(p.proxy.port);
             REQUIRE(c.send(big_request("/big/gone", key, 64 * mib, "gone-1", 4 * mib)));
-            const auto head = c.read_head(30s);
+            const auto head = c.read_head(5s);
             REQUIRE(head);
             CHECK(head->status == 200);
             c.begin_body(*head);
@@ -242,6 +252,76 @@ TEST_SUITE("guarded answers over max_record_bytes stream") {
         const auto retry = retry_after_first(p, "/cut/download", key);
         check_problem(retry, 502, "upstream.outcome_unknown");
         CHECK(retry.header("Idempotency-Status") == "replayed");
+        CHECK(p.upstream.count(key) == 1);
+    }
+
+    TEST_CASE("an answer that is not recorded (5xx) streams too, and frees the key") {
+        proxied p;
+        const auto key = unique_key("released");
+        stream_connection c(p.proxy.port);
+        REQUIRE(c.send(big_request("/big/failing", key, 4 * mib, "released-1", 2 * mib,
+                                   {{"X-Test-Status", "503"}})));
+        const auto head = c.read_head(5s);
+        REQUIRE(head);
+        CHECK(head->status == 503);
+        CHECK_FALSE(head->has_header("Idempotency-Status"));
+        c.begin_body(*head);
+        pattern_check check;
+        const auto some =
+            c.read_body_until([](std::string_view s) { return s.size() >= mib + 1; }, 5s);
+        REQUIRE(some);
+        check(*some);
+        p.release("released-1");
+        CHECK(c.read_body(std::ref(check), 30s, 60s).complete);
+        CHECK(check.offset == 4 * mib);
+        CHECK_FALSE(check.first_bad);
+
+        // Released before the body went out: the retry runs again.
+        const auto retry = fetch(p.proxy.port, "POST", "/big/failing",
+                                 {{"Idempotency-Key", key}, {"X-Test-Body-Bytes", "10"}}, "{}");
+        CHECK(retry.status == 200);
+        CHECK(retry.header("Idempotency-Status") == "stored");
+        CHECK(p.upstream.count(key) == 2);
+    }
+
+    TEST_CASE("a download slower than the lease: the lease is extended while the body streams") {
+        proxied p(short_lease_route, "2s");
+        const auto key = unique_key("slow");
+        constexpr std::uint64_t total = 48 * mib;
+        stream_connection c(p.proxy.port);
+        REQUIRE(c.send(make_request(
+            "POST", "/lease/download",
+            {{"Idempotency-Key", key}, {"X-Test-Body-Bytes", std::to_string(total)}}, "{}")));
+        const auto head = c.read_head(30s);
+        REQUIRE(head);
+        CHECK(head->status == 200);
+        c.begin_body(*head);
+        // The caller takes about 4 s, twice the lease; a retry past the first lease's end must
+        // find the key still in flight, not free to run again.
+        pattern_check check;
+        const auto start = clock_type::now();
+        bool retried = false;
+        while (check.offset < total && clock_type::now() - start < 60s) {
+            const auto piece =
+                c.read_body_until([](std::string_view s) { return s.size() >= 4 * mib; }, 10s);
+            REQUIRE(piece);
+            check(*piece);
+            if (c.body_done()) {
+                break;
+            }
+            std::this_thread::sleep_for(400ms);
+            if (!retried && clock_type::now() - start > 3s) {
+                retried = true;
+                const auto during = fetch(p.proxy.port, "POST", "/lease/download",
+                                          {{"Idempotency-Key", key}}, "{}");
+                check_problem(during, 409, "idempotency.in_progress");
+            }
+        }
+        CHECK(retried);
+        CHECK(check.offset == total);
+        CHECK_FALSE(check.first_bad);
+        const auto retry = retry_after_first(p, "/lease/download", key);
+        check_problem(retry, 409, "idempotency.response_not_replayable");
         CHECK(p.upstream.count(key) == 1);
     }
 }
