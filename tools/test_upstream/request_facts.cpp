@@ -104,6 +104,8 @@ void request_facts::clear() {
     extra_headers.clear();
     events.reset();
     stream_id.clear();
+    pause_after_bytes.reset();
+    cut_after_bytes.reset();
 }
 
 bool request_facts::wants_websocket() const {
@@ -214,6 +216,12 @@ void request_reader::on_field_impl(http::field name, boost::beast::string_view n
         } else if (which == "events") {
             f.bad_test_header |= !parse_u64(value, n) || n > 1000;
             f.events = n;
+        } else if (which == "pause-after-bytes") {
+            f.bad_test_header |= !parse_u64(value, n);
+            f.pause_after_bytes = n;
+        } else if (which == "cut-after-bytes") {
+            f.bad_test_header |= !parse_u64(value, n);
+            f.cut_after_bytes = n;
         } else if (which == "stream-id") {
             f.stream_id.assign(value);
         } else if (which == "malformed") {
