@@ -5,6 +5,14 @@ find_package(OpenSSL 3 REQUIRED)
 find_package(yaml-cpp REQUIRED)
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(HIREDIS REQUIRED IMPORTED_TARGET hiredis>=0.14)
+# jemalloc as the proxy's allocator (README "Benchmark": about 12 % fewer instructions per
+# proxied request than glibc's malloc, whose thread cache does not hold the coroutine frames and
+# header fields a request allocates). Sanitizers bring their own allocator.
+set(ONCEPROXY_USE_JEMALLOC OFF)
+if(ONCEPROXY_JEMALLOC AND NOT ONCEPROXY_SANITIZE)
+  pkg_check_modules(JEMALLOC REQUIRED IMPORTED_TARGET jemalloc>=5)
+  set(ONCEPROXY_USE_JEMALLOC ON)
+endif()
 if(ONCEPROXY_BUILD_TESTS)
   find_package(doctest REQUIRED)
 endif()

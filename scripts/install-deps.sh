@@ -4,7 +4,7 @@
 set -euo pipefail
 pkgs=(g++ cmake ninja-build pkg-config ccache libssl-dev openssl
       libboost1.81-dev libboost-json1.81-dev libboost-url1.81-dev libboost-system1.81-dev
-      libhiredis-dev libyaml-cpp-dev doctest-dev redis-server redis-tools
+      libhiredis-dev libyaml-cpp-dev libjemalloc-dev doctest-dev redis-server redis-tools
       curl python3 nginx-light wrk)
 # Optional groups, any number of them:
 #   fuzz    clang and its libFuzzer runtime (make fuzz)
