@@ -7,7 +7,7 @@
 #include <boost/beast/http/rfc7230.hpp>
 
 #include <algorithm>
-#include <cctype>
+#include <array>
 #include <string>
 #include <vector>
 
@@ -128,10 +128,25 @@ std::string joined_lines(const fields& f, std::string_view name) {
     return out;
 }
 
+/// RFC 9110 §5.6.2 tchar, as a table: checked for every byte of every Forwarded value.
+constexpr std::array<bool, 256> tchar_table = [] {
+    std::array<bool, 256> t{};
+    for (int c = '0'; c <= '9'; ++c) {
+        t[static_cast<std::size_t>(c)] = true;
+    }
+    for (int c = 'a'; c <= 'z'; ++c) {
+        t[static_cast<std::size_t>(c)] = true;
+        t[static_cast<std::size_t>(c - 'a' + 'A')] = true;
+    }
+    for (const char c : std::string_view{"!#$%&'*+-.^_`|~"}) {
+        t[static_cast<unsigned char>(c)] = true;
+    }
+    return t;
+}();
+
 bool is_token(std::string_view s) {
     return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) {
-        return std::isalnum(static_cast<unsigned char>(c)) != 0 ||
-               std::string_view{"!#$%&'*+-.^_`|~"}.find(c) != std::string_view::npos;
+        return tchar_table[static_cast<unsigned char>(c)];
     });
 }
 
@@ -330,17 +345,24 @@ namespace onceproxy::http {
 namespace {
 
 /// RFC 3986 host [":" port] characters: reg-name / IPv4 / IP-literal, and the port's digits.
-bool valid_host_value(std::string_view v) {
-    for (const char c : v) {
-        const auto u = static_cast<unsigned char>(c);
-        const bool ok = (u >= 'a' && u <= 'z') || (u >= 'A' && u <= 'Z') ||
-                        (u >= '0' && u <= '9') ||
-                        std::string_view("-._~%!$&'()*+,;=:[]").find(c) != std::string_view::npos;
-        if (!ok) {
-            return false;
-        }
+constexpr std::array<bool, 256> host_char_table = [] {
+    std::array<bool, 256> t{};
+    for (int c = '0'; c <= '9'; ++c) {
+        t[static_cast<std::size_t>(c)] = true;
     }
-    return true;
+    for (int c = 'a'; c <= 'z'; ++c) {
+        t[static_cast<std::size_t>(c)] = true;
+        t[static_cast<std::size_t>(c - 'a' + 'A')] = true;
+    }
+    for (const char c : std::string_view{"-._~%!$&'()*+,;=:[]"}) {
+        t[static_cast<unsigned char>(c)] = true;
+    }
+    return t;
+}();
+
+bool valid_host_value(std::string_view v) {
+    return std::all_of(v.begin(), v.end(),
+                       [](char c) { return host_char_table[static_cast<unsigned char>(c)]; });
 }
 
 } // namespace
