@@ -150,31 +150,33 @@ bool is_token(std::string_view s) {
     });
 }
 
-/// A Forwarded parameter value (RFC 7239 §4): a token as is, anything else a quoted-string.
-std::string forwarded_value(std::string_view v) {
+/// Appends a Forwarded parameter value (RFC 7239 §4) to `out`: a token as is, anything else
+/// a quoted-string (escaping runs copied whole, not byte by byte).
+void append_forwarded_value(std::string& out, std::string_view v) {
     if (is_token(v)) {
-        return std::string{v};
-    }
-    std::string out = "\"";
-    for (const char c : v) {
-        if (c == '"' || c == '\\') {
-            out += '\\';
-        }
-        out += c;
+        out += v;
+        return;
     }
     out += '"';
-    return out;
+    std::size_t from = 0;
+    for (std::size_t i = 0; i < v.size(); ++i) {
+        if (v[i] == '"' || v[i] == '\\') {
+            out.append(v.substr(from, i - from)).append(1, '\\');
+            from = i;
+        }
+    }
+    out.append(v.substr(from)).append(1, '"');
 }
 
-/// The for= node of an address (RFC 7239 §6): IPv6 in brackets, which makes it quoted.
-std::string forwarded_node(std::string_view ip) {
-    if (ip.find(':') != std::string_view::npos) {
-        std::string bracketed;
-        bracketed.reserve(ip.size() + 2);
-        bracketed.append(1, '[').append(ip).append(1, ']');
-        return forwarded_value(bracketed);
+/// Appends the for= node of an address (RFC 7239 §6): IPv6 in brackets, which makes it
+/// quoted.
+void append_forwarded_node(std::string& out, std::string_view ip) {
+    if (ip.find(':') == std::string_view::npos) {
+        append_forwarded_value(out, ip);
+        return;
     }
-    return forwarded_value(ip);
+    // Brackets and hex digits, colons and dots need no escape inside the quotes.
+    out.append("\"[").append(ip).append("]\"");
 }
 
 } // namespace
@@ -258,13 +260,13 @@ void add_forwarded(fields& f, std::string_view client_ip, std::string_view proto
         value = joined_lines(f, "Forwarded");
     }
     value += value.empty() ? "for=" : ", for=";
-    value += forwarded_node(client_ip);
+    append_forwarded_node(value, client_ip);
     if (!host.empty()) {
         value += ";host=";
-        value += forwarded_value(host);
+        append_forwarded_value(value, host);
     }
     value += ";proto=";
-    value += forwarded_value(proto);
+    append_forwarded_value(value, proto);
     put(f, bhttp::field::forwarded, seen.forwarded, value);
 }
 

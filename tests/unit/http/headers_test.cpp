@@ -207,6 +207,11 @@ TEST_SUITE("headers") {
             CHECK(f["X-Forwarded-Host"] == "127.0.0.1:8080");
             CHECK(f["Forwarded"] == "for=127.0.0.1;host=\"127.0.0.1:8080\";proto=http");
         }
+        SUBCASE("quotes and backslashes in a quoted value are escaped") {
+            auto f = make({{"Host", "a\"b\\c d"}});
+            add_forwarded(f, "10.1.2.3", "http");
+            CHECK(f["Forwarded"] == "for=10.1.2.3;host=\"a\\\"b\\\\c d\";proto=http");
+        }
     }
 
     TEST_CASE("add_forwarded from a trusted proxy extends its chain") {
