@@ -5,6 +5,7 @@
 #include "onceproxy/http/handler.hpp"
 #include "onceproxy/http/loop_guard.hpp"
 #include "onceproxy/http/server.hpp"
+#include "onceproxy/log/log.hpp"
 #include "onceproxy/metrics/registry.hpp"
 #include "onceproxy/upstream/forwarder.hpp"
 
@@ -23,7 +24,6 @@
 #include <atomic>
 #include <condition_variable>
 #include <csignal>
-#include <cstdio>
 #include <fstream>
 #include <functional>
 #include <mutex>
@@ -120,34 +120,46 @@ std::uint64_t connection_limit(const config::config& cfg) {
     const std::uint64_t limit =
         std::max<std::uint64_t>(1, std::min<std::uint64_t>(cfg.limits.max_connections, fit));
     if (limit < cfg.limits.max_connections) {
-        std::fprintf(stderr,
-                     "onceproxy: limits.max_connections %zu lowered to %llu to fit the descriptor "
-                     "limit (RLIMIT_NOFILE %llu)\n",
-                     cfg.limits.max_connections, static_cast<unsigned long long>(limit),
-                     static_cast<unsigned long long>(rl.rlim_cur));
+        log::warn("app", "limits.max_connections lowered to fit the descriptor limit",
+                  {{"configured", cfg.limits.max_connections},
+                   {"effective", limit},
+                   {"rlimit_nofile", static_cast<std::uint64_t>(rl.rlim_cur)}});
     }
     return limit;
+}
+
+log::level log_level_of(config::log_level l) {
+    switch (l) {
+    case config::log_level::debug:
+        return log::level::debug;
+    case config::log_level::info:
+        return log::level::info;
+    case config::log_level::warn:
+        return log::level::warn;
+    case config::log_level::error:
+        return log::level::error;
+    }
+    return log::level::info;
 }
 
 } // namespace
 
 int run(std::shared_ptr<const config::config> cfg, const run_options& opts) {
+    log::set_min_level(log_level_of(cfg->log.level));
     std::signal(SIGPIPE, SIG_IGN);
     // Reloading on SIGHUP is not in this version; ignore it rather than die undrained.
     std::signal(SIGHUP, SIG_IGN);
     // TLS termination and TLS to upstreams are parsed by the config but not served yet: refuse
     // to start rather than silently speak plain text where the operator asked for TLS.
     if (cfg->tls) {
-        std::fprintf(stderr, "onceproxy: inbound TLS (tls:) is not supported by this version; "
-                             "terminate TLS in front of onceproxy\n");
+        log::error("config", "inbound TLS (tls:) is not supported by this version; terminate "
+                             "TLS in front of onceproxy");
         return 1;
     }
     for (const auto& u : cfg->upstreams) {
         if (u.tls) {
-            std::fprintf(stderr,
-                         "onceproxy: upstream '%s': https:// upstreams are not supported by this "
-                         "version\n",
-                         u.name.c_str());
+            log::error("config", "https:// upstreams are not supported by this version",
+                       {{"upstream", u.name}});
             return 1;
         }
     }
@@ -174,7 +186,7 @@ int run(std::shared_ptr<const config::config> cfg, const run_options& opts) {
     try {
         st = make_store(*cfg, executors);
     } catch (const std::exception& e) {
-        std::fprintf(stderr, "onceproxy: store: %s\n", e.what());
+        log::error("store", e.what());
         return 1;
     }
     {
@@ -188,19 +200,15 @@ int run(std::shared_ptr<const config::config> cfg, const run_options& opts) {
             net::detached);
         open_ioc.run();
         for (const auto& w : report.warnings) {
-            std::fprintf(stderr, "onceproxy: warning: store: %s\n", w.c_str());
+            log::warn("store", w);
         }
         if (report.ec) {
-            std::fprintf(stderr, "onceproxy: store: %s\n",
-                         report.message.empty() ? report.ec.message().c_str()
-                                                : report.message.c_str());
+            log::error("store", report.message.empty() ? report.ec.message() : report.message);
             return 1;
         }
         if (report.degraded) {
-            std::fprintf(stderr,
-                         "onceproxy: warning: store: %s; starting degraded (guarded routes "
-                         "follow on_store_error until it answers)\n",
-                         report.message.c_str());
+            log::warn("store", report.message + "; starting degraded (guarded routes follow "
+                                                "on_store_error until it answers)");
         }
     }
 
@@ -212,8 +220,8 @@ int run(std::shared_ptr<const config::config> cfg, const run_options& opts) {
             port = workers.back()->srv.port();
         }
     } catch (const std::exception& e) {
-        std::fprintf(stderr, "onceproxy: cannot listen on %s:%u: %s\n", cfg->listen.host.c_str(),
-                     cfg->listen.port, e.what());
+        log::error("app", "cannot listen",
+                   {{"host", cfg->listen.host}, {"port", cfg->listen.port}, {"error", e.what()}});
         return 1;
     }
 
@@ -222,7 +230,7 @@ int run(std::shared_ptr<const config::config> cfg, const run_options& opts) {
     try {
         admin_port = admin.listen();
     } catch (const std::exception& e) {
-        std::fprintf(stderr, "onceproxy: cannot listen on the admin address: %s\n", e.what());
+        log::error("admin", "cannot listen on the admin address", {{"error", e.what()}});
         return 1;
     }
 
@@ -235,9 +243,12 @@ int run(std::shared_ptr<const config::config> cfg, const run_options& opts) {
     }
     admin.start();
 
-    std::fprintf(stderr, "onceproxy: listening on %s:%u (admin %u), %u worker%s, %s store\n",
-                 cfg->listen.host.c_str(), port, admin_port, n, n == 1 ? "" : "s",
-                 cfg->store.type == config::store_type::memory ? "memory" : "redis");
+    log::info("app", "listening",
+              {{"host", cfg->listen.host},
+               {"port", port},
+               {"admin_port", admin_port},
+               {"workers", n},
+               {"store", cfg->store.type == config::store_type::memory ? "memory" : "redis"}});
     if (!opts.port_file.empty()) {
         const auto tmp = opts.port_file + ".tmp";
         std::ofstream(tmp) << port << ' ' << admin_port << '\n';
@@ -258,8 +269,9 @@ int run(std::shared_ptr<const config::config> cfg, const run_options& opts) {
             return;
         }
         closing = true;
-        std::fprintf(stderr, "onceproxy: closing the listeners; draining (up to %lld ms)\n",
-                     static_cast<long long>(cfg->limits.drain_timeout.count()));
+        log::info(
+            "app", "closing the listeners; draining",
+            {{"drain_timeout_ms", static_cast<std::int64_t>(cfg->limits.drain_timeout.count())}});
         admin.stop();
         const auto deadline = clock::now() + cfg->limits.drain_timeout;
         drain.remaining = workers.size();
@@ -275,8 +287,7 @@ int run(std::shared_ptr<const config::config> cfg, const run_options& opts) {
                 return;
             }
             if (signalled) {
-                std::fprintf(stderr, "onceproxy: signal %d again: skipping the shutdown delay\n",
-                             sig);
+                log::info("app", "signal again: skipping the shutdown delay", {{"signal", sig}});
                 close_listeners();
                 return;
             }
@@ -284,14 +295,15 @@ int run(std::shared_ptr<const config::config> cfg, const run_options& opts) {
             admin.set_draining();
             const auto d = cfg->limits.shutdown_delay;
             if (d.count() <= 0) {
-                std::fprintf(stderr, "onceproxy: signal %d: not ready\n", sig);
+                log::info("app", "signal: not ready", {{"signal", sig}});
                 close_listeners();
                 return;
             }
-            std::fprintf(stderr,
-                         "onceproxy: signal %d: not ready; serving %lld ms more before closing "
-                         "the listeners (signal again to close now)\n",
-                         sig, static_cast<long long>(d.count()));
+            log::info(
+                "app",
+                "signal: not ready; serving on until the shutdown delay ends (signal again "
+                "to close now)",
+                {{"signal", sig}, {"shutdown_delay_ms", static_cast<std::int64_t>(d.count())}});
             signals.async_wait(on_signal);
             delay.expires_after(d);
             delay.async_wait([&](const boost::system::error_code&) { close_listeners(); });
@@ -308,7 +320,7 @@ int run(std::shared_ptr<const config::config> cfg, const run_options& opts) {
         std::unique_lock lk(m);
         if (!cv.wait_for(lk, cfg->limits.drain_timeout + completion_grace + std::chrono::seconds(3),
                          [&] { return joined; })) {
-            std::fprintf(stderr, "onceproxy: shutdown overran the drain deadline; stopping\n");
+            log::error("app", "shutdown overran the drain deadline; stopping the event loops");
             for (auto& l : loops) {
                 l->stop();
             }
@@ -324,7 +336,7 @@ int run(std::shared_ptr<const config::config> cfg, const run_options& opts) {
     cv.notify_one();
     watchdog.join();
     http::flush_access_log();
-    std::fprintf(stderr, "onceproxy: drained, exiting\n");
+    log::info("app", "drained, exiting");
     return 0;
 }
 

@@ -1,5 +1,6 @@
 #include "onceproxy/store/redis_store.hpp"
 
+#include "onceproxy/log/log.hpp"
 #include "onceproxy/store/error.hpp"
 
 #include <boost/asio/co_spawn.hpp>
@@ -14,7 +15,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <iostream>
 #include <stdexcept>
 
 namespace onceproxy::store {
@@ -269,20 +269,20 @@ net::awaitable<void> redis_store::deferred_check() {
             continue; // lost again at once: wait for the next connection
         }
         for (const auto& w : checked.warnings) {
-            std::cerr << "onceproxy: warning: store: " << w << '\n';
+            log::warn("store", w);
         }
         if (checked.ec == boost::system::errc::operation_not_permitted) {
             // An evicting Redis with maxmemory_policy refuse: too late to refuse to start, so
             // the store refuses to be used; guarded routes follow on_store_error, /readyz with
             // require_store reports it.
             impl_->refused = true;
-            std::cerr << "onceproxy: error: redis: " << checked.message
-                      << " (found after a degraded start: the store is not used)\n";
+            log::error("store", checked.message + " (found after a degraded start: the store is "
+                                                  "not used)");
         } else if (checked.ec) {
             // The connections report and retry such failures (AUTH, SELECT) themselves.
-            std::cerr << "onceproxy: error: redis: " << checked.message << '\n';
+            log::error("store", checked.message);
         } else {
-            std::cerr << "onceproxy: redis: answering; the store is in service\n";
+            log::info("store", "redis answering; the store is in service");
         }
         co_return;
     }

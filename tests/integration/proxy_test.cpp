@@ -5,6 +5,7 @@
 #include "support/proxy_fixture.hpp"
 
 #include "support/http_client.hpp"
+#include "support/log_lines.hpp"
 #include "support/process.hpp"
 
 #include <doctest/doctest.h>
@@ -466,6 +467,23 @@ TEST_SUITE("proxy") {
         CHECK(p.proxy.terminate(5s) == 0);
         CHECK(clock_type::now() - start < 3s);
         CHECK(idle.wait_closed(1s));
+
+        // The lifecycle is in the process log, one JSON line per event.
+        const auto log = p.proxy.log();
+        INFO("proxy log:\n" << log);
+        const auto listening = find_log_line(log, "listening");
+        REQUIRE(listening);
+        CHECK(log_field(*listening, "level") == "info");
+        CHECK(log_field(*listening, "component") == "app");
+        CHECK(log_field(*listening, "port") == std::to_string(p.proxy.port));
+        CHECK(log_field(*listening, "store") == "memory");
+        const auto signal = find_log_line(log, "signal");
+        REQUIRE(signal);
+        CHECK(log_field(*signal, "signal") == std::to_string(SIGTERM));
+        CHECK(find_log_line(log, "draining"));
+        const auto exiting = find_log_line(log, "drained, exiting");
+        REQUIRE(exiting);
+        CHECK(log_field(*exiting, "component") == "app");
     }
 
     TEST_CASE("SIGTERM: /readyz fails at once, new connections are served during "

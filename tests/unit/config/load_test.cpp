@@ -142,6 +142,7 @@ TEST_CASE("conf/example.yaml documents exactly the built-in defaults") {
     CHECK(c->listen == builtin.listen);
     CHECK(c->admin.readiness == builtin.admin.readiness);
     CHECK(c->access_log == builtin.access_log);
+    CHECK(c->log == builtin.log);
     CHECK(c->limits == builtin.limits);
     CHECK(c->store == builtin.store);
     CHECK(c->trusted_proxies == builtin.trusted_proxies);
@@ -316,7 +317,7 @@ TEST_CASE("all errors are reported at once, in file order") {
     }
     CHECK(errors[0].to_string() ==
           file + ":7:1: listn: unknown key 'listn'; allowed keys: listen, tls, admin, workers, "
-                 "limits, upstreams, store, defaults, routes, access_log, trusted_proxies");
+                 "limits, upstreams, store, defaults, routes, access_log, log, trusted_proxies");
     try {
         cfg::load_file(file);
         FAIL("expected config_errors");
