@@ -286,6 +286,7 @@ struct log_config {
 
 struct config {
     std::string source_file;
+    std::string source_text; ///< the file as read (before ${VAR} substitution): its digest names it
     endpoint listen{"0.0.0.0", 8080};
     std::optional<tls_files> tls; ///< inbound TLS termination
     admin_config admin;
