@@ -585,6 +585,10 @@ void redis_client::stop() {
     impl_->stop();
 }
 
+void redis_client::set_password(std::string password) {
+    impl_->options.url.password = std::move(password);
+}
+
 net::awaitable<redis_connect_report> redis_client::async_connect_once() {
     auto self = impl_;
     co_return co_await self->connect_once();

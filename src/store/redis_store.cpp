@@ -257,6 +257,20 @@ void redis_store::close() {
     stop();
 }
 
+void redis_store::set_password(std::string password) {
+    // Each copy is touched only on its own executor: the clients' options on theirs, the
+    // store's (read by async_check_startup, which runs on the first worker) on the first's.
+    for (auto& w : impl_->workers) {
+        for (auto& c : w.clients) {
+            net::post(c.get_executor(), [&c, password] { c.set_password(password); });
+        }
+    }
+    net::post(impl_->workers.front().clients.front().get_executor(),
+              [m = impl_.get(), password = std::move(password)]() mutable {
+                  m->options.url.password = std::move(password);
+              });
+}
+
 net::awaitable<void> redis_store::deferred_check() {
     // Runs on the first worker until Redis has answered the start-up check once, or close().
     redis_client& c = impl_->workers.front().clients.front();
