@@ -1,7 +1,10 @@
 #include "app/runtime.hpp"
 
 #include "app/admin.hpp"
+#include "app/config_errors_log.hpp"
 #include "app/store_factory.hpp"
+#include "onceproxy/config/live_changes.hpp"
+#include "onceproxy/config/load.hpp"
 #include "onceproxy/http/handler.hpp"
 #include "onceproxy/http/loop_guard.hpp"
 #include "onceproxy/http/server.hpp"
@@ -18,9 +21,11 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
+#include <openssl/sha.h>
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <condition_variable>
 #include <csignal>
@@ -36,19 +41,35 @@ using clock = std::chrono::steady_clock;
 
 namespace {
 
+/// An io_context whose pending work can be destroyed before the context itself (shutdown):
+/// coroutine frames left on a stopped loop may hold the last reference to the store, whose
+/// Redis connections use the worker loops' timers, so they must go while every loop exists.
+struct event_loop : net::io_context {
+    using net::io_context::io_context;
+    using net::io_context::shutdown;
+};
+
 /// One event loop with everything a connection needs; a connection never leaves its worker.
 struct worker {
-    worker(net::io_context& c, std::shared_ptr<const config::config> cfg,
+    worker(net::io_context& c, const std::shared_ptr<const config::config>& cfg,
            std::shared_ptr<store::store> st, metrics::registry& reg)
         : ioc(c), guard(net::make_work_guard(ioc)), watch(ioc.get_executor()),
-          fwd(ioc.get_executor(), cfg, watch), h(cfg, fwd, std::move(st), reg),
-          srv(ioc, cfg, h, reg, watch) {}
+          fwd(std::make_shared<upstream::forwarder>(ioc.get_executor(), cfg, watch)),
+          srv(ioc, cfg, std::make_shared<http::handler>(cfg, fwd, std::move(st), reg), reg, watch) {
+    }
+
+    /// A reload, run on this worker's loop: requests read from now on use `next`; those in
+    /// flight keep the handler (config, forwarder) they started with until they end.
+    void install(const std::shared_ptr<const config::config>& next,
+                 std::shared_ptr<store::store> st, metrics::registry& reg) {
+        fwd = std::make_shared<upstream::forwarder>(ioc.get_executor(), next, watch, fwd.get());
+        srv.set_handler(std::make_shared<http::handler>(next, fwd, std::move(st), reg));
+    }
 
     net::io_context& ioc;
     net::executor_work_guard<net::io_context::executor_type> guard;
     wire::deadline_watch watch; ///< coarse I/O deadlines of every socket of this worker
-    upstream::forwarder fwd;
-    http::handler h;
+    std::shared_ptr<upstream::forwarder> fwd; ///< the current config's upstream pools
     http::server srv;
     std::thread thread;
 };
@@ -69,7 +90,7 @@ struct drain_state {
 /// stopped with work pending would leave frames to be destroyed after the objects they use).
 net::awaitable<void> drain_worker(worker& w, clock::time_point deadline, drain_state& ds) {
     w.srv.drain();
-    w.fwd.close_idle();
+    w.fwd->close_idle();
     net::steady_timer t(w.ioc);
     while ((w.srv.active_sessions() > 0 || http::background_exchanges() > 0) &&
            clock::now() < deadline) {
@@ -87,7 +108,7 @@ net::awaitable<void> drain_worker(worker& w, clock::time_point deadline, drain_s
         t.expires_after(std::chrono::milliseconds(10));
         co_await t.async_wait(net::as_tuple(net::use_awaitable));
     }
-    w.fwd.close_idle();
+    w.fwd->close_idle();
     w.watch.stop();
     w.guard.reset();
     if (ds.remaining.fetch_sub(1) == 1 && ds.st != nullptr) {
@@ -142,26 +163,121 @@ log::level log_level_of(config::log_level l) {
     return log::level::info;
 }
 
+/// The first 16 hex digits of the SHA-256 of the config file's text (onceproxy_config_info):
+/// enough to tell which file a replica serves.
+std::string config_digest(const config::config& cfg) {
+    std::array<unsigned char, SHA256_DIGEST_LENGTH> md{};
+    SHA256(reinterpret_cast<const unsigned char*>(cfg.source_text.data()), cfg.source_text.size(),
+           md.data());
+    static constexpr char hex[] = "0123456789abcdef";
+    std::string out;
+    for (std::size_t i = 0; i < 8; ++i) {
+        out += hex[md[i] >> 4];
+        out += hex[md[i] & 0xf];
+    }
+    return out;
+}
+
+std::int64_t unix_seconds() {
+    return std::chrono::duration_cast<std::chrono::seconds>(
+               std::chrono::system_clock::now().time_since_epoch())
+        .count();
+}
+
+/// Why this binary cannot serve a config that is otherwise valid, or "" when it can. TLS
+/// termination and TLS to upstreams are parsed but not served yet: refused rather than silently
+/// speaking plain text where the operator asked for TLS.
+std::string unsupported(const config::config& cfg) {
+    if (cfg.tls) {
+        return "inbound TLS (tls:) is not supported by this version; terminate TLS in front of "
+               "onceproxy";
+    }
+    for (const auto& u : cfg.upstreams) {
+        if (u.tls) {
+            return "upstream '" + u.name +
+                   "': https:// upstreams are not supported by this version";
+        }
+    }
+    return {};
+}
+
+/// SIGHUP (issue 9 item 5), on the main loop: re-reads `current`'s file with the start-up
+/// loader. A file that does not load, or that changes settings bound at start, is refused as a
+/// whole and `current` stays. Otherwise every worker installs the new config on its own loop
+/// (requests in flight finish on the old one); the last to do so counts the reload.
+void reload(std::shared_ptr<const config::config>& current,
+            const std::vector<std::unique_ptr<worker>>& workers,
+            const std::shared_ptr<store::store>& st, metrics::registry& reg) {
+    const auto& file = current->source_file;
+    log::info("config", "SIGHUP: reloading the config", {{"file", file}});
+    std::shared_ptr<const config::config> next;
+    try {
+        next = config::load_file(file);
+    } catch (const config::config_errors& e) {
+        log_config_errors(e, "reload rejected: the running config stays");
+        reg.count_reload(metrics::reload_result::error);
+        return;
+    }
+    if (const auto why = unsupported(*next); !why.empty()) {
+        log::error("config", "reload rejected: the running config stays",
+                   {{"file", file}, {"error", why}});
+        reg.count_reload(metrics::reload_result::error);
+        return;
+    }
+    if (const auto fields = config::changes_needing_restart(*current, *next); !fields.empty()) {
+        std::string list;
+        for (const auto& f : fields) {
+            list += (list.empty() ? "" : ", ") + f;
+        }
+        log::warn("config",
+                  "the new config needs a restart to apply; reload refused, the running config "
+                  "stays",
+                  {{"file", file}, {"fields", list}});
+        reg.count_reload(metrics::reload_result::restart_required);
+        return;
+    }
+    log::set_min_level(log_level_of(next->log.level));
+    const auto& redis = next->store.redis;
+    if (next->store.type == config::store_type::redis && !redis.password_file.empty() &&
+        redis.password != current->store.redis.password) {
+        // A rotated Secret: changes_needing_restart lets only this credential change live.
+        st->set_password(redis.password);
+        log::info("store", "redis password changed in password_file; used from the next connection",
+                  {{"password_file", redis.password_file}});
+    }
+    if (next->limits.max_connections != current->limits.max_connections) {
+        reg.connection_limit = connection_limit(*next);
+    }
+    const auto digest = config_digest(*next);
+    auto pending = std::make_shared<std::atomic<std::size_t>>(workers.size());
+    for (const auto& w : workers) {
+        net::post(w->ioc, [&w = *w, next, st, &reg, pending, digest] {
+            w.install(next, st, reg);
+            if (pending->fetch_sub(1) == 1) {
+                reg.set_config(digest, unix_seconds());
+                reg.count_reload(metrics::reload_result::success);
+                log::info("config", "config reloaded",
+                          {{"file", next->source_file},
+                           {"sha256", digest},
+                           {"routes", next->routes.size()},
+                           {"upstreams", next->upstreams.size()}});
+            }
+        });
+    }
+    current = std::move(next);
+}
+
 } // namespace
 
 int run(std::shared_ptr<const config::config> cfg, const run_options& opts) {
     log::set_min_level(log_level_of(cfg->log.level));
     std::signal(SIGPIPE, SIG_IGN);
-    // Reloading on SIGHUP is not in this version; ignore it rather than die undrained.
+    // Until the reload handler is in place, a SIGHUP (a reloader sidecar, a config-map watcher)
+    // must not end the process.
     std::signal(SIGHUP, SIG_IGN);
-    // TLS termination and TLS to upstreams are parsed by the config but not served yet: refuse
-    // to start rather than silently speak plain text where the operator asked for TLS.
-    if (cfg->tls) {
-        log::error("config", "inbound TLS (tls:) is not supported by this version; terminate "
-                             "TLS in front of onceproxy");
+    if (const auto why = unsupported(*cfg); !why.empty()) {
+        log::error("config", why);
         return 1;
-    }
-    for (const auto& u : cfg->upstreams) {
-        if (u.tls) {
-            log::error("config", "https:// upstreams are not supported by this version",
-                       {{"upstream", u.name}});
-            return 1;
-        }
     }
     std::vector<std::string> route_names;
     for (const auto& r : cfg->routes) {
@@ -169,15 +285,16 @@ int run(std::shared_ptr<const config::config> cfg, const run_options& opts) {
     }
     metrics::registry reg(route_names);
     reg.connection_limit = connection_limit(*cfg);
+    reg.set_config(config_digest(*cfg), unix_seconds());
 
-    net::io_context main_ioc(1);
+    event_loop main_ioc(1);
     const unsigned n = cfg->workers == 0 ? 1 : cfg->workers;
     // The event loops exist before anything that binds to them (the Redis store keeps one
     // connection per worker executor).
-    std::vector<std::unique_ptr<net::io_context>> loops;
+    std::vector<std::unique_ptr<event_loop>> loops;
     std::vector<net::any_io_executor> executors;
     for (unsigned i = 0; i < n; ++i) {
-        loops.push_back(std::make_unique<net::io_context>(1));
+        loops.push_back(std::make_unique<event_loop>(1));
         executors.push_back(loops.back()->get_executor());
     }
     std::vector<std::unique_ptr<worker>> workers;
@@ -259,6 +376,9 @@ int run(std::shared_ptr<const config::config> cfg, const run_options& opts) {
     // for limits.shutdown_delay (endpoints take seconds to leave a Service), then close and
     // in-flight requests drain for up to limits.drain_timeout. A second signal skips the rest
     // of the delay.
+    // The config new requests get; a reload replaces it (main loop only). Shutdown reads its
+    // delays from it too.
+    std::shared_ptr<const config::config> current = cfg;
     drain_state drain;
     net::signal_set signals(main_ioc, SIGTERM, SIGINT);
     net::steady_timer delay(main_ioc);
@@ -269,11 +389,11 @@ int run(std::shared_ptr<const config::config> cfg, const run_options& opts) {
             return;
         }
         closing = true;
-        log::info(
-            "app", "closing the listeners; draining",
-            {{"drain_timeout_ms", static_cast<std::int64_t>(cfg->limits.drain_timeout.count())}});
+        log::info("app", "closing the listeners; draining",
+                  {{"drain_timeout_ms",
+                    static_cast<std::int64_t>(current->limits.drain_timeout.count())}});
         admin.stop();
-        const auto deadline = clock::now() + cfg->limits.drain_timeout;
+        const auto deadline = clock::now() + current->limits.drain_timeout;
         drain.remaining = workers.size();
         drain.st = st.get();
         for (auto& w : workers) {
@@ -293,7 +413,7 @@ int run(std::shared_ptr<const config::config> cfg, const run_options& opts) {
             }
             signalled = true;
             admin.set_draining();
-            const auto d = cfg->limits.shutdown_delay;
+            const auto d = current->limits.shutdown_delay;
             if (d.count() <= 0) {
                 log::info("app", "signal: not ready", {{"signal", sig}});
                 close_listeners();
@@ -309,6 +429,21 @@ int run(std::shared_ptr<const config::config> cfg, const run_options& opts) {
             delay.async_wait([&](const boost::system::error_code&) { close_listeners(); });
         };
     signals.async_wait(on_signal);
+    // SIGHUP: reload (see reload()); ignored once shutting down.
+    net::signal_set hup(main_ioc, SIGHUP);
+    std::function<void(const boost::system::error_code&, int)> on_hup =
+        [&](const boost::system::error_code& ec, int) {
+            if (ec) {
+                return;
+            }
+            if (signalled) {
+                log::info("config", "SIGHUP ignored: shutting down");
+            } else {
+                reload(current, workers, st, reg);
+            }
+            hup.async_wait(on_hup);
+        };
+    hup.async_wait(on_hup);
     http::run_guarded(main_ioc, "admin event loop", reg.internal_errors);
 
     // Bound the whole shutdown: background work (a completion retried until its lease ends)
@@ -316,10 +451,11 @@ int run(std::shared_ptr<const config::config> cfg, const run_options& opts) {
     std::mutex m;
     std::condition_variable cv;
     bool joined = false;
+    const auto shutdown_bound =
+        current->limits.drain_timeout + completion_grace + std::chrono::seconds(3);
     std::thread watchdog([&] {
         std::unique_lock lk(m);
-        if (!cv.wait_for(lk, cfg->limits.drain_timeout + completion_grace + std::chrono::seconds(3),
-                         [&] { return joined; })) {
+        if (!cv.wait_for(lk, shutdown_bound, [&] { return joined; })) {
             log::error("app", "shutdown overran the drain deadline; stopping the event loops");
             for (auto& l : loops) {
                 l->stop();
@@ -336,6 +472,13 @@ int run(std::shared_ptr<const config::config> cfg, const run_options& opts) {
     cv.notify_one();
     watchdog.join();
     http::flush_access_log();
+    // Frames still pending (the admin accept loop on the stopped main loop, anything the
+    // watchdog cut off) are destroyed now, with every loop still there for the store to close
+    // its connections on, rather than one by one as the loops are destroyed.
+    main_ioc.shutdown();
+    for (auto& l : loops) {
+        l->shutdown();
+    }
     log::info("app", "drained, exiting");
     return 0;
 }

@@ -34,12 +34,13 @@ std::atomic<std::size_t> background_count{0};
 
 /// The state shared by the exchange driver and its upstream call.
 struct exchange_state {
-    exchange_state(exchange_env& e, const config::route_config& r, std::size_t ri, request&& q,
-                   net::any_io_executor ex)
-        : env(e), route(r), route_index(ri), req(std::move(q)), fsm(r.idempotency), timer(ex) {}
+    exchange_state(std::shared_ptr<exchange_env> e, const config::route_config& r, std::size_t ri,
+                   request&& q, net::any_io_executor ex)
+        : env_hold(std::move(e)), route(r), route_index(ri), req(std::move(q)), fsm(r.idempotency),
+          timer(ex) {}
 
-    exchange_env& env;
-    std::shared_ptr<const config::config> cfg_hold = env.cfg; ///< keeps `route` alive
+    std::shared_ptr<exchange_env> env_hold; ///< keeps the config (and `route`) alive
+    exchange_env& env = *env_hold;
     const config::route_config& route;
     std::size_t route_index;
     request req;
@@ -54,7 +55,7 @@ struct exchange_state {
     clock::time_point upstream_started{};
     exchange_report report;
 
-    metrics::route_metrics& metrics() { return env.reg.route(route_index); }
+    metrics::route_metrics& metrics() { return *env.route_series[route_index]; }
     std::optional<upstream::forward_status> upstream_status() const {
         return upstream_result ? std::optional(upstream_result->status) : std::nullopt;
     }
@@ -94,8 +95,8 @@ net::awaitable<core::action> do_claim(exchange_state& s, core::action a) {
 }
 
 net::awaitable<void> call_upstream(std::shared_ptr<exchange_state> s) {
-    auto r = co_await s->env.fwd.async_forward(s->route.upstream_index, s->req,
-                                               s->route.limits.max_response_bytes);
+    auto r = co_await s->env.fwd->async_forward(s->route.upstream_index, s->req,
+                                                s->route.limits.max_response_bytes);
     const auto took = clock::now() - s->upstream_started;
     s->report.upstream_ms = std::chrono::duration<double, std::milli>(took).count();
     s->metrics().upstream_duration.observe(took);
@@ -270,12 +271,14 @@ bool is_guarded(const config::route_config& route, std::string_view method) noex
     return core::guards_method(route.idempotency, method);
 }
 
-net::awaitable<response> async_run_exchange(exchange_env& env, const config::route_config& route,
+net::awaitable<response> async_run_exchange(std::shared_ptr<exchange_env> env,
+                                            const config::route_config& route,
                                             std::size_t route_index, request& req,
                                             exchange_report& report) {
     const auto& pol = route.idempotency;
     auto ex = co_await net::this_coro::executor;
-    auto s = std::make_shared<exchange_state>(env, route, route_index, std::move(req), ex);
+    auto s =
+        std::make_shared<exchange_state>(std::move(env), route, route_index, std::move(req), ex);
 
     // Request facts: the key (header or natural), scope and fingerprint (SPEC §3.1, 3.3-3.5).
     std::vector<core::header_view> lines;

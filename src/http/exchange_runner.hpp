@@ -16,15 +16,19 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace onceproxy::http {
 
-/// Everything the runner needs, owned by the worker.
+/// Everything the runner needs for one config (one handler's), shared with the exchanges that
+/// run on it: an exchange still completing in the background after a reload keeps its config,
+/// forwarder and store alive.
 struct exchange_env {
     std::shared_ptr<const config::config> cfg;
-    upstream::forwarder& fwd;
+    std::shared_ptr<upstream::forwarder> fwd;
     std::shared_ptr<store::store> st;
     metrics::registry& reg;
+    std::vector<metrics::route_metrics*> route_series; ///< index = route index in `cfg`
 };
 
 /// What a finished (or backgrounded) exchange reports for the access log.
@@ -39,7 +43,7 @@ struct exchange_report {
 /// work (completion retries) continues in a detached coroutine on the current executor after
 /// this returns. `req` has already been rewritten for the upstream (hop-by-hop removed,
 /// X-Forwarded-* added).
-boost::asio::awaitable<response> async_run_exchange(exchange_env& env,
+boost::asio::awaitable<response> async_run_exchange(std::shared_ptr<exchange_env> env,
                                                     const config::route_config& route,
                                                     std::size_t route_index, request& req,
                                                     exchange_report& report);

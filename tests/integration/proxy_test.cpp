@@ -237,14 +237,6 @@ TEST_SUITE("proxy") {
         CHECK(fetch(p.proxy.port, "GET", "/after").status == 200);
     }
 
-    TEST_CASE("SIGHUP does not stop the proxy (reload is not supported; the signal is ignored)") {
-        proxied p;
-        p.proxy.proc.signal(SIGHUP);
-        std::this_thread::sleep_for(200ms);
-        CHECK(p.proxy.proc.running());
-        CHECK(fetch(p.proxy.port, "GET", "/after-hup").status == 200);
-    }
-
     TEST_CASE("request smuggling shapes are refused with 400 and never reach the upstream") {
         proxied p;
         const std::string head = "POST /smuggle HTTP/1.1\r\nHost: x\r\n";
