@@ -194,6 +194,10 @@ private:
         if (!f.present() || !w_.mapping(f, {"cert_file", "key_file"})) {
             return;
         }
+        // Parsed for the day it is served; refused here so that --check-config and a start
+        // (or a reload) agree, with the place to blame.
+        w_.error(f, "inbound TLS termination is not supported by this version; terminate TLS "
+                    "in front of onceproxy");
         auto cert = w_.string(w_.require(f, "cert_file"));
         auto key = w_.string(w_.require(f, "key_file"));
         if (cert && key) {
@@ -420,6 +424,8 @@ private:
         } else if (rest.starts_with("https://")) {
             up.tls = true;
             rest.remove_prefix(8);
+            w_.error(f, "https:// upstreams are not supported by this version ('" + url +
+                            "'); use http://");
         } else {
             w_.error(f, "invalid upstream url '" + url + "'; expected http:// or https://");
             return;

@@ -52,14 +52,13 @@ TEST_SUITE("live_changes") {
         CHECK(restart(base, live).empty());
     }
 
-    TEST_CASE("listen, workers, admin and tls need a restart, each named") {
+    TEST_CASE("listen, workers and admin need a restart, each named") {
         CHECK(restart(base, make("127.0.0.1:9090", 2)) == list{"listen"});
         CHECK(restart(base, make("127.0.0.1:8080", 4)) == list{"workers"});
         CHECK(restart(base, make("0.0.0.0:9090", 3)) == list{"listen", "workers"});
         CHECK(restart(base, base + "admin: { listen: 127.0.0.1:9901 }\n") == list{"admin.listen"});
         CHECK(restart(base, base + "admin: { readiness: { require_store: true } }\n") ==
               list{"admin.readiness"});
-        CHECK(restart(base, base + "tls: { cert_file: c.pem, key_file: k.pem }\n") == list{"tls"});
     }
 
     TEST_CASE("the store: type and connection settings need a restart") {
