@@ -217,20 +217,38 @@ action exchange_fsm::on_upstream(const upstream_event& ev, time_point now) {
     enum class step { none, complete, release };
     step next = step::none;
 
+    if (ev.kind == upstream_result::streaming && streaming_) {
+        return unexpected("on_upstream(streaming) twice");
+    }
+
     switch (ev.kind) {
-    case upstream_result::response: {
+    case upstream_result::response:
+    case upstream_result::streaming: {
         action respond;
         respond.kind = action_kind::respond;
         pending_answer_ = respond;
         const bool recordable =
             in_set(policy_.record, ev.status) && !in_set(policy_.release, ev.status);
+        if (ev.kind == upstream_result::streaming && recordable && !lease_lost_) {
+            // Too large to hold: the client gets it as it comes, while the lease is kept (and
+            // extended) until the body has ended; only then is the key completed, or, if the
+            // body breaks, handled as an unknown outcome (issue 8).
+            streaming_ = true;
+            wake_at_ = next_extend_;
+            action a;
+            a.kind = action_kind::stream;
+            a.wake_at = next_extend_;
+            a.status_header = idempotency_status::stored;
+            return a;
+        }
         if (!recordable) {
             // Not recordable (release list wins over record): free the key, a retry runs again.
             pending_outcome_ = exchange_outcome::released;
             next = step::release;
         } else {
             // Too large to keep: the first caller gets it, retries get 409, never a re-run.
-            pending_replayable_ = ev.body_bytes <= policy_.max_record_bytes;
+            pending_replayable_ =
+                ev.kind == upstream_result::response && ev.body_bytes <= policy_.max_record_bytes;
             pending_record_ = record_kind::upstream_response;
             pending_outcome_ =
                 pending_replayable_ ? exchange_outcome::stored : exchange_outcome::not_replayable;
@@ -481,6 +499,8 @@ std::string_view to_string(action_kind k) noexcept {
         return "claim";
     case action_kind::forward:
         return "forward";
+    case action_kind::stream:
+        return "stream";
     case action_kind::extend_lease:
         return "extend_lease";
     case action_kind::complete:

@@ -7,6 +7,7 @@
 #include "onceproxy/core/request_facts.hpp"
 #include "onceproxy/http/headers.hpp"
 #include "onceproxy/http/problem.hpp"
+#include "onceproxy/wire/head_writer.hpp"
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -14,6 +15,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
 
 #include <atomic>
 #include <ctime>
@@ -35,9 +37,9 @@ std::atomic<std::size_t> background_count{0};
 /// The state shared by the exchange driver and its upstream call.
 struct exchange_state {
     exchange_state(std::shared_ptr<exchange_env> e, const config::route_config& r, std::size_t ri,
-                   request&& q, net::any_io_executor ex)
+                   request&& q, net::any_io_executor ex, stream_target t)
         : env_hold(std::move(e)), route(r), route_index(ri), req(std::move(q)), fsm(r.idempotency),
-          timer(ex) {}
+          timer(ex), target(t) {}
 
     std::shared_ptr<exchange_env> env_hold; ///< keeps the config (and `route`) alive
     exchange_env& env = *env_hold;
@@ -50,7 +52,11 @@ struct exchange_state {
     std::string fingerprint;
     std::string owner = random_hex_id();                     ///< fencing token of this attempt
     std::optional<upstream::forward_result> upstream_result; ///< set once the call ends
-    std::string claimed_record;         ///< completed claim: the record to replay
+    /// An upstream outcome the fsm has not heard of yet: the call's, or a streamed body's end.
+    std::optional<core::upstream_event> upstream_due;
+    stream_target target;
+    bool streamed = false;      ///< the answer's head went to the client (the stream carries it)
+    std::string claimed_record; ///< completed claim: the record to replay
     std::optional<std::string> payload; ///< the encoded record, built once for all attempts
     clock::time_point upstream_started{};
     exchange_report report;
@@ -95,8 +101,11 @@ net::awaitable<core::action> do_claim(exchange_state& s, core::action a) {
 }
 
 net::awaitable<void> call_upstream(std::shared_ptr<exchange_state> s) {
+    // A body longer than max_record_bytes is not held: it cannot be replayed anyway, so it
+    // streams to the client instead (issue 8).
     auto r = co_await s->env.fwd->async_forward(s->route.upstream_index, s->req,
-                                                s->route.limits.max_response_bytes);
+                                                s->route.limits.max_response_bytes,
+                                                s->route.idempotency.max_record_bytes);
     const auto took = clock::now() - s->upstream_started;
     s->report.upstream_ms = std::chrono::duration<double, std::milli>(took).count();
     s->metrics().upstream_duration.observe(took);
@@ -104,8 +113,104 @@ net::awaitable<void> call_upstream(std::shared_ptr<exchange_state> s) {
         // Once, here: both the record and the client response carry end-to-end headers only.
         strip_hop_by_hop(r.res);
     }
+    s->upstream_due = to_upstream_event(r);
     s->upstream_result = std::move(r);
     s->timer.cancel();
+}
+
+/// The head of a streamed answer as the client gets it, serialised into the client's scratch
+/// buffer: the upstream's head (hop-by-hop fields already gone) with `st` and `f`'s framing.
+/// A copy: the record keeps the upstream's head as it came.
+void serialize_streamed_head(const response& upstream_head, core::idempotency_status st,
+                             const response_framing& f, std::string& out) {
+    response head;
+    head.base() = upstream_head.base();
+    set_idempotency_status(head, st);
+    head.version(11);
+    if (f.rechunk) {
+        head.set(boost::beast::http::field::transfer_encoding, "chunked");
+    }
+    if (!f.keep) {
+        head.set(boost::beast::http::field::connection, "close");
+    }
+    wire::serialize_head(head, out);
+}
+
+/// The first write of a streamed answer: its head (with `st`, framed by `f`) and the body bytes
+/// held, which are freed once sent (the record keeps no body: memory stays flat). False when
+/// the client could not be written to.
+net::awaitable<bool> write_answer_start(exchange_state& s, core::idempotency_status st,
+                                        const response_framing& f) {
+    auto& res = s.upstream_result->res;
+    auto& client = s.target.client;
+    serialize_streamed_head(res, st, f, client.scratch);
+    s.streamed = true;
+    s.report.streamed_status = res.result_int();
+    const gather first(client.scratch, f.no_body ? std::string_view() : res.body(), f.rechunk, {});
+    client.dl.expires_after(s.env.cfg->limits.idle_timeout);
+    auto [ec, n] = co_await net::async_write(client.sock, first.buffers(), use_tuple);
+    (void)n;
+    res.body() = std::string();
+    co_return !ec;
+}
+
+/// Passes on an answer too large to hold: its head (with `st`) and the body bytes held go to
+/// the client in one write, then the rest of the body is relayed piece by piece, the client's
+/// pace setting the upstream's. Returns how the body ended, as the engine's event: a client
+/// that hung up leaves the upstream connection closed and the answer counted as complete (its
+/// head is what gets recorded, as not replayable); an upstream that broke off is an unknown
+/// outcome and the client connection is cut, the only way left to tell it.
+net::awaitable<core::upstream_event> relay_answer(exchange_state& s, core::idempotency_status st) {
+    const unsigned status = s.upstream_result->res.result_int();
+    std::uint64_t bytes = s.upstream_result->res.body().size();
+    auto rest = std::move(s.upstream_result->rest);
+    auto& rp = rest->parser;
+    auto& t = s.target;
+    const auto f =
+        frame_response(status, t.head_request, !rp.chunked() && rp.content_length().has_value(),
+                       t.client_version, t.keep_alive && !t.client.draining && !t.client.last);
+    auto end = body_end::client_failed;
+    auto failure = upstream::forward_status::ok;
+    if (co_await write_answer_start(s, st, f)) {
+        rp.stream_body(relay_chunk);
+        const auto& up = s.env.fwd->upstream(s.route.upstream_index);
+        end = co_await relay_body(
+            rp, {*rest->conn, up.timeout},
+            {t.client.sock, t.client.dl, s.env.cfg->limits.idle_timeout, f.rechunk}, bytes,
+            failure);
+    }
+    const bool reusable = end == body_end::complete && rp.keep_alive() && !rp.need_eof();
+    s.env.fwd->release(s.route.upstream_index, std::move(rest->conn), reusable);
+    s.report.keep = end == body_end::complete && f.keep;
+    switch (end) {
+    case body_end::complete:
+        break;
+    case body_end::client_failed:
+        // The effect happened and its head is known: record it; nobody is left to answer.
+        s.fsm.on_client_gone();
+        break;
+    case body_end::upstream_failed:
+        (failure == upstream::forward_status::timeout_after_send ? s.env.reg.upstream_timeouts
+                                                                 : s.env.reg.upstream_errors)
+            .fetch_add(1, std::memory_order_relaxed);
+        co_return to_upstream_event(failure, 0, 0);
+    }
+    co_return core::upstream_event{core::upstream_result::response, status,
+                                   static_cast<std::size_t>(bytes)};
+}
+
+/// stream: the body is relayed beside the driver, which goes on ticking the lease; its end is
+/// the upstream outcome the driver waits for.
+void start_stream(const std::shared_ptr<exchange_state>& s, core::idempotency_status st) {
+    net::co_spawn(
+        s->timer.get_executor(),
+        [](std::shared_ptr<exchange_state> self,
+           core::idempotency_status status) -> net::awaitable<void> {
+            auto ev = co_await relay_answer(*self, status);
+            self->upstream_due = ev;
+            self->timer.cancel();
+        }(s, st),
+        net::detached);
 }
 
 /// forward: the upstream call runs beside the driver, which goes on ticking the lease.
@@ -121,14 +226,16 @@ net::awaitable<core::action> do_wait(exchange_state& s, core::action a) {
     // an early tick returns the same wait_until, so skipping the timer there spins the worker
     // thread until the lease ends.
     const auto upstream_outcome_due = [&] {
-        return s.upstream_result && s.fsm.current_state() == core::state::forwarding;
+        return s.upstream_due && s.fsm.current_state() == core::state::forwarding;
     };
     if (!upstream_outcome_due()) {
         s.timer.expires_at(a.wake_at);
         co_await s.timer.async_wait(use_tuple);
     }
     if (upstream_outcome_due()) {
-        co_return s.fsm.on_upstream(to_upstream_event(*s.upstream_result), clock::now());
+        const auto ev = *s.upstream_due;
+        s.upstream_due.reset();
+        co_return s.fsm.on_upstream(ev, clock::now());
     }
     co_return s.fsm.on_tick(clock::now());
 }
@@ -166,13 +273,26 @@ net::awaitable<core::action> do_release(exchange_state& s) {
     co_return s.fsm.on_release(to_fence_event(r), clock::now());
 }
 
-/// respond: the upstream response, with the Idempotency-Status of the action.
-response do_respond(exchange_state& s, core::idempotency_status st) {
+/// The upstream response held whole, with the Idempotency-Status of the action.
+response answer_whole(exchange_state& s, core::idempotency_status st) {
     // Moved out unless a later completion retry would still need its bytes for the record.
     const bool keep = st == core::idempotency_status::unrecorded && !s.payload;
     response res = keep ? s.upstream_result->res : std::move(s.upstream_result->res);
     set_idempotency_status(res, st);
     return res;
+}
+
+/// respond: the upstream response, with the Idempotency-Status of the action. An answer too
+/// large to hold streams (one the engine did not record: released, or the lease lost), or
+/// already streamed (the stream action): nothing left to write then.
+net::awaitable<response> do_respond(exchange_state& s, core::idempotency_status st) {
+    if (!s.streamed && s.upstream_result->rest) {
+        co_await relay_answer(s, st);
+    }
+    if (s.streamed) {
+        co_return response{};
+    }
+    co_return answer_whole(s, st);
 }
 
 response do_replay(exchange_state& s) {
@@ -185,7 +305,7 @@ net::awaitable<response> do_passthrough(std::shared_ptr<exchange_state> s) {
     s->upstream_started = clock::now();
     co_await call_upstream(s);
     if (s->upstream_result->status == upstream::forward_status::ok) {
-        co_return do_respond(*s, core::idempotency_status::none);
+        co_return co_await do_respond(*s, core::idempotency_status::none);
     }
     co_return upstream_failure(s->upstream_result->status, s->env.reg);
 }
@@ -203,6 +323,10 @@ net::awaitable<std::optional<response>> drive(std::shared_ptr<exchange_state> s,
             start_forward(s);
             a = co_await do_wait(*s, a);
             break;
+        case core::action_kind::stream:
+            start_stream(s, a.status_header);
+            a = co_await do_wait(*s, a);
+            break;
         case core::action_kind::wait_until:
             a = co_await do_wait(*s, a);
             break;
@@ -218,8 +342,11 @@ net::awaitable<std::optional<response>> drive(std::shared_ptr<exchange_state> s,
         case core::action_kind::replay:
             co_return do_replay(*s);
         case core::action_kind::respond:
-            co_return do_respond(*s, a.status_header);
+            co_return co_await do_respond(*s, a.status_header);
         case core::action_kind::reject:
+            if (s->streamed) {
+                co_return response{}; // the body broke off: the cut connection says so
+            }
             co_return reject_response(a, s->upstream_status());
         case core::action_kind::passthrough:
             co_return co_await do_passthrough(s);
@@ -274,11 +401,11 @@ bool is_guarded(const config::route_config& route, std::string_view method) noex
 net::awaitable<response> async_run_exchange(std::shared_ptr<exchange_env> env,
                                             const config::route_config& route,
                                             std::size_t route_index, request& req,
-                                            exchange_report& report) {
+                                            exchange_report& report, stream_target target) {
     const auto& pol = route.idempotency;
     auto ex = co_await net::this_coro::executor;
-    auto s =
-        std::make_shared<exchange_state>(std::move(env), route, route_index, std::move(req), ex);
+    auto s = std::make_shared<exchange_state>(std::move(env), route, route_index, std::move(req),
+                                              ex, target);
 
     // Request facts: the key (header or natural), scope and fingerprint (SPEC §3.1, 3.3-3.5).
     std::vector<core::header_view> lines;
@@ -293,7 +420,10 @@ net::awaitable<response> async_run_exchange(std::shared_ptr<exchange_env> env,
 
     auto first = s->fsm.start(derived.facts, clock::now());
     auto res = co_await drive(s, first);
-    if (!res) {
+    s->report.streamed = s->streamed;
+    if (!res && s->streamed) {
+        res.emplace(); // the client hung up mid-stream and the record is done: nothing to write
+    } else if (!res) {
         res = no_answer_problem();
     } else if (auto next = s->fsm.on_responded(clock::now());
                next.kind != core::action_kind::done) {

@@ -6,6 +6,7 @@
 // exchange_translation.hpp. The decisions are all the engine's (STYLE.md §2); this is the I/O
 // shell (Boost.Redis `exec_op` idea).
 
+#include "http/body_relay.hpp"
 #include "onceproxy/config/config.hpp"
 #include "onceproxy/http/handler.hpp"
 #include "onceproxy/metrics/registry.hpp"
@@ -31,22 +32,38 @@ struct exchange_env {
     std::vector<metrics::route_metrics*> route_series; ///< index = route index in `cfg`
 };
 
+/// The client connection an answer too large to hold is streamed to, and what its request
+/// said about the answer.
+struct stream_target {
+    client_side client;
+    unsigned client_version = 11;
+    bool keep_alive = false; ///< the client asked for keep-alive
+    bool head_request = false;
+};
+
 /// What a finished (or backgrounded) exchange reports for the access log.
 struct exchange_report {
     metrics::outcome outcome = metrics::outcome::passthrough;
     std::string key_hash; ///< the store key (a hash), empty when there was none
     double upstream_ms = -1;
     double store_ms = 0;
+    /// The answer went to the client streamed (its body outgrew max_record_bytes): nothing
+    /// more to write. `streamed_status` is its status; `keep` whether the connection carries on.
+    bool streamed = false;
+    unsigned streamed_status = 0;
+    bool keep = false;
 };
 
 /// Runs the exchange for `req` on `route` and returns the response for the client. Background
 /// work (completion retries) continues in a detached coroutine on the current executor after
 /// this returns. `req` has already been rewritten for the upstream (hop-by-hop removed,
-/// X-Forwarded-* added).
+/// X-Forwarded-* added). An upstream answer whose body outgrows max_record_bytes is streamed
+/// to `target` instead (issue 8): then `report.streamed` is set and the response returned is
+/// empty, not to be written.
 boost::asio::awaitable<response> async_run_exchange(std::shared_ptr<exchange_env> env,
                                                     const config::route_config& route,
                                                     std::size_t route_index, request& req,
-                                                    exchange_report& report);
+                                                    exchange_report& report, stream_target target);
 
 /// True when requests with this method on this route go through the exchange.
 bool is_guarded(const config::route_config& route, std::string_view method) noexcept;

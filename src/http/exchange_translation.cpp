@@ -30,7 +30,11 @@ core::upstream_event to_upstream_event(upstream::forward_status status, unsigned
 }
 
 core::upstream_event to_upstream_event(const upstream::forward_result& r) noexcept {
-    return to_upstream_event(r.status, r.res.result_int(), r.res.body().size());
+    auto ev = to_upstream_event(r.status, r.res.result_int(), r.res.body().size());
+    if (r.status == upstream::forward_status::ok && r.rest) {
+        ev.kind = core::upstream_result::streaming; // the rest of the body is still coming
+    }
+    return ev;
 }
 
 claim_translation to_claim_event(store::result<store::claim_result>&& r) {

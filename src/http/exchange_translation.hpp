@@ -18,7 +18,8 @@
 namespace onceproxy::http {
 
 /// How a forward attempt ended, as the engine sees it (SPEC §2: only a connect failure is
-/// certainly without effect). `body_bytes` is the size of the body received.
+/// certainly without effect). `body_bytes` is the size of the body received. An answer whose
+/// body outgrew the hold limit (`rest` set) is `streaming`.
 [[nodiscard]] core::upstream_event to_upstream_event(upstream::forward_status status,
                                                      unsigned http_status,
                                                      std::size_t body_bytes) noexcept;

@@ -78,7 +78,8 @@ net::awaitable<bool> handler::async_relay(client_side client, wire::request_pars
     return impl_->relay.async_relay(client, parser, route, route_index, ctx);
 }
 
-net::awaitable<response> handler::async_handle(request& req, const request_context& ctx) {
+net::awaitable<handled> handler::async_handle(request& req, const request_context& ctx,
+                                              client_side client) {
     auto& m = *impl_;
     const auto target = req.target();
     const auto* route = config::find_route(*m.cfg, req.method_string(), path_of(target));
@@ -95,7 +96,7 @@ net::awaitable<response> handler::async_handle(request& req, const request_conte
                 m.reg.access_log_dropped.fetch_add(1, std::memory_order_relaxed);
             }
         }
-        co_return res;
+        co_return handled{std::move(res)};
     }
     const auto route_index = static_cast<std::size_t>(route - m.cfg->routes.data());
     auto& rm = *m.env->route_series[route_index];
@@ -105,6 +106,9 @@ net::awaitable<response> handler::async_handle(request& req, const request_conte
     log.method = method;
     log.target = target_copy;
 
+    // What the client's request says about a streamed answer, before the rewrite below.
+    const stream_target sink{client, req.version(), req.keep_alive(),
+                             req.method() == bhttp::verb::head};
     std::string request_id;
     if (m.cfg->access_log) {
         request_id = ensure_request_id(req);
@@ -117,10 +121,10 @@ net::awaitable<response> handler::async_handle(request& req, const request_conte
 
     // The caller streams every request it may (handler::streams); what arrives here is guarded.
     exchange_report report;
-    auto res = co_await async_run_exchange(m.env, *route, route_index, req, report);
+    auto res = co_await async_run_exchange(m.env, *route, route_index, req, report, sink);
     rm.request_duration.observe(clock::now() - ctx.received);
     if (m.cfg->access_log) {
-        log.status = res.result_int();
+        log.status = report.streamed ? report.streamed_status : res.result_int();
         log.outcome = report.outcome;
         log.request_id = request_id;
         log.key_hash = report.key_hash;
@@ -130,7 +134,7 @@ net::awaitable<response> handler::async_handle(request& req, const request_conte
             m.reg.access_log_dropped.fetch_add(1, std::memory_order_relaxed);
         }
     }
-    co_return res;
+    co_return handled{std::move(res), report.streamed, report.keep};
 }
 
 } // namespace onceproxy::http

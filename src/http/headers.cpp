@@ -154,9 +154,55 @@ std::string forwarded_value(std::string_view v) {
 /// The for= node of an address (RFC 7239 §6): IPv6 in brackets, which makes it quoted.
 std::string forwarded_node(std::string_view ip) {
     if (ip.find(':') != std::string_view::npos) {
-        return forwarded_value("[" + std::string{ip} + "]");
+        std::string bracketed;
+        bracketed.reserve(ip.size() + 2);
+        bracketed.append(1, '[').append(ip).append(1, ']');
+        return forwarded_value(bracketed);
     }
     return forwarded_value(ip);
+}
+
+} // namespace
+
+namespace {
+
+/// Which forwarding headers a request carries, found in one pass (most carry none).
+struct forwarding_lines {
+    bool x_forwarded_for = false;
+    bool x_forwarded_proto = false;
+    bool x_forwarded_host = false;
+    bool forwarded = false;
+};
+
+forwarding_lines find_forwarding_lines(const fields& f) {
+    static constexpr std::string_view prefix = "x-forwarded-";
+    forwarding_lines out;
+    for (const auto& field : f) {
+        if (field.name() == bhttp::field::forwarded) {
+            out.forwarded = true;
+            continue;
+        }
+        const auto n = field.name_string();
+        if (field.name() != bhttp::field::unknown || !starts_with_icase(n, prefix)) {
+            continue;
+        }
+        const auto rest = n.substr(prefix.size());
+        out.x_forwarded_for = out.x_forwarded_for || beast::iequals(rest, "for");
+        out.x_forwarded_proto = out.x_forwarded_proto || beast::iequals(rest, "proto");
+        out.x_forwarded_host = out.x_forwarded_host || beast::iequals(rest, "host");
+    }
+    return out;
+}
+
+/// Sets `name` to `value`: a plain insert when the request had no such line (the common case
+/// saves the erase's lookup).
+template <class Name>
+void put(fields& f, Name name, bool present, std::string_view value) {
+    if (present) {
+        f.set(name, value);
+    } else {
+        f.insert(name, value);
+    }
 }
 
 } // namespace
@@ -166,32 +212,45 @@ void add_forwarded(fields& f, std::string_view client_ip, std::string_view proto
     // A peer in trusted_proxies is a proxy in front of this one: its chain is extended. Anyone
     // else could write any chain, so theirs is dropped and this hop starts a new one.
     const bool extend = config::address_in(client_ip, trusted);
-    const std::string host(f[bhttp::field::host]);
+    const auto seen = find_forwarding_lines(f);
+    // Fields are nodes of their own: inserting or erasing other fields leaves Host's value
+    // where it is.
+    const std::string_view host = f[bhttp::field::host];
 
-    std::string xff = extend ? joined_lines(f, "X-Forwarded-For") : std::string{};
-    xff += xff.empty() ? "" : ", ";
-    xff += client_ip;
-    f.set("X-Forwarded-For", xff);
-
-    if (!extend || f.find("X-Forwarded-Proto") == f.end()) {
-        f.set("X-Forwarded-Proto", proto);
+    std::string value;
+    value.reserve(64 + client_ip.size() + host.size());
+    if (extend && seen.x_forwarded_for) {
+        value = joined_lines(f, "X-Forwarded-For");
     }
-    if (!extend || f.find("X-Forwarded-Host") == f.end()) {
-        f.erase("X-Forwarded-Host");
+    value += value.empty() ? "" : ", ";
+    value += client_ip;
+    put(f, "X-Forwarded-For", seen.x_forwarded_for, value);
+
+    if (!extend || !seen.x_forwarded_proto) {
+        put(f, "X-Forwarded-Proto", seen.x_forwarded_proto, proto);
+    }
+    if (!extend || !seen.x_forwarded_host) {
+        if (seen.x_forwarded_host) {
+            f.erase("X-Forwarded-Host");
+        }
         if (!host.empty()) {
-            f.set("X-Forwarded-Host", host);
+            f.insert("X-Forwarded-Host", host);
         }
     }
 
-    std::string element = "for=" + forwarded_node(client_ip);
-    if (!host.empty()) {
-        element += ";host=" + forwarded_value(host);
+    value.clear();
+    if (extend && seen.forwarded) {
+        value = joined_lines(f, "Forwarded");
     }
-    element += ";proto=" + forwarded_value(proto);
-    std::string fwd = extend ? joined_lines(f, "Forwarded") : std::string{};
-    fwd += fwd.empty() ? "" : ", ";
-    fwd += element;
-    f.set(bhttp::field::forwarded, fwd);
+    value += value.empty() ? "for=" : ", for=";
+    value += forwarded_node(client_ip);
+    if (!host.empty()) {
+        value += ";host=";
+        value += forwarded_value(host);
+    }
+    value += ";proto=";
+    value += forwarded_value(proto);
+    put(f, bhttp::field::forwarded, seen.forwarded, value);
 }
 
 std::size_t count_lines(const fields& f, std::string_view name) {
@@ -204,28 +263,64 @@ std::size_t count_lines(const fields& f, std::string_view name) {
     return n;
 }
 
-framing_error check_framing(const fields& f) {
-    const auto cl = count_lines(f, "content-length");
-    const auto te = count_lines(f, "transfer-encoding");
-    if (cl > 0 && te > 0) {
+namespace {
+
+/// The lines of the fields framing and routing depend on, counted in one pass over the
+/// field list: Beast resolves every known name to its enum once, at parse time, so a switch
+/// per field replaces a case-insensitive name comparison per field and per name.
+struct framing_lines {
+    std::size_t content_length = 0;
+    std::size_t transfer_encoding = 0;
+    std::size_t host = 0;
+};
+
+framing_lines count_framing_lines(const fields& f) {
+    framing_lines n;
+    for (const auto& field : f) {
+        switch (field.name()) {
+        case bhttp::field::content_length:
+            ++n.content_length;
+            break;
+        case bhttp::field::transfer_encoding:
+            ++n.transfer_encoding;
+            break;
+        case bhttp::field::host:
+            ++n.host;
+            break;
+        default:
+            break;
+        }
+    }
+    return n;
+}
+
+framing_error check_framing(const fields& f, const framing_lines& n) {
+    if (n.content_length > 0 && n.transfer_encoding > 0) {
         return framing_error::content_length_and_transfer_encoding;
     }
-    if (cl > 1) {
+    if (n.content_length > 1) {
         return framing_error::repeated_content_length;
     }
-    if (cl == 1) {
+    if (n.content_length == 1) {
         const auto v = trim(f[bhttp::field::content_length]);
         if (v.empty() || v.find_first_not_of("0123456789") != std::string_view::npos) {
             return framing_error::repeated_content_length; // a list "5, 5" or garbage
         }
     }
-    if (te > 1) {
+    if (n.transfer_encoding > 1) {
         return framing_error::bad_transfer_encoding;
     }
-    if (te == 1 && !beast::iequals(trim(f[bhttp::field::transfer_encoding]), "chunked")) {
+    if (n.transfer_encoding == 1 &&
+        !beast::iequals(trim(f[bhttp::field::transfer_encoding]), "chunked")) {
         return framing_error::bad_transfer_encoding;
     }
     return framing_error::none;
+}
+
+} // namespace
+
+framing_error check_framing(const fields& f) {
+    return check_framing(f, count_framing_lines(f));
 }
 
 } // namespace onceproxy::http
@@ -251,7 +346,8 @@ bool valid_host_value(std::string_view v) {
 } // namespace
 
 std::string_view refuse_request_head(const request_head& h) {
-    switch (check_framing(h)) {
+    const auto lines = count_framing_lines(h);
+    switch (check_framing(h, lines)) {
     case framing_error::none:
         break;
     case framing_error::content_length_and_transfer_encoding:
@@ -259,21 +355,20 @@ std::string_view refuse_request_head(const request_head& h) {
     case framing_error::bad_transfer_encoding:
         return "ambiguous message framing (Content-Length / Transfer-Encoding)";
     }
-    const bool has_te = h.find(bhttp::field::transfer_encoding) != h.end();
+    const bool has_te = lines.transfer_encoding > 0;
     if (h.version() < 11 && has_te) {
         // RFC 9112 §6.1: an HTTP/1.0 message with Transfer-Encoding has faulty framing.
         return "Transfer-Encoding is not allowed in an HTTP/1.0 request";
     }
     // RFC 9112 §3.2: 400 for an HTTP/1.1 request without Host, for more than one Host line,
     // and for an invalid Host value. HTTP/1.0 clients may omit it.
-    const auto hosts = count_lines(h, "host");
-    if (hosts > 1) {
+    if (lines.host > 1) {
         return "more than one Host header";
     }
-    if (hosts == 0 && h.version() >= 11) {
+    if (lines.host == 0 && h.version() >= 11) {
         return "an HTTP/1.1 request needs a Host header";
     }
-    if (hosts == 1 && !valid_host_value(h[bhttp::field::host])) {
+    if (lines.host == 1 && !valid_host_value(h[bhttp::field::host])) {
         return "invalid Host header value";
     }
     if (h.method() == bhttp::verb::trace) {

@@ -22,7 +22,6 @@
 
 #include <algorithm>
 #include <array>
-#include <charconv>
 #include <chrono>
 #include <optional>
 #include <span>
@@ -71,101 +70,6 @@ bool wants_upgrade(const request& req) {
         }
     }
     return false;
-}
-
-/// Fields that must not travel as trailers (RFC 9110 §6.5.1): framing, routing, controls.
-bool forbidden_trailer(std::string_view name) {
-    static constexpr std::array<std::string_view, 17> names{
-        "content-length",  "transfer-encoding", "host",
-        "connection",      "keep-alive",        "te",
-        "trailer",         "upgrade",           "authorization",
-        "cookie",          "set-cookie",        "content-type",
-        "x-forwarded-for", "x-forwarded-proto", "forwarded",
-        "x-real-ip",       "x-request-id"};
-    for (auto n : names) {
-        if (beast::iequals(name, n)) {
-            return true;
-        }
-    }
-    return false;
-}
-
-/// "0\r\n" + the trailer fields that may travel + "\r\n": the end of a chunked body. Fields the
-/// proxy depends on (`in_use`) and the forwarding headers it sets never travel as trailers: an
-/// upstream that merges trailers into the header (Beast's own parser does) must not see a key,
-/// a principal or an X-Forwarded-For chain the proxy did not vouch for.
-std::string last_chunk(const bhttp::fields& trailers, std::span<const std::string_view> in_use) {
-    std::string out = "0\r\n";
-    for (const auto& f : trailers) {
-        const auto name = f.name_string();
-        const bool used = std::any_of(in_use.begin(), in_use.end(),
-                                      [&](std::string_view n) { return beast::iequals(n, name); });
-        if (!used && !forbidden_trailer(name)) {
-            out.append(f.name_string()).append(": ").append(f.value()).append("\r\n");
-        }
-    }
-    out += "\r\n";
-    return out;
-}
-
-/// The buffers of one gather write: `head`, then `piece` (as one chunk of a chunked body when
-/// `chunked`; nothing for an empty piece), then `tail`. Coalescing a head with the body bytes
-/// already at hand saves a system call per small message. Not copyable: the buffers point
-/// into the object's own chunk-size line.
-class gather {
-public:
-    gather(std::string_view head, std::string_view piece, bool chunked, std::string_view tail) {
-        std::size_t size_len = 0;
-        const bool framed = chunked && !piece.empty();
-        if (framed) {
-            auto r = std::to_chars(size_line_.data(), size_line_.data() + 16, piece.size(), 16);
-            size_len = static_cast<std::size_t>(r.ptr - size_line_.data());
-            size_line_[size_len++] = '\r';
-            size_line_[size_len++] = '\n';
-        }
-        static constexpr std::string_view crlf = "\r\n";
-        bufs_ = {net::buffer(head.data(), head.size()), net::buffer(size_line_.data(), size_len),
-                 net::buffer(piece.data(), piece.size()),
-                 net::buffer(crlf.data(), framed ? crlf.size() : 0),
-                 net::buffer(tail.data(), tail.size())};
-    }
-    gather(const gather&) = delete;
-    gather& operator=(const gather&) = delete;
-
-    const std::array<net::const_buffer, 5>& buffers() const { return bufs_; }
-
-private:
-    std::array<char, 20> size_line_{};
-    std::array<net::const_buffer, 5> bufs_{};
-};
-
-/// `data` as one piece of a body (a chunk when `chunked`) within `timeout`; false when the
-/// write failed.
-net::awaitable<bool> write_piece(tcp::socket& sock, wire::deadline_watch::slot& dl,
-                                 clock::duration timeout, std::string_view data, bool chunked) {
-    const gather g({}, data, chunked, {});
-    dl.expires_after(timeout);
-    auto [ec, n] = co_await net::async_write(sock, g.buffers(), use_tuple);
-    (void)n;
-    co_return !ec;
-}
-
-/// Parses the bytes already in `buffer` into `parser`'s staging body, without I/O.
-template <bool isRequest>
-boost::system::error_code stage_buffered(wire::message_parser<isRequest>& parser,
-                                         beast::flat_buffer& buffer) {
-    boost::system::error_code ec;
-    while (!parser.is_done() && buffer.size() > 0) {
-        const auto used = parser.put(buffer.data(), ec);
-        buffer.consume(used);
-        if (ec == bhttp::error::need_more || ec == bhttp::error::need_buffer) {
-            return {};
-        }
-        if (ec || used == 0) {
-            break;
-        }
-    }
-    return ec;
 }
 
 /// Copies `from` to `to` until either fails or stays idle past its deadline.
@@ -221,7 +125,10 @@ struct plain_relay::exchange {
     bool client_gone = false;      ///< the client closed mid-request: nobody to answer
     /// The upstream stopped taking the body: it may have answered early (413, 401, ...).
     bool upstream_stopped_reading = false;
-    bool body_done = false;         ///< the whole request body left with the head
+    bool body_done = false; ///< the whole request body left with the head
+    /// The request may go once more if its reused connection turns out closed (send_again).
+    bool resend_ok = false;
+    bool conn_reused = false;       ///< `conn` came from the idle pool
     std::string tail;               ///< the end of a chunked body written with a head
     std::optional<gather> outgoing; ///< the buffers of the head write in flight
 
@@ -307,18 +214,48 @@ struct plain_relay::exchange {
         }
     }
 
+    /// RFC 9112 §9.3.1: a request with a safe method (RFC 9110 §9.2.1) whose connection
+    /// closed before any answer may be sent again. Only a request that is at hand whole: no
+    /// body still to stream, no 100 Continue to give, nothing to tunnel.
+    bool may_send_again() const {
+        const auto m = parser.get().method();
+        const bool safe = m == bhttp::verb::get || m == bhttp::verb::head ||
+                          m == bhttp::verb::options || m == bhttp::verb::trace;
+        return safe && parser.is_done() && !parser.chunked() && !expect_continue && !upgrade;
+    }
+
+    /// The answer head could not be read because `conn`, taken from the idle pool unchecked,
+    /// was closed by the upstream before it answered anything (its keep-alive timeout ran out
+    /// as the request left): the request may go again, once.
+    bool stale_connection(upstream::forward_status failed, const wire::response_parser& rp) const {
+        return resend_ok && conn_reused && failed == upstream::forward_status::reset_after_send &&
+               !rp.got_some() && conn->buffer.size() == 0;
+    }
+
+    /// Sends the request once more, on a pooled connection checked for a close or a new one.
+    net::awaitable<std::optional<upstream::forward_status>> send_again() {
+        relay.fwd_.release(route.upstream_index, std::move(conn), false);
+        resend_ok = false;
+        co_return co_await send_head();
+    }
+
     /// Connects (or reuses) and writes the head. A pooled connection found closed before any
-    /// byte left gets one fresh replacement; nothing of the body has been read yet.
+    /// byte left gets one fresh replacement; nothing of the body has been read yet. A request
+    /// that may be sent again takes a pooled connection without the check for a close (a
+    /// system call per request): a closed one shows when the answer is read (send_again).
     net::awaitable<std::optional<upstream::forward_status>> send_head() {
         for (int attempt = 0;; ++attempt) {
-            auto lent = co_await relay.fwd_.async_acquire(route.upstream_index);
+            auto lent = co_await relay.fwd_.async_acquire(route.upstream_index, !resend_ok);
             if (!lent.conn) {
                 co_return lent.failure;
             }
             conn = std::move(lent.conn);
+            conn_reused = lent.reused;
             auto [ec, written] = co_await write_head_and_staged_body();
             if (!ec) {
-                parser.get().body().clear();
+                if (!resend_ok) {
+                    parser.get().body().clear(); // kept for send_again otherwise
+                }
                 body_done = !tail.empty();
                 co_return std::nullopt;
             }
@@ -516,24 +453,12 @@ struct plain_relay::exchange {
         }
     }
 
-    /// How the answer's body travels to the client.
-    struct response_framing {
-        bool no_body = false; ///< HEAD, 1xx, 204, 304
-        /// A body the client cannot delimit by Content-Length: chunked to an HTTP/1.1 client
-        /// (trailers passed on), close-delimited to an HTTP/1.0 one.
-        bool rechunk = false;
-        bool keep = false; ///< the client connection carries on after this answer
-    };
-
     /// The answer head as the client gets it.
     response_framing rewrite_response_head(wire::response_parser& rp) {
         auto& res = rp.get();
-        const unsigned status = res.result_int();
-        response_framing f;
-        f.no_body = head_request || status == 204 || status == 304 || status < 200;
         const bool length_known = !rp.chunked() && rp.content_length().has_value();
-        f.rechunk = !f.no_body && !length_known && client_version >= 11;
-        const bool close_delimited = !f.no_body && !length_known && client_version < 11;
+        const auto f = frame_response(res.result_int(), head_request, length_known, client_version,
+                                      client_keep_alive && !client.draining && !client.last);
         const std::string trailer_names(f.rechunk ? res[bhttp::field::trailer] : "");
         strip_hop_by_hop(res);
         if (f.rechunk) {
@@ -542,7 +467,6 @@ struct plain_relay::exchange {
                 res.set(bhttp::field::trailer, trailer_names);
             }
         }
-        f.keep = client_keep_alive && !close_delimited && !client.draining && !client.last;
         res.version(11);
         // What Beast's keep_alive() does to an HTTP/1.1 head whose Connection is stripped:
         // nothing to say for keep-alive, "close" otherwise.
@@ -592,29 +516,12 @@ struct plain_relay::exchange {
     /// The rest of the answer's body, piece by piece, then its end when rechunked. False when
     /// either side failed.
     net::awaitable<bool> stream_response_body(wire::response_parser& rp, bool rechunk) {
-        auto& body = rp.get().body();
-        conn->buffer.reserve(conn->buffer.max_size()); // see body_read_room
-        while (!rp.is_done()) {
-            conn->dl.expires_after(up.timeout);
-            auto ec =
-                co_await wire::async_read(conn->sock, conn->buffer, rp, wire::read_until::some);
-            if (ec && ec != bhttp::error::need_buffer) {
-                co_return false;
-            }
-            if (!body.empty()) {
-                if (!co_await write_piece(client.sock, client.dl, limits().idle_timeout, body,
-                                          rechunk)) {
-                    co_return false;
-                }
-                body.clear();
-            }
-        }
-        if (rechunk) {
-            const auto end = last_chunk(rp.trailers(), {});
-            co_return co_await write_piece(client.sock, client.dl, limits().idle_timeout, end,
-                                           false);
-        }
-        co_return true;
+        std::uint64_t relayed = 0;
+        auto failure = upstream::forward_status::ok;
+        const auto end = co_await relay_body(
+            rp, {*conn, up.timeout}, {client.sock, client.dl, limits().idle_timeout, rechunk},
+            relayed, failure);
+        co_return end == body_end::complete;
     }
 
     /// The answer broke off after its head reached the client: close both connections.
@@ -663,6 +570,7 @@ net::awaitable<bool> plain_relay::async_relay(client_side client, wire::request_
     if (auto refused = x.stage_request()) {
         co_return co_await x.fail(std::move(*refused));
     }
+    x.resend_ok = x.may_send_again();
     const auto up_start = clock::now();
     if (auto failed = co_await x.send_head()) {
         co_return co_await x.fail(upstream_failure(*failed, reg_));
@@ -677,7 +585,15 @@ net::awaitable<bool> plain_relay::async_relay(client_side client, wire::request_
     }
     // The request went out whole: the answer, streamed or tunnelled.
     std::optional<wire::response_parser> rp;
-    if (auto failed = co_await x.read_response_head(rp)) {
+    auto failed = co_await x.read_response_head(rp);
+    if (failed && x.stale_connection(*failed, *rp)) {
+        reg_.upstream_resends.fetch_add(1, std::memory_order_relaxed);
+        failed = co_await x.send_again();
+        if (!failed) {
+            failed = co_await x.read_response_head(rp);
+        }
+    }
+    if (failed) {
         co_return co_await x.fail(upstream_failure(*failed, reg_));
     }
     route_series_[route_index]->upstream_duration.observe(clock::now() - up_start);

@@ -3,6 +3,7 @@
 // and the response stream through bounded buffers, with back-pressure both ways, instead of
 // being read whole. An upgrade (WebSocket) becomes a byte tunnel after 101.
 
+#include "http/body_relay.hpp"
 #include "onceproxy/config/config.hpp"
 #include "onceproxy/http/handler.hpp"
 #include "onceproxy/metrics/registry.hpp"
@@ -20,20 +21,6 @@
 #include <vector>
 
 namespace onceproxy::http {
-
-/// Bytes of body staged between a read and the matching write (per direction, per connection):
-/// what bounds a streamed exchange's memory whatever the body size.
-inline constexpr std::size_t relay_chunk = 64 * 1024;
-
-/// The client side of one session, lent to the relay for one request.
-struct client_side {
-    boost::asio::ip::tcp::socket& sock;
-    boost::beast::flat_buffer& buffer; ///< may hold the start of the next (pipelined) request
-    wire::deadline_watch::slot& dl;
-    std::string& scratch; ///< a reusable buffer for serialised heads
-    const bool& draining; ///< the worker is draining: answer with Connection: close
-    bool last = false;    ///< the connection's request cap is reached: Connection: close too
-};
 
 /// One worker's plain-path relay. Used only from that worker's executor.
 class plain_relay {

@@ -336,8 +336,12 @@ struct server::impl::connection {
         const bool keep_alive = req.keep_alive();
         const bool head = req.method() == bhttp::verb::head;
         dl.disarm(); // the upstream side has its own deadlines
-        auto res = co_await h->async_handle(req, ctx);
-        co_return co_await write_response(res, head, keep_alive && !srv.draining && !last());
+        auto out = co_await h->async_handle(
+            req, ctx, client_side{stream, buffer, dl, wire_head, srv.draining, last()});
+        if (out.streamed) {
+            co_return out.keep && !srv.draining; // written already, framed by the stream
+        }
+        co_return co_await write_response(out.res, head, keep_alive && !srv.draining && !last());
     }
 
     /// This connection's request cap is reached: the answer says Connection: close.

@@ -132,6 +132,10 @@ std::string registry::render() const {
     family("onceproxy_upstream_errors_total", "counter", "Upstream exchanges that failed, by kind.",
            {{"{kind=\"unavailable\"}", get(upstream_errors)},
             {"{kind=\"timeout\"}", get(upstream_timeouts)}});
+    family("onceproxy_upstream_resends_total", "counter",
+           "Requests with a safe method sent once more because the pooled upstream connection "
+           "they took had been closed by the upstream before it answered.",
+           {{"", get(upstream_resends)}});
     family("onceproxy_connection_limit", "gauge",
            "Client connections allowed at once (limits.max_connections, lowered to fit the "
            "descriptor limit).",

@@ -109,13 +109,16 @@ struct forwarder::impl {
 
     using acquired = lent_connection;
 
-    net::awaitable<acquired> acquire(pool& p) {
+    net::awaitable<acquired> acquire(pool& p, bool verify_idle = true) {
         const auto deadline = clock::now() + p.cfg.connect_timeout;
         for (;;) {
             while (!p.idle.empty()) {
                 auto c = std::move(p.idle.back());
                 p.idle.pop_back();
-                if (clock::now() - c->idle_since < p.cfg.idle_timeout && looks_alive(*c)) {
+                // Bytes left in the buffer (a stray answer) make a connection unusable; the
+                // peek for a close is skipped when the caller can recover from one.
+                if (clock::now() - c->idle_since < p.cfg.idle_timeout && c->buffer.size() == 0 &&
+                    (!verify_idle || looks_alive(*c))) {
                     co_return acquired{std::move(c), true, forward_status::ok};
                 }
                 --p.open;
@@ -169,8 +172,10 @@ connection::connection(net::any_io_executor ex, wire::deadline_watch& watch)
     : sock(std::move(ex)), dl(watch, sock),
       buffer(wire::read_buffer_limit(wire::max_header_section)) {}
 
-net::awaitable<lent_connection> forwarder::async_acquire(std::size_t upstream_index) {
-    return impl_->acquire(*impl_->pools.at(upstream_index)); // no coroutine frame of its own
+net::awaitable<lent_connection> forwarder::async_acquire(std::size_t upstream_index,
+                                                         bool verify_idle) {
+    // No coroutine frame of its own.
+    return impl_->acquire(*impl_->pools.at(upstream_index), verify_idle);
 }
 
 void forwarder::release(std::size_t upstream_index, std::unique_ptr<connection> c, bool reusable) {
@@ -196,13 +201,14 @@ void forwarder::close_idle() {
 }
 
 net::awaitable<forward_result> forwarder::async_forward(std::size_t upstream_index, request& req,
-                                                        std::optional<std::size_t> max_response) {
+                                                        std::optional<std::size_t> max_response,
+                                                        std::optional<std::size_t> hold) {
     auto& p = *impl_->pools.at(upstream_index);
     const bool head = req.method() == http::verb::head;
     for (int attempt = 0;; ++attempt) {
         auto a = co_await impl_->acquire(p);
         if (!a.conn) {
-            co_return forward_result{a.failure, {}};
+            co_return forward_result{a.failure, {}, nullptr};
         }
         auto& c = *a.conn;
         c.dl.expires_after(p.cfg.timeout); // the whole exchange, write and response
@@ -218,11 +224,12 @@ net::awaitable<forward_result> forwarder::async_forward(std::size_t upstream_ind
                 if (a.reused && attempt == 0) {
                     continue;
                 }
-                co_return forward_result{forward_status::connect_failed, {}};
+                co_return forward_result{forward_status::connect_failed, {}, nullptr};
             }
             co_return forward_result{timed_out ? forward_status::timeout_after_send
                                                : forward_status::reset_after_send,
-                                     {}};
+                                     {},
+                                     nullptr};
         }
         for (;;) {
             wire::response_parser parser;
@@ -231,8 +238,22 @@ net::awaitable<forward_result> forwarder::async_forward(std::size_t upstream_ind
             parser.body_limit(max_response ? boost::optional<std::uint64_t>(*max_response)
                                            : boost::none);
             parser.skip(head);
+            if (hold) {
+                // One byte more than `hold` tells a body that fits from one that does not.
+                parser.stream_body(*hold + 1);
+            }
             const auto rec =
                 co_await wire::async_read(c.sock, c.buffer, parser, wire::read_until::message);
+            if (rec == http::error::need_buffer) {
+                // The body outgrew `hold`: the caller reads the rest from the connection.
+                forward_result out{forward_status::ok, {}, nullptr};
+                auto& m = parser.get();
+                out.res.base() = std::move(m.base());
+                out.res.body() = std::move(m.body());
+                m.body().clear();
+                out.rest = std::make_unique<unread_body>(std::move(a.conn), std::move(parser));
+                co_return out;
+            }
             if (rec) {
                 const bool timed_out = c.dl.fired(); // read before give_back frees the connection
                 impl_->give_back(p, std::move(a.conn), false);
@@ -246,7 +267,7 @@ net::awaitable<forward_result> forwarder::async_forward(std::size_t upstream_ind
                                http::make_error_code(http::error::bad_version).category()) {
                     s = forward_status::bad_response;
                 }
-                co_return forward_result{s, {}};
+                co_return forward_result{s, {}, nullptr};
             }
             const unsigned code = parser.get().result_int();
             if (code >= 100 && code < 200 && code != 101) {
@@ -255,7 +276,7 @@ net::awaitable<forward_result> forwarder::async_forward(std::size_t upstream_ind
             const bool reusable = parser.keep_alive() && !parser.need_eof();
             // Trailer fields stay behind in the parser: the client gets the body re-framed with
             // a Content-Length, which carries none (RFC 9112 §7.1.2).
-            forward_result out{forward_status::ok, parser.release()};
+            forward_result out{forward_status::ok, parser.release(), nullptr};
             impl_->give_back(p, std::move(a.conn), reusable);
             co_return out;
         }

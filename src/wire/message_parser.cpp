@@ -101,8 +101,10 @@ void message_parser<isRequest>::on_body_init_impl(
         // Only what this body needs: reserving the whole staging capacity for a small answer
         // cost a 64 KiB allocation (and glibc's consolidation of freed chunks) per message.
         // A body of unknown length grows by appends, up to the capacity.
+        // A large capacity (a guarded answer held up to max_record_bytes) is not reserved
+        // whole either: a peer announcing a body it never sends costs no memory.
         body.reserve(content_length ? static_cast<std::size_t>(std::min<std::uint64_t>(
-                                          *content_length, stream_capacity_))
+                                          *content_length, std::min(stream_capacity_, max_reserve)))
                                     : 0);
     } else if (content_length) {
         try {

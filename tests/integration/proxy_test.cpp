@@ -617,6 +617,54 @@ TEST_SUITE("proxy") {
         CHECK(p.upstream.total() == 3);
     }
 
+    TEST_CASE("a GET whose pooled connection the upstream had closed is sent once more") {
+        proxied p;
+        http_client c(p.proxy.port);
+        // The upstream answers as keep-alive and closes at once, as one whose keep-alive
+        // timeout ran out would: the proxy pools a connection that is already closed.
+        CHECK(c.request("GET", "/one", {{"X-Test-Close-After-Reply", "1"}}).status == 200);
+        std::this_thread::sleep_for(50ms);
+        const auto r = c.request("GET", "/two");
+        CHECK(r.status == 200);
+        CHECK(json_string(r.body, "path") == "/two");
+        CHECK(p.upstream.total() == 2); // the closed connection carried nothing to the app
+        const auto m = p.proxy.admin("/metrics");
+        CHECK(m.body.find("\nonceproxy_upstream_resends_total 1\n") != std::string::npos);
+        CHECK(m.body.find("\nonceproxy_upstream_errors_total{kind=\"unavailable\"} 0\n") !=
+              std::string::npos);
+    }
+
+    TEST_CASE("a POST never takes a pooled connection the upstream had closed") {
+        proxied p;
+        http_client c(p.proxy.port);
+        CHECK(c.request("POST", "/one", {{"X-Test-Close-After-Reply", "1"}}, "a").status == 200);
+        std::this_thread::sleep_for(50ms);
+        const auto r = c.request("POST", "/two", {}, "b");
+        CHECK(r.status == 200);
+        CHECK(json_string(r.body, "path") == "/two");
+        CHECK(p.upstream.total() == 2);
+        // Checked before it was used, so nothing had to be sent twice.
+        const auto m = p.proxy.admin("/metrics");
+        CHECK(m.body.find("\nonceproxy_upstream_resends_total 0\n") != std::string::npos);
+    }
+
+    TEST_CASE("a GET the upstream drops on a fresh connection is not sent again") {
+        proxied p;
+        const auto r = fetch(p.proxy.port, "GET", "/dropped", {{"X-Test-Drop", "1"}});
+        CHECK(r.status == 502);
+        CHECK(p.upstream.total() == 1);
+    }
+
+    TEST_CASE("a GET the upstream drops on a reused connection is sent at most twice") {
+        proxied p;
+        http_client c(p.proxy.port);
+        CHECK(c.request("GET", "/warm").status == 200);
+        // Indistinguishable from a closed pooled connection: once more on a new connection,
+        // which drops it too; then the client gets the 502.
+        CHECK(c.request("GET", "/dropped", {{"X-Test-Drop", "1"}}).status == 502);
+        CHECK(p.upstream.total() == 3);
+    }
+
     TEST_CASE("admin: /healthz, /readyz and /metrics") {
         proxied p;
         REQUIRE(p.proxy.admin_port != 0);

@@ -14,6 +14,10 @@
 //   X-Test-Events: N       chunked text/event-stream, one chunk `data: event-<i>\n\n` per event;
 //   X-Test-Stream-Id: ID   with it, each event after the first waits (10 s at most, then the
 //                          stream ends) for `POST /__release?id=ID` from any connection
+//   X-Test-Pause-After-Bytes: N  with X-Test-Stream-Id, a generated body waits after its
+//                          first N bytes (at least) for the release (10 s at most)
+//   X-Test-Cut-After-Bytes: N    a generated body stops after about N bytes: the connection
+//                          closes with the body unfinished
 //   the JSON reply         has "body_fnv1a": 64-bit FNV-1a of the request body, 16 hex digits
 //   GET .../ws + Upgrade: websocket (Connection: Upgrade, Sec-WebSocket-Key): 101, then every
 //                          message is echoed back; any method is upgraded (see session.cpp)

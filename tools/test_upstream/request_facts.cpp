@@ -95,6 +95,7 @@ void request_facts::clear() {
     delay_ms.reset();
     drop_after_ms.reset();
     drop = false;
+    close_after_reply = false;
     body_size.reset();
     binary = false;
     chunked = false;
@@ -103,6 +104,8 @@ void request_facts::clear() {
     extra_headers.clear();
     events.reset();
     stream_id.clear();
+    pause_after_bytes.reset();
+    cut_after_bytes.reset();
 }
 
 bool request_facts::wants_websocket() const {
@@ -200,6 +203,8 @@ void request_reader::on_field_impl(http::field name, boost::beast::string_view n
             f.body_size = n;
         } else if (which == "drop") {
             f.drop = value == "1";
+        } else if (which == "close-after-reply") {
+            f.close_after_reply = value == "1";
         } else if (which == "binary") {
             f.binary = value == "1";
         } else if (which == "chunked") {
@@ -211,6 +216,12 @@ void request_reader::on_field_impl(http::field name, boost::beast::string_view n
         } else if (which == "events") {
             f.bad_test_header |= !parse_u64(value, n) || n > 1000;
             f.events = n;
+        } else if (which == "pause-after-bytes") {
+            f.bad_test_header |= !parse_u64(value, n);
+            f.pause_after_bytes = n;
+        } else if (which == "cut-after-bytes") {
+            f.bad_test_header |= !parse_u64(value, n);
+            f.cut_after_bytes = n;
         } else if (which == "stream-id") {
             f.stream_id.assign(value);
         } else if (which == "malformed") {

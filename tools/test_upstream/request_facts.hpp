@@ -64,6 +64,7 @@ struct request_facts {
     std::optional<std::uint64_t> delay_ms;
     std::optional<std::uint64_t> drop_after_ms;
     bool drop = false;
+    bool close_after_reply = false; // answer as keep-alive, then close (an idle timeout of zero)
     std::optional<std::uint64_t> body_size;
     bool binary = false;
     bool chunked = false;
@@ -72,6 +73,11 @@ struct request_facts {
     std::string extra_headers;           // "Name: value\r\n" lines from X-Test-Header
     std::optional<std::uint64_t> events; // X-Test-Events: a held text/event-stream of N events
     std::string stream_id;               // X-Test-Stream-Id: what POST /__release?id= names
+    // A generated body (over 1 MiB) with X-Test-Stream-Id: after this many bytes, wait for the
+    // release before the rest.
+    std::optional<std::uint64_t> pause_after_bytes;
+    // A generated body (over 1 MiB): the connection closes after this many bytes of it.
+    std::optional<std::uint64_t> cut_after_bytes;
 
     void clear();
     /// Upgrade names websocket, Connection has the `upgrade` token and a key is present.

@@ -363,10 +363,16 @@ std::string last_chunk(request_facts const& f) {
     return last;
 }
 
+net::awaitable<bool> wait_for_release(tcp::socket& socket, stream_releases& releases,
+                                      std::string const& id);
+
 /// Writes the head and a generated body of X-Test-Body-Bytes bytes in pieces of piece_size (one
-/// chunk each when chunked), so a 4 GiB body needs no more memory than a small one.
+/// chunk each when chunked), so a 4 GiB body needs no more memory than a small one. With
+/// X-Test-Pause-After-Bytes it waits for a release part-way; with X-Test-Cut-After-Bytes it
+/// stops part-way (false: the caller closes the connection).
 net::awaitable<bool> write_generated_body(tcp::socket& socket, reply const& r,
-                                          request_facts const& f, std::string& head) {
+                                          request_facts const& f, std::string& head,
+                                          stream_releases& releases) {
     std::uint64_t const size = f.body_size.value_or(0);
     bool const has_body = status_allows_body(r.status) && !r.head_request;
     build_head(head, r, f, static_cast<std::size_t>(size));
@@ -379,7 +385,15 @@ net::awaitable<bool> write_generated_body(tcp::socket& socket, reply const& r,
         pattern[i] = f.binary ? static_cast<char>(static_cast<unsigned char>(i & 0xff))
                               : static_cast<char>('a' + i % 26);
     std::array<char, 24> chunk_size{};
+    bool paused = false;
     for (std::uint64_t offset = 0; offset < size;) {
+        if (f.cut_after_bytes && offset >= *f.cut_after_bytes)
+            co_return false;
+        if (!paused && f.pause_after_bytes && offset >= *f.pause_after_bytes &&
+            !f.stream_id.empty()) {
+            paused = true;
+            co_await wait_for_release(socket, releases, f.stream_id);
+        }
         auto const len =
             static_cast<std::size_t>(std::min<std::uint64_t>(piece_size, size - offset));
         std::string_view const piece = body_piece(pattern, f.binary, offset, len);
@@ -609,7 +623,7 @@ net::awaitable<void> serve(tcp::socket& socket, execution_counts& counts,
                 ok = co_await write_event_stream(socket, r, facts, head, releases);
                 streamed = true;
             } else if (facts.body_size && *facts.body_size > stream_threshold) {
-                ok = co_await write_generated_body(socket, r, facts, head);
+                ok = co_await write_generated_body(socket, r, facts, head, releases);
                 streamed = true;
             }
             if (streamed) {
@@ -622,7 +636,8 @@ net::awaitable<void> serve(tcp::socket& socket, execution_counts& counts,
             fill_body(body, facts, execution_id);
         }
 
-        if (!co_await write_reply(socket, r, facts, head, body) || !r.keep_alive) {
+        if (!co_await write_reply(socket, r, facts, head, body) || !r.keep_alive ||
+            facts.close_after_reply) {
             close_socket(socket);
             co_return;
         }

@@ -10,6 +10,8 @@
 //     switch (a.kind) {
 //     claim:        a = fsm.on_claim(event_of(co_await store.async_claim(...)), now());
 //     forward:      start the upstream call; then as wait_until
+//     stream:       pass the answer's head on and relay its body beside the driver; then as
+//                   wait_until until on_upstream says how the body ended
 //     wait_until:   wait for the pending upstream call (if any) or a.wake_at, then
 //                   a = fsm.on_upstream(...) or a = fsm.on_tick(now())
 //     extend_lease: a = fsm.on_extend(event_of(co_await store.async_extend(...)), now());
@@ -27,7 +29,15 @@
 //   - The upstream call started by `forward` is the only operation that may be pending across
 //     other actions: while it runs the fsm may ask for extend_lease (await it, feed on_extend,
 //     then go on waiting). Its outcome is fed with on_upstream once, in state forwarding.
-//   - `wake_at` of forward / wait_until: call on_tick(now) at or after that time unless another
+//   - A response whose body outgrows max_record_bytes may be reported as `streaming` (head and
+//     the first bytes arrived, the rest still coming) instead of whole. For a recordable status
+//     the fsm answers `stream`: the session sends the head at once and relays the body while
+//     the lease is still held and extended; once the body has ended (or broken) the session
+//     feeds on_upstream again, once, with `response` (total body bytes) or the failure. The
+//     client-facing action that follows was already carried out by the stream (its head said
+//     `stored`; a broken body cut the connection): the session skips it and calls on_responded.
+//   - `wake_at` of forward / stream / wait_until: call on_tick(now) at or after that time unless
+//   another
 //     event comes first. time_point::max() means "no timer: wait for the pending upstream call".
 //     An early tick is harmless: the same wait_until comes back.
 //   - After a client-facing action (replay, respond, reject, passthrough) call on_responded,
@@ -70,8 +80,11 @@ enum class state {
 
 /// What the session must do next.
 enum class action_kind {
-    claim,        ///< claim the key in the store with `lease`; feed on_claim
-    forward,      ///< send the request upstream; then as wait_until (lease ticks at `wake_at`)
+    claim,   ///< claim the key in the store with `lease`; feed on_claim
+    forward, ///< send the request upstream; then as wait_until (lease ticks at `wake_at`)
+    /// pass the streaming upstream answer's head on with `status_header` and relay its body;
+    /// then as wait_until (lease ticks at `wake_at`) until on_upstream tells how the body ended
+    stream,
     extend_lease, ///< extend the lease by `lease`; feed on_extend
     complete,     ///< record `record` (with `replayable`, `ttl`) under the lease; feed on_complete
     release,      ///< delete the lease so a retry may run; feed on_release
@@ -124,7 +137,10 @@ enum class fence_event {
 
 /// How the upstream call ended.
 enum class upstream_result {
-    response,     ///< a complete response arrived (`status`, `body_bytes`)
+    response, ///< a complete response arrived (`status`, `body_bytes`)
+    /// the head and more than max_record_bytes of body arrived, the rest is still coming
+    /// (`status`, `body_bytes` so far); reported at most once, before the final event
+    streaming,
     not_sent,     ///< failed before anything was sent (connect failure): certainly no effect
     timed_out,    ///< outcome unknown: the request was sent, no complete response in time
     reset,        ///< outcome unknown: the request was sent, the connection broke before a response
@@ -252,6 +268,7 @@ private:
     bool seen_in_flight_ = false; ///< a claim reported another attempt in flight (wait mode)
     bool client_gone_ = false;
     bool background_ = false; ///< the client was answered; completing in the background
+    bool streaming_ = false;  ///< a `stream` action went out: the body is being relayed
 
     // What the exchange answers once its store step (complete/release) is done.
     action pending_answer_{};

@@ -30,6 +30,13 @@ struct request_context {
     std::chrono::steady_clock::time_point received{};
 };
 
+/// What handler::async_handle did with a request.
+struct handled {
+    response res;          ///< the answer to write, unless `streamed`
+    bool streamed = false; ///< the answer already went to the client, streamed (too large to hold)
+    bool keep = false;     ///< streamed: the client connection may carry the next request
+};
+
 /// The request path of one config on one worker. A reload makes a new handler; a request holds
 /// the handler it started on (std::shared_ptr) until it ends, so it finishes on its config.
 class handler {
@@ -61,8 +68,11 @@ public:
     /// Produces the response for a request read whole that does not stream: no route matches
     /// (404), or its route guards its method (the idempotency exchange). Requests for which
     /// streams() is true go to async_relay instead. `req` is consumed (moved upstream). Never
-    /// throws for anything a client or an upstream does: those become problem responses.
-    boost::asio::awaitable<response> async_handle(request& req, const request_context& ctx);
+    /// throws for anything a client or an upstream does: those become problem responses. An
+    /// upstream answer whose body outgrows the route's max_record_bytes is not held: it streams
+    /// to `client` (its head as soon as that much has arrived) and the result says so.
+    boost::asio::awaitable<handled> async_handle(request& req, const request_context& ctx,
+                                                 client_side client);
 
 private:
     struct impl;

@@ -96,6 +96,8 @@ public:
     std::atomic<std::uint64_t> store_errors{0};
     std::atomic<std::uint64_t> upstream_errors{0};
     std::atomic<std::uint64_t> upstream_timeouts{0};
+    /// Safe requests sent once more because their reused upstream connection had been closed.
+    std::atomic<std::uint64_t> upstream_resends{0};
     std::atomic<std::uint64_t> connection_limit{0};    ///< effective limits.max_connections
     std::atomic<std::uint64_t> connections_refused{0}; ///< over the limit: 503 and closed
     std::atomic<std::uint64_t> accept_errors_proxy{0}; ///< accept() failures, proxy listener

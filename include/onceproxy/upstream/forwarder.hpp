@@ -5,6 +5,7 @@
 
 #include "onceproxy/config/config.hpp"
 #include "onceproxy/wire/deadline_watch.hpp"
+#include "onceproxy/wire/message_parser.hpp"
 
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/awaitable.hpp>
@@ -59,9 +60,24 @@ struct lent_connection {
     forward_status failure = forward_status::ok;
 };
 
+/// The rest of an answer whose body outgrew the caller's hold limit: still on the connection.
+struct unread_body {
+    unread_body(std::unique_ptr<connection> c, wire::response_parser&& p)
+        : conn(std::move(c)), parser(std::move(p)) {}
+    /// Lent to the caller, who hands it back with forwarder::release once the body is read.
+    std::unique_ptr<connection> conn;
+    /// Has read the head and the bytes held; reads on from `conn`. Its message's head and body
+    /// were moved into forward_result::res: only its staging body (empty, capacity unchanged:
+    /// set stream_body before reading on), trailers and framing state are left.
+    wire::response_parser parser;
+};
+
 struct forward_result {
     forward_status status = forward_status::ok;
-    response res; ///< valid when status == ok
+    /// Valid when status == ok: the whole answer, or with `rest`, its head and the body bytes
+    /// held so far (more than the hold limit).
+    response res;
+    std::unique_ptr<unread_body> rest; ///< the body did not fit the hold limit
 };
 
 /// One worker's pools, one per configured upstream. Lives on one worker's executor; all calls
@@ -83,13 +99,21 @@ public:
     /// upstream with index `upstream_index` and reads the whole response. A pooled connection
     /// found closed before any byte was written is replaced by a fresh one; a request is never
     /// re-sent once a byte of it was written. `head_request` tells the parser not to expect a body.
-    /// `max_response`: the response body limit (nullopt: none).
-    boost::asio::awaitable<forward_result> async_forward(std::size_t upstream_index, request& req,
-                                                         std::optional<std::size_t> max_response);
+    /// `max_response`: the response body limit (nullopt: none). `hold`: at most this many body
+    /// bytes (plus one) are held in memory; a longer body is not read on, but handed over with
+    /// its connection in forward_result::rest (nullopt: the whole body is read, up to
+    /// `max_response`).
+    boost::asio::awaitable<forward_result>
+    async_forward(std::size_t upstream_index, request& req, std::optional<std::size_t> max_response,
+                  std::optional<std::size_t> hold = std::nullopt);
 
     /// Lends a connection of upstream `upstream_index` (pooled or new, within connect_timeout
-    /// and max_connections) for a streamed exchange.
-    boost::asio::awaitable<lent_connection> async_acquire(std::size_t upstream_index);
+    /// and max_connections) for a streamed exchange. A pooled connection is first checked for
+    /// a close the upstream sent while it sat idle (one system call) unless `verify_idle` is
+    /// false: a caller that can send its request again when a reused connection turns out
+    /// closed before any answer byte skips the check (see plain_relay).
+    boost::asio::awaitable<lent_connection> async_acquire(std::size_t upstream_index,
+                                                          bool verify_idle = true);
 
     /// Takes a lent connection back: pooled when `reusable` (a complete exchange on a
     /// keep-alive connection with nothing left unread), closed otherwise.

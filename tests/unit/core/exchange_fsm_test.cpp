@@ -78,6 +78,9 @@ claim_event claim_failed() {
 upstream_event response(unsigned status, std::size_t body_bytes = 10) {
     return {upstream_result::response, status, body_bytes};
 }
+upstream_event streaming(unsigned status, std::size_t body_bytes) {
+    return {upstream_result::streaming, status, body_bytes};
+}
 upstream_event uncertain(upstream_result r) {
     return {r, 0, 0};
 }
@@ -696,6 +699,118 @@ TEST_CASE("exchange_fsm: a response over max_record_bytes is answered and kept u
         exchange x(p);
         x.start_and_acquire();
         CHECK(x.fsm.on_upstream(response(500, 5000), x.now()).kind == action_kind::release);
+    }
+}
+
+TEST_CASE("exchange_fsm: an answer too large to hold streams under the lease, then is kept "
+          "unreplayable") {
+    idempotency_config p = make_policy();
+    p.max_record_bytes = 1000;
+    exchange x(p);
+    const time_point t0 = x.now();
+    x.start_and_acquire();
+    x.advance(1s);
+    action a = x.fsm.on_upstream(streaming(200, 1001), x.now());
+    CHECK(a.kind == action_kind::stream);
+    // The head goes out before the record exists: it says what a first execution says.
+    CHECK(a.status_header == idempotency_status::stored);
+    CHECK(a.wake_at == t0 + 10s);
+    CHECK(x.fsm.current_state() == state::forwarding);
+
+    // A long body: the lease is still extended while it streams.
+    x.advance(9s);
+    a = x.fsm.on_tick(x.now());
+    CHECK(a.kind == action_kind::extend_lease);
+    a = x.fsm.on_extend(fence_event::ok, x.now());
+    CHECK(a.kind == action_kind::wait_until);
+    CHECK(x.fsm.lease_deadline() == t0 + 40s);
+
+    SUBCASE("the body ends: completed as not replayable, the answer already went out") {
+        a = x.fsm.on_upstream(response(200, 5'000'000), x.now());
+        CHECK(a.kind == action_kind::complete);
+        CHECK(a.record == record_kind::upstream_response);
+        CHECK_FALSE(a.replayable);
+        a = x.fsm.on_complete(fence_event::ok, x.now());
+        CHECK(a.kind == action_kind::respond);
+        CHECK(x.fsm.on_responded(x.now()).kind == action_kind::done);
+        check_done(x, exchange_outcome::not_replayable);
+    }
+    SUBCASE("the client hangs up mid-body: the record is completed all the same") {
+        x.fsm.on_client_gone();
+        a = x.fsm.on_upstream(response(200, 2000), x.now());
+        CHECK(a.kind == action_kind::complete);
+        CHECK_FALSE(a.replayable);
+        CHECK(x.fsm.on_complete(fence_event::ok, x.now()).kind == action_kind::done);
+        check_done(x, exchange_outcome::not_replayable);
+    }
+    SUBCASE("the completion fails: retried in the background like an unrecorded answer") {
+        REQUIRE(x.fsm.on_upstream(response(200, 2000), x.now()).kind == action_kind::complete);
+        a = x.fsm.on_complete(fence_event::store_error, x.now());
+        CHECK(a.kind == action_kind::respond);
+        CHECK(a.status_header == idempotency_status::unrecorded);
+        CHECK(x.fsm.on_responded(x.now()).kind == action_kind::wait_until);
+    }
+    SUBCASE("the body breaks off: an unknown outcome, held by default") {
+        a = x.fsm.on_upstream(uncertain(upstream_result::reset), x.now());
+        CHECK(a.kind == action_kind::reject);
+        CHECK(x.fsm.on_responded(x.now()).kind == action_kind::done);
+        check_done(x, exchange_outcome::held);
+    }
+}
+
+TEST_CASE("exchange_fsm: a streamed answer whose body breaks follows on_upstream_uncertain") {
+    idempotency_config p = make_policy();
+    p.max_record_bytes = 1000;
+    SUBCASE("fail records the 502 problem") {
+        p.on_upstream_uncertain = uncertain_policy::fail;
+        exchange x(p);
+        x.start_and_acquire();
+        REQUIRE(x.fsm.on_upstream(streaming(200, 1001), x.now()).kind == action_kind::stream);
+        action a = x.fsm.on_upstream(uncertain(upstream_result::timed_out), x.now());
+        CHECK(a.kind == action_kind::complete);
+        CHECK(a.record == record_kind::outcome_unknown_problem);
+        x.fsm.on_complete(fence_event::ok, x.now());
+        x.fsm.on_responded(x.now());
+        check_done(x, exchange_outcome::outcome_unknown);
+    }
+    SUBCASE("release frees the key") {
+        p.on_upstream_uncertain = uncertain_policy::release;
+        exchange x(p);
+        x.start_and_acquire();
+        REQUIRE(x.fsm.on_upstream(streaming(201, 1001), x.now()).kind == action_kind::stream);
+        CHECK(x.fsm.on_upstream(uncertain(upstream_result::bad_response), x.now()).kind ==
+              action_kind::release);
+        x.fsm.on_release(fence_event::ok, x.now());
+        x.fsm.on_responded(x.now());
+        check_done(x, exchange_outcome::released);
+    }
+}
+
+TEST_CASE("exchange_fsm: a streaming answer that is not recorded is released, then passed on") {
+    idempotency_config p = make_policy();
+    p.max_record_bytes = 1000;
+    SUBCASE("a status in the release list") {
+        exchange x(p);
+        x.start_and_acquire();
+        action a = x.fsm.on_upstream(streaming(503, 1001), x.now());
+        CHECK(a.kind == action_kind::release);
+        a = x.fsm.on_release(fence_event::ok, x.now());
+        CHECK(a.kind == action_kind::respond);
+        CHECK(a.status_header == idempotency_status::none);
+        CHECK(x.fsm.on_responded(x.now()).kind == action_kind::done);
+        check_done(x, exchange_outcome::released);
+    }
+    SUBCASE("the lease was lost: passed on unrecorded, the key untouched") {
+        exchange x(p);
+        x.start_and_acquire();
+        x.advance(10s);
+        REQUIRE(x.fsm.on_tick(x.now()).kind == action_kind::extend_lease);
+        x.fsm.on_extend(fence_event::not_owner, x.now());
+        action a = x.fsm.on_upstream(streaming(200, 1001), x.now());
+        CHECK(a.kind == action_kind::respond);
+        CHECK(a.status_header == idempotency_status::unrecorded);
+        x.fsm.on_responded(x.now());
+        check_done(x, exchange_outcome::lease_lost);
     }
 }
 

@@ -2,10 +2,12 @@
 
 #include <doctest/doctest.h>
 
+#include <boost/asio/io_context.hpp>
 #include <boost/beast/http/field.hpp>
 #include <boost/json/parse.hpp>
 #include <boost/json/value.hpp>
 
+#include <memory>
 #include <string>
 
 namespace core = onceproxy::core;
@@ -74,6 +76,19 @@ TEST_SUITE("exchange translation") {
         const auto whole = to_upstream_event(r);
         CHECK(whole.status == 201);
         CHECK(whole.body_bytes == r.res.body().size());
+        CHECK(whole.kind == upstream_result::response);
+
+        // The body outgrew the hold limit: the rest is still on the connection.
+        boost::asio::io_context ioc;
+        onceproxy::wire::deadline_watch watch(ioc.get_executor());
+        r.rest = std::make_unique<onceproxy::upstream::unread_body>(
+            std::make_unique<onceproxy::upstream::connection>(ioc.get_executor(), watch),
+            onceproxy::wire::response_parser{});
+        const auto streaming = to_upstream_event(r);
+        CHECK(streaming.kind == upstream_result::streaming);
+        CHECK(streaming.status == 201);
+        CHECK(streaming.body_bytes == r.res.body().size());
+        r.rest.reset();
     }
 
     TEST_CASE("claim results become claim events") {

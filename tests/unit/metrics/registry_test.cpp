@@ -38,6 +38,7 @@ TEST_CASE("metrics: the exposed metric families are stable") {
                                   "# TYPE onceproxy_open_connections gauge",
                                   "# TYPE onceproxy_store_errors_total counter",
                                   "# TYPE onceproxy_upstream_errors_total counter",
+                                  "# TYPE onceproxy_upstream_resends_total counter",
                                   "# TYPE onceproxy_connection_limit gauge",
                                   "# TYPE onceproxy_connections_refused_total counter",
                                   "# TYPE onceproxy_accept_errors_total counter",

@@ -1,0 +1,133 @@
+#include "http/body_relay.hpp"
+
+#include "onceproxy/wire/message_reader.hpp"
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/core/string.hpp>
+
+#include <algorithm>
+#include <charconv>
+
+namespace onceproxy::http {
+
+namespace net = boost::asio;
+namespace beast = boost::beast;
+namespace bhttp = beast::http;
+
+namespace {
+
+constexpr auto use_tuple = net::as_tuple(net::use_awaitable);
+
+/// How a failed read of an answer's body reads to the engine: every one of them comes after
+/// the request was sent, so each is an unknown outcome; the kind only changes the problem.
+upstream::forward_status read_failure(const boost::system::error_code& ec, bool timed_out) {
+    if (timed_out) {
+        return upstream::forward_status::timeout_after_send;
+    }
+    if (ec == bhttp::error::body_limit) {
+        return upstream::forward_status::response_too_large;
+    }
+    if (ec != bhttp::error::partial_message &&
+        ec.category() == bhttp::make_error_code(bhttp::error::bad_version).category()) {
+        return upstream::forward_status::bad_response;
+    }
+    return upstream::forward_status::reset_after_send;
+}
+
+} // namespace
+
+response_framing frame_response(unsigned status, bool head_request, bool length_known,
+                                unsigned client_version, bool may_keep) noexcept {
+    response_framing f;
+    f.no_body = head_request || status == 204 || status == 304 || status < 200;
+    f.rechunk = !f.no_body && !length_known && client_version >= 11;
+    const bool close_delimited = !f.no_body && !length_known && client_version < 11;
+    f.keep = may_keep && !close_delimited;
+    return f;
+}
+
+bool forbidden_trailer(std::string_view name) noexcept {
+    static constexpr std::array<std::string_view, 17> names{
+        "content-length",  "transfer-encoding", "host",
+        "connection",      "keep-alive",        "te",
+        "trailer",         "upgrade",           "authorization",
+        "cookie",          "set-cookie",        "content-type",
+        "x-forwarded-for", "x-forwarded-proto", "forwarded",
+        "x-real-ip",       "x-request-id"};
+    return std::any_of(names.begin(), names.end(),
+                       [&](std::string_view n) { return beast::iequals(name, n); });
+}
+
+std::string last_chunk(const bhttp::fields& trailers, std::span<const std::string_view> in_use) {
+    std::string out = "0\r\n";
+    for (const auto& f : trailers) {
+        const auto name = f.name_string();
+        const bool used = std::any_of(in_use.begin(), in_use.end(),
+                                      [&](std::string_view n) { return beast::iequals(n, name); });
+        if (!used && !forbidden_trailer(name)) {
+            out.append(f.name_string()).append(": ").append(f.value()).append("\r\n");
+        }
+    }
+    out += "\r\n";
+    return out;
+}
+
+gather::gather(std::string_view head, std::string_view piece, bool chunked, std::string_view tail) {
+    std::size_t size_len = 0;
+    const bool framed = chunked && !piece.empty();
+    if (framed) {
+        auto r = std::to_chars(size_line_.data(), size_line_.data() + 16, piece.size(), 16);
+        size_len = static_cast<std::size_t>(r.ptr - size_line_.data());
+        size_line_[size_len++] = '\r';
+        size_line_[size_len++] = '\n';
+    }
+    static constexpr std::string_view crlf = "\r\n";
+    bufs_ = {net::buffer(head.data(), head.size()), net::buffer(size_line_.data(), size_len),
+             net::buffer(piece.data(), piece.size()),
+             net::buffer(crlf.data(), framed ? crlf.size() : 0),
+             net::buffer(tail.data(), tail.size())};
+}
+
+net::awaitable<bool> write_piece(net::ip::tcp::socket& sock, wire::deadline_watch::slot& dl,
+                                 std::chrono::steady_clock::duration timeout, std::string_view data,
+                                 bool chunked) {
+    const gather g({}, data, chunked, {});
+    dl.expires_after(timeout);
+    auto [ec, n] = co_await net::async_write(sock, g.buffers(), use_tuple);
+    (void)n;
+    co_return !ec;
+}
+
+net::awaitable<body_end> relay_body(wire::response_parser& rp, body_source from, body_sink to,
+                                    std::uint64_t& relayed, upstream::forward_status& failure) {
+    auto& body = rp.get().body();
+    auto& conn = from.conn;
+    // Beast reads at most the buffer's free capacity: room for a relay piece per read.
+    conn.buffer.reserve(conn.buffer.max_size());
+    while (!rp.is_done()) {
+        conn.dl.expires_after(from.timeout);
+        auto ec = co_await wire::async_read(conn.sock, conn.buffer, rp, wire::read_until::some);
+        if (ec && ec != bhttp::error::need_buffer) {
+            failure = read_failure(ec, conn.dl.fired());
+            co_return body_end::upstream_failed;
+        }
+        if (!body.empty()) {
+            if (!co_await write_piece(to.sock, to.dl, to.timeout, body, to.rechunk)) {
+                co_return body_end::client_failed;
+            }
+            relayed += body.size();
+            body.clear();
+        }
+    }
+    if (to.rechunk) {
+        const auto end = last_chunk(rp.trailers(), {});
+        if (!co_await write_piece(to.sock, to.dl, to.timeout, end, false)) {
+            co_return body_end::client_failed;
+        }
+    }
+    co_return body_end::complete;
+}
+
+} // namespace onceproxy::http

@@ -1,0 +1,140 @@
+#pragma once
+// The pieces every streamed body is made of, shared by the plain path (plain_relay) and the
+// guarded path when an answer is too large to hold (exchange_runner): the client side of a
+// session, the framing an answer travels with, chunk framing, and the loop that relays an
+// answer's body from an upstream connection to the client through one bounded staging buffer,
+// each piece written before the next is read (back-pressure: a slow client slows the upstream).
+
+#include "onceproxy/upstream/forwarder.hpp"
+#include "onceproxy/wire/deadline_watch.hpp"
+#include "onceproxy/wire/message_parser.hpp"
+
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/buffer.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/http/error.hpp>
+#include <boost/beast/http/fields.hpp>
+
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+
+namespace onceproxy::http {
+
+/// Bytes of body staged between a read and the matching write (per direction, per connection):
+/// what bounds a streamed exchange's memory whatever the body size.
+inline constexpr std::size_t relay_chunk = 64 * 1024;
+
+/// The client side of one session, lent for one request to whatever streams its answer.
+struct client_side {
+    boost::asio::ip::tcp::socket& sock;
+    boost::beast::flat_buffer& buffer; ///< may hold the start of the next (pipelined) request
+    wire::deadline_watch::slot& dl;
+    std::string& scratch; ///< a reusable buffer for serialised heads
+    const bool& draining; ///< the worker is draining: answer with Connection: close
+    bool last = false;    ///< the connection's request cap is reached: Connection: close too
+};
+
+/// How an answer's body travels to the client.
+struct response_framing {
+    bool no_body = false; ///< HEAD, 1xx, 204, 304
+    /// A body the client cannot delimit by Content-Length: chunked to an HTTP/1.1 client
+    /// (trailers passed on), close-delimited to an HTTP/1.0 one.
+    bool rechunk = false;
+    bool keep = false; ///< the client connection carries on after this answer
+};
+
+/// The framing of an answer with `status` to a request (`head_request`) from a client speaking
+/// HTTP/1.`client_version % 10`; `length_known`: the upstream delimits the body by
+/// Content-Length (not chunked, not close-delimited). `may_keep`: the client asked for
+/// keep-alive and the connection may carry another request (not draining, cap not reached).
+[[nodiscard]] response_framing frame_response(unsigned status, bool head_request, bool length_known,
+                                              unsigned client_version, bool may_keep) noexcept;
+
+/// Fields that must not travel as trailers (RFC 9110 §6.5.1): framing, routing, controls.
+[[nodiscard]] bool forbidden_trailer(std::string_view name) noexcept;
+
+/// "0\r\n" + the trailer fields that may travel + "\r\n": the end of a chunked body. Fields the
+/// proxy depends on (`in_use`) and the forwarding headers it sets never travel as trailers: an
+/// upstream that merges trailers into the header (Beast's own parser does) must not see a key,
+/// a principal or an X-Forwarded-For chain the proxy did not vouch for.
+[[nodiscard]] std::string last_chunk(const boost::beast::http::fields& trailers,
+                                     std::span<const std::string_view> in_use);
+
+/// The buffers of one gather write: `head`, then `piece` (as one chunk of a chunked body when
+/// `chunked`; nothing for an empty piece), then `tail`. Coalescing a head with the body bytes
+/// already at hand saves a system call per small message. Not copyable: the buffers point
+/// into the object's own chunk-size line.
+class gather {
+public:
+    gather(std::string_view head, std::string_view piece, bool chunked, std::string_view tail);
+    gather(const gather&) = delete;
+    gather& operator=(const gather&) = delete;
+
+    const std::array<boost::asio::const_buffer, 5>& buffers() const { return bufs_; }
+
+private:
+    std::array<char, 20> size_line_{};
+    std::array<boost::asio::const_buffer, 5> bufs_{};
+};
+
+/// Writes `data` as one piece of a body (a chunk when `chunked`) within `timeout`; false when
+/// the write failed.
+boost::asio::awaitable<bool> write_piece(boost::asio::ip::tcp::socket& sock,
+                                         wire::deadline_watch::slot& dl,
+                                         std::chrono::steady_clock::duration timeout,
+                                         std::string_view data, bool chunked);
+
+/// Parses the bytes already in `buffer` into `parser`'s staging body, without I/O.
+template <bool isRequest>
+boost::system::error_code stage_buffered(wire::message_parser<isRequest>& parser,
+                                         boost::beast::flat_buffer& buffer) {
+    boost::system::error_code ec;
+    while (!parser.is_done() && buffer.size() > 0) {
+        const auto used = parser.put(buffer.data(), ec);
+        buffer.consume(used);
+        if (ec == boost::beast::http::error::need_more ||
+            ec == boost::beast::http::error::need_buffer) {
+            return {};
+        }
+        if (ec || used == 0) {
+            break;
+        }
+    }
+    return ec;
+}
+
+/// How relaying an answer's body ended.
+enum class body_end {
+    complete,        ///< the body ended as framed and the client has all of it
+    upstream_failed, ///< the upstream broke off, stalled past its timeout, or sent garbage
+    client_failed,   ///< a write to the client failed or stalled past idle_timeout
+};
+
+/// The upstream side of a body relay: the lent connection and its read deadline.
+struct body_source {
+    upstream::connection& conn;
+    std::chrono::steady_clock::duration timeout; ///< for each read (an idle limit)
+};
+
+/// The client side of a body relay.
+struct body_sink {
+    boost::asio::ip::tcp::socket& sock;
+    wire::deadline_watch::slot& dl;
+    std::chrono::steady_clock::duration timeout; ///< for each write
+    bool rechunk = false;                        ///< send each piece as a chunk, then the end
+};
+
+/// Relays the rest of the body `rp` is reading (its staging body empty, the parser in
+/// streaming mode) from `from` to `to`, piece by piece; with `to.rechunk`, ends with the last
+/// chunk and the answer's trailers. `relayed` grows by the body bytes passed on. When the
+/// upstream failed, `failure` says how (timeout, reset, or an unparsable or over-limit body).
+boost::asio::awaitable<body_end> relay_body(wire::response_parser& rp, body_source from,
+                                            body_sink to, std::uint64_t& relayed,
+                                            upstream::forward_status& failure);
+
+} // namespace onceproxy::http
