@@ -1,5 +1,6 @@
 #include "app/cli.hpp"
 
+#include "app/config_errors_log.hpp"
 #include "app/runtime.hpp"
 #include "onceproxy/config/load.hpp"
 
@@ -34,6 +35,7 @@ the same idempotency key takes effect at most once and every retry gets the firs
   --help               print this text
 )";
 
+/// --check-config: for a person at a terminal.
 void print_errors(const config::config_errors& e) {
     for (const auto& err : e.errors()) {
         std::fprintf(stderr, "%s\n", err.to_string().c_str());
@@ -105,7 +107,7 @@ int run_cli(int argc, char** argv) {
     try {
         cfg = config::load_file(config_file);
     } catch (const config::config_errors& e) {
-        print_errors(e);
+        log_config_errors(e, "invalid configuration; not starting");
         return 1;
     }
     return run(cfg, opts);

@@ -1,10 +1,14 @@
 #include "app/runtime.hpp"
 
 #include "app/admin.hpp"
+#include "app/config_errors_log.hpp"
 #include "app/store_factory.hpp"
+#include "onceproxy/config/live_changes.hpp"
+#include "onceproxy/config/load.hpp"
 #include "onceproxy/http/handler.hpp"
 #include "onceproxy/http/loop_guard.hpp"
 #include "onceproxy/http/server.hpp"
+#include "onceproxy/log/log.hpp"
 #include "onceproxy/metrics/registry.hpp"
 #include "onceproxy/upstream/forwarder.hpp"
 
@@ -13,19 +17,20 @@
 #include <boost/asio/detached.hpp>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
+#include <openssl/sha.h>
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <condition_variable>
 #include <csignal>
-#include <cstdio>
 #include <fstream>
-#include <functional>
 #include <mutex>
 #include <thread>
 
@@ -36,19 +41,35 @@ using clock = std::chrono::steady_clock;
 
 namespace {
 
+/// An io_context whose pending work can be destroyed before the context itself (shutdown):
+/// coroutine frames left on a stopped loop may hold the last reference to the store, whose
+/// Redis connections use the worker loops' timers, so they must go while every loop exists.
+struct event_loop : net::io_context {
+    using net::io_context::io_context;
+    using net::io_context::shutdown;
+};
+
 /// One event loop with everything a connection needs; a connection never leaves its worker.
 struct worker {
-    worker(net::io_context& c, std::shared_ptr<const config::config> cfg,
+    worker(net::io_context& c, const std::shared_ptr<const config::config>& cfg,
            std::shared_ptr<store::store> st, metrics::registry& reg)
         : ioc(c), guard(net::make_work_guard(ioc)), watch(ioc.get_executor()),
-          fwd(ioc.get_executor(), cfg, watch), h(cfg, fwd, std::move(st), reg),
-          srv(ioc, cfg, h, reg, watch) {}
+          fwd(std::make_shared<upstream::forwarder>(ioc.get_executor(), cfg, watch)),
+          srv(ioc, cfg, std::make_shared<http::handler>(cfg, fwd, std::move(st), reg), reg, watch) {
+    }
+
+    /// A reload, run on this worker's loop: requests read from now on use `next`; those in
+    /// flight keep the handler (config, forwarder) they started with until they end.
+    void install(const std::shared_ptr<const config::config>& next,
+                 std::shared_ptr<store::store> st, metrics::registry& reg) {
+        fwd = std::make_shared<upstream::forwarder>(ioc.get_executor(), next, watch, fwd.get());
+        srv.set_handler(std::make_shared<http::handler>(next, fwd, std::move(st), reg));
+    }
 
     net::io_context& ioc;
     net::executor_work_guard<net::io_context::executor_type> guard;
     wire::deadline_watch watch; ///< coarse I/O deadlines of every socket of this worker
-    upstream::forwarder fwd;
-    http::handler h;
+    std::shared_ptr<upstream::forwarder> fwd; ///< the current config's upstream pools
     http::server srv;
     std::thread thread;
 };
@@ -69,7 +90,7 @@ struct drain_state {
 /// stopped with work pending would leave frames to be destroyed after the objects they use).
 net::awaitable<void> drain_worker(worker& w, clock::time_point deadline, drain_state& ds) {
     w.srv.drain();
-    w.fwd.close_idle();
+    w.fwd->close_idle();
     net::steady_timer t(w.ioc);
     while ((w.srv.active_sessions() > 0 || http::background_exchanges() > 0) &&
            clock::now() < deadline) {
@@ -87,7 +108,7 @@ net::awaitable<void> drain_worker(worker& w, clock::time_point deadline, drain_s
         t.expires_after(std::chrono::milliseconds(10));
         co_await t.async_wait(net::as_tuple(net::use_awaitable));
     }
-    w.fwd.close_idle();
+    w.fwd->close_idle();
     w.watch.stop();
     w.guard.reset();
     if (ds.remaining.fetch_sub(1) == 1 && ds.st != nullptr) {
@@ -120,211 +141,360 @@ std::uint64_t connection_limit(const config::config& cfg) {
     const std::uint64_t limit =
         std::max<std::uint64_t>(1, std::min<std::uint64_t>(cfg.limits.max_connections, fit));
     if (limit < cfg.limits.max_connections) {
-        std::fprintf(stderr,
-                     "onceproxy: limits.max_connections %zu lowered to %llu to fit the descriptor "
-                     "limit (RLIMIT_NOFILE %llu)\n",
-                     cfg.limits.max_connections, static_cast<unsigned long long>(limit),
-                     static_cast<unsigned long long>(rl.rlim_cur));
+        log::warn("app", "limits.max_connections lowered to fit the descriptor limit",
+                  {{"configured", cfg.limits.max_connections},
+                   {"effective", limit},
+                   {"rlimit_nofile", static_cast<std::uint64_t>(rl.rlim_cur)}});
     }
     return limit;
 }
 
-} // namespace
-
-int run(std::shared_ptr<const config::config> cfg, const run_options& opts) {
-    std::signal(SIGPIPE, SIG_IGN);
-    // Reloading on SIGHUP is not in this version; ignore it rather than die undrained.
-    std::signal(SIGHUP, SIG_IGN);
-    // TLS termination and TLS to upstreams are parsed by the config but not served yet: refuse
-    // to start rather than silently speak plain text where the operator asked for TLS.
-    if (cfg->tls) {
-        std::fprintf(stderr, "onceproxy: inbound TLS (tls:) is not supported by this version; "
-                             "terminate TLS in front of onceproxy\n");
-        return 1;
+log::level log_level_of(config::log_level l) {
+    switch (l) {
+    case config::log_level::debug:
+        return log::level::debug;
+    case config::log_level::info:
+        return log::level::info;
+    case config::log_level::warn:
+        return log::level::warn;
+    case config::log_level::error:
+        return log::level::error;
     }
-    for (const auto& u : cfg->upstreams) {
-        if (u.tls) {
-            std::fprintf(stderr,
-                         "onceproxy: upstream '%s': https:// upstreams are not supported by this "
-                         "version\n",
-                         u.name.c_str());
-            return 1;
+    return log::level::info;
+}
+
+/// The first 16 hex digits of the SHA-256 of the config file's text (onceproxy_config_info):
+/// enough to tell which file a replica serves.
+std::string config_digest(const config::config& cfg) {
+    std::array<unsigned char, SHA256_DIGEST_LENGTH> md{};
+    SHA256(reinterpret_cast<const unsigned char*>(cfg.source_text.data()), cfg.source_text.size(),
+           md.data());
+    static constexpr char hex[] = "0123456789abcdef";
+    std::string out;
+    for (std::size_t i = 0; i < 8; ++i) {
+        out += hex[md[i] >> 4];
+        out += hex[md[i] & 0xf];
+    }
+    return out;
+}
+
+std::int64_t unix_seconds() {
+    return std::chrono::duration_cast<std::chrono::seconds>(
+               std::chrono::system_clock::now().time_since_epoch())
+        .count();
+}
+
+/// One run of the process, phase by phase: open the store, bind the listeners, start the
+/// workers, serve (signals: reload, shutdown), drain, join. Members are declared in the order
+/// they must outlive each other: the loops outlive the store, whose Redis connections live on
+/// them, and the workers and admin listener, which use both.
+class runtime {
+public:
+    runtime(std::shared_ptr<const config::config> cfg, run_options opts)
+        : current_(std::move(cfg)), opts_(std::move(opts)), reg_(route_names(*current_)) {
+        reg_.connection_limit = connection_limit(*current_);
+        reg_.set_config(config_digest(*current_), unix_seconds());
+        const unsigned n = current_->workers == 0 ? 1 : current_->workers;
+        // The event loops exist before anything that binds to them (the Redis store keeps one
+        // connection per worker executor).
+        for (unsigned i = 0; i < n; ++i) {
+            loops_.push_back(std::make_unique<event_loop>(1));
+            executors_.push_back(loops_.back()->get_executor());
         }
     }
-    std::vector<std::string> route_names;
-    for (const auto& r : cfg->routes) {
-        route_names.push_back(r.name);
-    }
-    metrics::registry reg(route_names);
-    reg.connection_limit = connection_limit(*cfg);
 
-    net::io_context main_ioc(1);
-    const unsigned n = cfg->workers == 0 ? 1 : cfg->workers;
-    // The event loops exist before anything that binds to them (the Redis store keeps one
-    // connection per worker executor).
-    std::vector<std::unique_ptr<net::io_context>> loops;
-    std::vector<net::any_io_executor> executors;
-    for (unsigned i = 0; i < n; ++i) {
-        loops.push_back(std::make_unique<net::io_context>(1));
-        executors.push_back(loops.back()->get_executor());
-    }
-    std::vector<std::unique_ptr<worker>> workers;
-
-    std::shared_ptr<store::store> st;
-    try {
-        st = make_store(*cfg, executors);
-    } catch (const std::exception& e) {
-        std::fprintf(stderr, "onceproxy: store: %s\n", e.what());
-        return 1;
-    }
-    {
-        // Open on a one-shot loop: a wrong password or an eviction policy that could drop live
-        // records fails loudly here (SPEC §5); an unreachable store does not stop the start
-        // (issue 9): it reconnects in the background and routes follow on_store_error.
+    /// Builds and opens the store on a one-shot loop: a wrong password or an eviction policy
+    /// that could drop live records fails loudly here (SPEC §5); an unreachable store does not
+    /// stop the start (issue 9): it reconnects in the background and routes follow
+    /// on_store_error. False: do not start.
+    bool open_store() {
+        try {
+            st_ = make_store(*current_, executors_);
+        } catch (const std::exception& e) {
+            log::error("store", e.what());
+            return false;
+        }
         net::io_context open_ioc(1);
         store::open_report report;
         net::co_spawn(
-            open_ioc, [&]() -> net::awaitable<void> { report = co_await st->async_open(); },
+            open_ioc, [&]() -> net::awaitable<void> { report = co_await st_->async_open(); },
             net::detached);
         open_ioc.run();
         for (const auto& w : report.warnings) {
-            std::fprintf(stderr, "onceproxy: warning: store: %s\n", w.c_str());
+            log::warn("store", w);
         }
         if (report.ec) {
-            std::fprintf(stderr, "onceproxy: store: %s\n",
-                         report.message.empty() ? report.ec.message().c_str()
-                                                : report.message.c_str());
-            return 1;
+            log::error("store", report.message.empty() ? report.ec.message() : report.message);
+            return false;
         }
         if (report.degraded) {
-            std::fprintf(stderr,
-                         "onceproxy: warning: store: %s; starting degraded (guarded routes "
-                         "follow on_store_error until it answers)\n",
-                         report.message.c_str());
+            log::warn("store", report.message + "; starting degraded (guarded routes follow "
+                                                "on_store_error until it answers)");
+        }
+        return true;
+    }
+
+    /// Makes the workers and binds every listener (each worker its own socket on one port,
+    /// SO_REUSEPORT; then the admin address). False: do not start.
+    bool bind() {
+        try {
+            for (auto& l : loops_) {
+                workers_.push_back(std::make_unique<worker>(*l, current_, st_, reg_));
+                workers_.back()->srv.listen(port_);
+                port_ = workers_.back()->srv.port();
+            }
+        } catch (const std::exception& e) {
+            log::error("app", "cannot listen",
+                       {{"host", current_->listen.host},
+                        {"port", current_->listen.port},
+                        {"error", e.what()}});
+            return false;
+        }
+        admin_ = std::make_unique<admin_server>(main_ioc_, executors_, current_, reg_, st_);
+        try {
+            admin_port_ = admin_->listen();
+        } catch (const std::exception& e) {
+            log::error("admin", "cannot listen on the admin address", {{"error", e.what()}});
+            return false;
+        }
+        return true;
+    }
+
+    /// Starts accepting: one thread per worker loop, the admin listener, then the port file.
+    void start_workers() {
+        for (auto& w : workers_) {
+            w->watch.start();
+            w->srv.start();
+            w->thread = std::thread([&ioc = w->ioc, this] {
+                http::run_guarded(ioc, "worker event loop", reg_.internal_errors);
+            });
+        }
+        admin_->start();
+        log::info(
+            "app", "listening",
+            {{"host", current_->listen.host},
+             {"port", port_},
+             {"admin_port", admin_port_},
+             {"workers", workers_.size()},
+             {"store", current_->store.type == config::store_type::memory ? "memory" : "redis"}});
+        if (!opts_.port_file.empty()) {
+            const auto tmp = opts_.port_file + ".tmp";
+            std::ofstream(tmp) << port_ << ' ' << admin_port_ << '\n';
+            std::rename(tmp.c_str(), opts_.port_file.c_str());
         }
     }
 
-    unsigned short port = 0;
-    try {
-        for (unsigned i = 0; i < n; ++i) {
-            workers.push_back(std::make_unique<worker>(*loops[i], cfg, st, reg));
-            workers.back()->srv.listen(port);
-            port = workers.back()->srv.port();
-        }
-    } catch (const std::exception& e) {
-        std::fprintf(stderr, "onceproxy: cannot listen on %s:%u: %s\n", cfg->listen.host.c_str(),
-                     cfg->listen.port, e.what());
-        return 1;
+    /// Runs the main loop (admin listener, signals) until the drain has begun.
+    void serve() {
+        signals_.async_wait([this](const auto& ec, int sig) { on_shutdown_signal(ec, sig); });
+        hup_.async_wait([this](const auto& ec, int) { on_hup(ec); });
+        http::run_guarded(main_ioc_, "admin event loop", reg_.internal_errors);
     }
 
-    admin_server admin(main_ioc, executors, cfg, reg, st);
-    unsigned short admin_port = 0;
-    try {
-        admin_port = admin.listen();
-    } catch (const std::exception& e) {
-        std::fprintf(stderr, "onceproxy: cannot listen on the admin address: %s\n", e.what());
-        return 1;
-    }
-
-    for (auto& w : workers) {
-        w->watch.start();
-        w->srv.start();
-        w->thread = std::thread([&ioc = w->ioc, &reg] {
-            http::run_guarded(ioc, "worker event loop", reg.internal_errors);
+    /// Waits for the workers to finish draining, bounded: background work (a completion
+    /// retried until its lease ends) may outlast the drain; past the deadline plus a grace
+    /// period the loops are stopped.
+    void join() {
+        std::mutex m;
+        std::condition_variable cv;
+        bool joined = false;
+        const auto bound =
+            current_->limits.drain_timeout + completion_grace + std::chrono::seconds(3);
+        std::thread watchdog([&] {
+            std::unique_lock lk(m);
+            if (!cv.wait_for(lk, bound, [&] { return joined; })) {
+                log::error("app", "shutdown overran the drain deadline; stopping the event loops");
+                for (auto& l : loops_) {
+                    l->stop();
+                }
+            }
         });
+        for (auto& w : workers_) {
+            w->thread.join();
+        }
+        {
+            std::lock_guard lk(m);
+            joined = true;
+        }
+        cv.notify_one();
+        watchdog.join();
+        http::flush_access_log();
+        // Frames still pending (the admin accept loop on the stopped main loop, anything the
+        // watchdog cut off) are destroyed now, with every loop still there for the store to
+        // close its connections on, rather than one by one as the loops are destroyed.
+        main_ioc_.shutdown();
+        for (auto& l : loops_) {
+            l->shutdown();
+        }
+        log::info("app", "drained, exiting");
     }
-    admin.start();
 
-    std::fprintf(stderr, "onceproxy: listening on %s:%u (admin %u), %u worker%s, %s store\n",
-                 cfg->listen.host.c_str(), port, admin_port, n, n == 1 ? "" : "s",
-                 cfg->store.type == config::store_type::memory ? "memory" : "redis");
-    if (!opts.port_file.empty()) {
-        const auto tmp = opts.port_file + ".tmp";
-        std::ofstream(tmp) << port << ' ' << admin_port << '\n';
-        std::rename(tmp.c_str(), opts.port_file.c_str());
+private:
+    static std::vector<std::string> route_names(const config::config& cfg) {
+        std::vector<std::string> out;
+        for (const auto& r : cfg.routes) {
+            out.push_back(r.name);
+        }
+        return out;
     }
 
-    // SIGTERM/SIGINT (SPEC §6): /readyz fails at once; the listeners go on accepting and serving
-    // for limits.shutdown_delay (endpoints take seconds to leave a Service), then close and
-    // in-flight requests drain for up to limits.drain_timeout. A second signal skips the rest
-    // of the delay.
-    drain_state drain;
-    net::signal_set signals(main_ioc, SIGTERM, SIGINT);
-    net::steady_timer delay(main_ioc);
-    bool signalled = false;
-    bool closing = false;
-    const auto close_listeners = [&] {
-        if (closing) {
+    /// SIGTERM/SIGINT (SPEC §6): /readyz fails at once; the listeners go on accepting and
+    /// serving for limits.shutdown_delay (endpoints take seconds to leave a Service), then the
+    /// drain begins. A second signal skips the rest of the delay.
+    void on_shutdown_signal(const boost::system::error_code& ec, int sig) {
+        if (ec) {
             return;
         }
-        closing = true;
-        std::fprintf(stderr, "onceproxy: closing the listeners; draining (up to %lld ms)\n",
-                     static_cast<long long>(cfg->limits.drain_timeout.count()));
-        admin.stop();
-        const auto deadline = clock::now() + cfg->limits.drain_timeout;
-        drain.remaining = workers.size();
-        drain.st = st.get();
-        for (auto& w : workers) {
-            net::co_spawn(w->ioc, drain_worker(*w, deadline, drain), net::detached);
+        if (signalled_) {
+            log::info("app", "signal again: skipping the shutdown delay", {{"signal", sig}});
+            drain();
+            return;
         }
-        main_ioc.stop();
-    };
-    std::function<void(const boost::system::error_code&, int)> on_signal =
-        [&](const boost::system::error_code& ec, int sig) {
-            if (ec) {
-                return;
-            }
-            if (signalled) {
-                std::fprintf(stderr, "onceproxy: signal %d again: skipping the shutdown delay\n",
-                             sig);
-                close_listeners();
-                return;
-            }
-            signalled = true;
-            admin.set_draining();
-            const auto d = cfg->limits.shutdown_delay;
-            if (d.count() <= 0) {
-                std::fprintf(stderr, "onceproxy: signal %d: not ready\n", sig);
-                close_listeners();
-                return;
-            }
-            std::fprintf(stderr,
-                         "onceproxy: signal %d: not ready; serving %lld ms more before closing "
-                         "the listeners (signal again to close now)\n",
-                         sig, static_cast<long long>(d.count()));
-            signals.async_wait(on_signal);
-            delay.expires_after(d);
-            delay.async_wait([&](const boost::system::error_code&) { close_listeners(); });
-        };
-    signals.async_wait(on_signal);
-    http::run_guarded(main_ioc, "admin event loop", reg.internal_errors);
+        signalled_ = true;
+        admin_->set_draining();
+        const auto d = current_->limits.shutdown_delay;
+        if (d.count() <= 0) {
+            log::info("app", "signal: not ready", {{"signal", sig}});
+            drain();
+            return;
+        }
+        log::info("app",
+                  "signal: not ready; serving on until the shutdown delay ends (signal again to "
+                  "close now)",
+                  {{"signal", sig}, {"shutdown_delay_ms", static_cast<std::int64_t>(d.count())}});
+        signals_.async_wait([this](const auto& e, int s) { on_shutdown_signal(e, s); });
+        delay_.expires_after(d);
+        delay_.async_wait([this](const boost::system::error_code&) { drain(); });
+    }
 
-    // Bound the whole shutdown: background work (a completion retried until its lease ends)
-    // may outlast the drain; past the deadline plus a grace period the loops are stopped.
-    std::mutex m;
-    std::condition_variable cv;
-    bool joined = false;
-    std::thread watchdog([&] {
-        std::unique_lock lk(m);
-        if (!cv.wait_for(lk, cfg->limits.drain_timeout + completion_grace + std::chrono::seconds(3),
-                         [&] { return joined; })) {
-            std::fprintf(stderr, "onceproxy: shutdown overran the drain deadline; stopping\n");
-            for (auto& l : loops) {
-                l->stop();
-            }
+    /// Closes the listeners and lets in-flight requests finish for up to limits.drain_timeout
+    /// (drain_worker on every worker); stops the main loop, so serve() returns.
+    void drain() {
+        if (draining_) {
+            return;
         }
-    });
-    for (auto& w : workers) {
-        w->thread.join();
+        draining_ = true;
+        log::info("app", "closing the listeners; draining",
+                  {{"drain_timeout_ms",
+                    static_cast<std::int64_t>(current_->limits.drain_timeout.count())}});
+        admin_->stop();
+        const auto deadline = clock::now() + current_->limits.drain_timeout;
+        drain_.remaining = workers_.size();
+        drain_.st = st_.get();
+        for (auto& w : workers_) {
+            net::co_spawn(w->ioc, drain_worker(*w, deadline, drain_), net::detached);
+        }
+        main_ioc_.stop();
     }
-    {
-        std::lock_guard lk(m);
-        joined = true;
+
+    void on_hup(const boost::system::error_code& ec) {
+        if (ec) {
+            return;
+        }
+        if (signalled_) {
+            log::info("config", "SIGHUP ignored: shutting down");
+        } else {
+            reload();
+        }
+        hup_.async_wait([this](const auto& e, int) { on_hup(e); });
     }
-    cv.notify_one();
-    watchdog.join();
-    http::flush_access_log();
-    std::fprintf(stderr, "onceproxy: drained, exiting\n");
+
+    /// SIGHUP (issue 9 item 5), on the main loop: re-reads the file with the start-up loader. A
+    /// file that does not load, or that changes settings bound at start, is refused as a whole
+    /// and the running config stays. Otherwise every worker installs the new config on its own
+    /// loop (requests in flight finish on the old one); the last to do so counts the reload.
+    void reload() {
+        const auto& file = current_->source_file;
+        log::info("config", "SIGHUP: reloading the config", {{"file", file}});
+        std::shared_ptr<const config::config> next;
+        try {
+            next = config::load_file(file);
+        } catch (const config::config_errors& e) {
+            log_config_errors(e, "reload rejected: the running config stays");
+            reg_.count_reload(metrics::reload_result::error);
+            return;
+        }
+        if (const auto fields = config::changes_needing_restart(*current_, *next);
+            !fields.empty()) {
+            std::string list;
+            for (const auto& f : fields) {
+                list += (list.empty() ? "" : ", ") + f;
+            }
+            log::warn("config",
+                      "the new config needs a restart to apply; reload refused, the running "
+                      "config stays",
+                      {{"file", file}, {"fields", list}});
+            reg_.count_reload(metrics::reload_result::restart_required);
+            return;
+        }
+        log::set_min_level(log_level_of(next->log.level));
+        const auto& redis = next->store.redis;
+        if (next->store.type == config::store_type::redis && !redis.password_file.empty() &&
+            redis.password != current_->store.redis.password) {
+            // A rotated Secret: changes_needing_restart lets only this credential change live.
+            st_->set_password(redis.password);
+            log::info("store",
+                      "redis password changed in password_file; used from the next connection",
+                      {{"password_file", redis.password_file}});
+        }
+        if (next->limits.max_connections != current_->limits.max_connections) {
+            reg_.connection_limit = connection_limit(*next);
+        }
+        const auto digest = config_digest(*next);
+        auto pending = std::make_shared<std::atomic<std::size_t>>(workers_.size());
+        for (const auto& w : workers_) {
+            net::post(w->ioc, [&w = *w, next, st = st_, &reg = reg_, pending, digest] {
+                w.install(next, st, reg);
+                if (pending->fetch_sub(1) == 1) {
+                    reg.set_config(digest, unix_seconds());
+                    reg.count_reload(metrics::reload_result::success);
+                    log::info("config", "config reloaded",
+                              {{"file", next->source_file},
+                               {"sha256", digest},
+                               {"routes", next->routes.size()},
+                               {"upstreams", next->upstreams.size()}});
+                }
+            });
+        }
+        current_ = std::move(next);
+    }
+
+    /// The config new requests get; a reload replaces it (main loop only). Shutdown reads its
+    /// delays from it too.
+    std::shared_ptr<const config::config> current_;
+    run_options opts_;
+    metrics::registry reg_;
+    event_loop main_ioc_{1}; ///< admin listener, signals, reloads
+    std::vector<std::unique_ptr<event_loop>> loops_;
+    std::vector<net::any_io_executor> executors_;
+    std::vector<std::unique_ptr<worker>> workers_;
+    std::shared_ptr<store::store> st_;
+    std::unique_ptr<admin_server> admin_;
+    unsigned short port_ = 0;
+    unsigned short admin_port_ = 0;
+    net::signal_set signals_{main_ioc_, SIGTERM, SIGINT};
+    net::signal_set hup_{main_ioc_, SIGHUP};
+    net::steady_timer delay_{main_ioc_}; ///< the shutdown delay
+    bool signalled_ = false;             ///< SIGTERM/SIGINT received
+    bool draining_ = false;              ///< the listeners are closed
+    drain_state drain_;
+};
+
+} // namespace
+
+int run(std::shared_ptr<const config::config> cfg, const run_options& opts) {
+    log::set_min_level(log_level_of(cfg->log.level));
+    std::signal(SIGPIPE, SIG_IGN);
+    // Until the reload handler is in place, a SIGHUP (a reloader sidecar, a config-map watcher)
+    // must not end the process.
+    std::signal(SIGHUP, SIG_IGN);
+    runtime rt(std::move(cfg), opts);
+    if (!rt.open_store() || !rt.bind()) {
+        return 1;
+    }
+    rt.start_workers();
+    rt.serve();
+    rt.join();
     return 0;
 }
 

@@ -142,7 +142,7 @@ public:
             return cfg;
         }
         if (!w_.mapping(root, {"listen", "tls", "admin", "workers", "limits", "upstreams", "store",
-                               "defaults", "routes", "access_log", "trusted_proxies"})) {
+                               "defaults", "routes", "access_log", "log", "trusted_proxies"})) {
             return cfg;
         }
         if (auto ep = read_endpoint(w_.get(root, "listen"))) {
@@ -167,6 +167,7 @@ public:
         if (auto b = w_.boolean(w_.get(root, "access_log"))) {
             cfg.access_log = *b;
         }
+        read_log(w_.get(root, "log"), cfg.log);
         if (cfg.admin.listen && cfg.admin.listen->port != 0 &&
             cfg.admin.listen->port == cfg.listen.port &&
             cfg.admin.listen->host == cfg.listen.host) {
@@ -193,6 +194,10 @@ private:
         if (!f.present() || !w_.mapping(f, {"cert_file", "key_file"})) {
             return;
         }
+        // Parsed for the day it is served; refused here so that --check-config and a start
+        // (or a reload) agree, with the place to blame.
+        w_.error(f, "inbound TLS termination is not supported by this version; terminate TLS "
+                    "in front of onceproxy");
         auto cert = w_.string(w_.require(f, "cert_file"));
         auto key = w_.string(w_.require(f, "key_file"));
         if (cert && key) {
@@ -273,6 +278,18 @@ private:
                                             "'; expected an address or CIDR with no host bits "
                                             "set, e.g. 10.0.0.0/8, 127.0.0.1 or fd00::/8");
             }
+        }
+    }
+
+    void read_log(const yaml_field& f, log_config& log) {
+        if (!f.present() || !w_.mapping(f, {"level"})) {
+            return;
+        }
+        if (auto l = w_.enumeration<log_level>(w_.get(f, "level"), {{"debug", log_level::debug},
+                                                                    {"info", log_level::info},
+                                                                    {"warn", log_level::warn},
+                                                                    {"error", log_level::error}})) {
+            log.level = *l;
         }
     }
 
@@ -407,6 +424,8 @@ private:
         } else if (rest.starts_with("https://")) {
             up.tls = true;
             rest.remove_prefix(8);
+            w_.error(f, "https:// upstreams are not supported by this version ('" + url +
+                            "'); use http://");
         } else {
             w_.error(f, "invalid upstream url '" + url + "'; expected http:// or https://");
             return;

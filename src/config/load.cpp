@@ -138,6 +138,7 @@ std::shared_ptr<const config> load_string(const std::string& yaml, const std::st
                                       "expected a single YAML document, found more than one"});
     }
     auto cfg = std::make_shared<config>(read_config(documents.first, file, errors));
+    cfg->source_text = yaml;
     if (!errors.empty()) {
         // Report in file order, whatever order the sections were checked in.
         std::stable_sort(errors.begin(), errors.end(),

@@ -16,33 +16,6 @@ namespace onceproxy::http {
 
 namespace {
 
-/// Length of the well-formed UTF-8 sequence at the start of `s`, 0 when it is ill-formed
-/// (Unicode 15 Table 3-7, which excludes overlongs, surrogates and values above U+10FFFF).
-std::size_t utf8_sequence_length(std::string_view s) {
-    const auto byte = [&](std::size_t i) { return static_cast<unsigned char>(s[i]); };
-    const auto in = [&](std::size_t i, unsigned lo, unsigned hi) {
-        return i < s.size() && byte(i) >= lo && byte(i) <= hi;
-    };
-    const unsigned b0 = byte(0);
-    if (b0 < 0x80) {
-        return 1;
-    }
-    if (b0 >= 0xc2 && b0 <= 0xdf) {
-        return in(1, 0x80, 0xbf) ? 2 : 0;
-    }
-    if (b0 >= 0xe0 && b0 <= 0xef) {
-        const unsigned lo = b0 == 0xe0 ? 0xa0 : 0x80; // E0 80..9F: overlong
-        const unsigned hi = b0 == 0xed ? 0x9f : 0xbf; // ED A0..BF: UTF-16 surrogates
-        return in(1, lo, hi) && in(2, 0x80, 0xbf) ? 3 : 0;
-    }
-    if (b0 >= 0xf0 && b0 <= 0xf4) {
-        const unsigned lo = b0 == 0xf0 ? 0x90 : 0x80; // F0 80..8F: overlong
-        const unsigned hi = b0 == 0xf4 ? 0x8f : 0xbf; // F4 90..: above U+10FFFF
-        return in(1, lo, hi) && in(2, 0x80, 0xbf) && in(3, 0x80, 0xbf) ? 4 : 0;
-    }
-    return 0; // 80..C1 (continuation or overlong lead), F5..FF
-}
-
 /// Pending bytes the writer buffers at most (some 16,000 typical lines): enough to ride out a
 /// slow moment of the log collector, bounded so a stalled stdout costs no more memory than this.
 constexpr std::size_t log_buffer_bytes = 4 * 1024 * 1024;
@@ -58,27 +31,6 @@ access_log_writer& stdout_writer() {
 }
 
 } // namespace
-
-std::string escape_invalid_utf8(std::string_view bytes) {
-    static constexpr char hex[] = "0123456789abcdef";
-    std::string out;
-    out.reserve(bytes.size());
-    while (!bytes.empty()) {
-        const auto n = utf8_sequence_length(bytes);
-        if (n == 0) {
-            // One byte at a time: the next byte may start a well-formed sequence (resync).
-            const auto u = static_cast<unsigned char>(bytes.front());
-            out += "\\x";
-            out += hex[u >> 4];
-            out += hex[u & 0xf];
-            bytes.remove_prefix(1);
-        } else {
-            out.append(bytes.substr(0, n));
-            bytes.remove_prefix(n);
-        }
-    }
-    return out;
-}
 
 std::string ensure_request_id(request& req) {
     auto it = req.find("x-request-id");

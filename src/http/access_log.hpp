@@ -2,6 +2,7 @@
 // One JSON line per request on stdout (SPEC §6). Never the raw key or Authorization.
 
 #include "onceproxy/http/handler.hpp"
+#include "onceproxy/log/log.hpp"
 #include "onceproxy/metrics/registry.hpp"
 
 #include <string>
@@ -21,11 +22,9 @@ struct access_log_entry {
     double store_ms = -1;    ///< negative: no store call
 };
 
-/// `bytes` as valid UTF-8: well-formed UTF-8 sequences (RFC 3629) are kept, and each byte of an
-/// ill-formed one (stray continuation, overlong form, surrogate, code point above U+10FFFF,
-/// truncated sequence) becomes the four characters `\xNN` (lower-case hex), so the log line stays
-/// valid JSON and still shows what the client sent.
-std::string escape_invalid_utf8(std::string_view bytes);
+/// Client-chosen bytes made valid UTF-8 for the line (log::escape_invalid_utf8: each byte of an
+/// ill-formed sequence becomes `\xNN`), shared with the process log.
+using log::escape_invalid_utf8;
 
 /// Returns the request's X-Request-Id, generating (and setting) one when absent.
 std::string ensure_request_id(request& req);

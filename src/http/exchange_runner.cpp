@@ -36,13 +36,13 @@ std::atomic<std::size_t> background_count{0};
 
 /// The state shared by the exchange driver and its upstream call.
 struct exchange_state {
-    exchange_state(exchange_env& e, const config::route_config& r, std::size_t ri, request&& q,
-                   net::any_io_executor ex, stream_target t)
-        : env(e), route(r), route_index(ri), req(std::move(q)), fsm(r.idempotency), timer(ex),
-          target(t) {}
+    exchange_state(std::shared_ptr<exchange_env> e, const config::route_config& r, std::size_t ri,
+                   request&& q, net::any_io_executor ex, stream_target t)
+        : env_hold(std::move(e)), route(r), route_index(ri), req(std::move(q)), fsm(r.idempotency),
+          timer(ex), target(t) {}
 
-    exchange_env& env;
-    std::shared_ptr<const config::config> cfg_hold = env.cfg; ///< keeps `route` alive
+    std::shared_ptr<exchange_env> env_hold; ///< keeps the config (and `route`) alive
+    exchange_env& env = *env_hold;
     const config::route_config& route;
     std::size_t route_index;
     request req;
@@ -61,7 +61,7 @@ struct exchange_state {
     clock::time_point upstream_started{};
     exchange_report report;
 
-    metrics::route_metrics& metrics() { return env.reg.route(route_index); }
+    metrics::route_metrics& metrics() { return *env.route_series[route_index]; }
     std::optional<upstream::forward_status> upstream_status() const {
         return upstream_result ? std::optional(upstream_result->status) : std::nullopt;
     }
@@ -103,9 +103,9 @@ net::awaitable<core::action> do_claim(exchange_state& s, core::action a) {
 net::awaitable<void> call_upstream(std::shared_ptr<exchange_state> s) {
     // A body longer than max_record_bytes is not held: it cannot be replayed anyway, so it
     // streams to the client instead (issue 8).
-    auto r = co_await s->env.fwd.async_forward(s->route.upstream_index, s->req,
-                                               s->route.limits.max_response_bytes,
-                                               s->route.idempotency.max_record_bytes);
+    auto r = co_await s->env.fwd->async_forward(s->route.upstream_index, s->req,
+                                                s->route.limits.max_response_bytes,
+                                                s->route.idempotency.max_record_bytes);
     const auto took = clock::now() - s->upstream_started;
     s->report.upstream_ms = std::chrono::duration<double, std::milli>(took).count();
     s->metrics().upstream_duration.observe(took);
@@ -173,14 +173,14 @@ net::awaitable<core::upstream_event> relay_answer(exchange_state& s, core::idemp
     auto failure = upstream::forward_status::ok;
     if (co_await write_answer_start(s, st, f)) {
         rp.stream_body(relay_chunk);
-        const auto& up = s.env.fwd.upstream(s.route.upstream_index);
+        const auto& up = s.env.fwd->upstream(s.route.upstream_index);
         end = co_await relay_body(
             rp, {*rest->conn, up.timeout},
             {t.client.sock, t.client.dl, s.env.cfg->limits.idle_timeout, f.rechunk}, bytes,
             failure);
     }
     const bool reusable = end == body_end::complete && rp.keep_alive() && !rp.need_eof();
-    s.env.fwd.release(s.route.upstream_index, std::move(rest->conn), reusable);
+    s.env.fwd->release(s.route.upstream_index, std::move(rest->conn), reusable);
     s.report.keep = end == body_end::complete && f.keep;
     switch (end) {
     case body_end::complete:
@@ -398,12 +398,14 @@ bool is_guarded(const config::route_config& route, std::string_view method) noex
     return core::guards_method(route.idempotency, method);
 }
 
-net::awaitable<response> async_run_exchange(exchange_env& env, const config::route_config& route,
+net::awaitable<response> async_run_exchange(std::shared_ptr<exchange_env> env,
+                                            const config::route_config& route,
                                             std::size_t route_index, request& req,
                                             exchange_report& report, stream_target target) {
     const auto& pol = route.idempotency;
     auto ex = co_await net::this_coro::executor;
-    auto s = std::make_shared<exchange_state>(env, route, route_index, std::move(req), ex, target);
+    auto s = std::make_shared<exchange_state>(std::move(env), route, route_index, std::move(req),
+                                              ex, target);
 
     // Request facts: the key (header or natural), scope and fingerprint (SPEC §3.1, 3.3-3.5).
     std::vector<core::header_view> lines;

@@ -17,15 +17,19 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace onceproxy::http {
 
-/// Everything the runner needs, owned by the worker.
+/// Everything the runner needs for one config (one handler's), shared with the exchanges that
+/// run on it: an exchange still completing in the background after a reload keeps its config,
+/// forwarder and store alive.
 struct exchange_env {
     std::shared_ptr<const config::config> cfg;
-    upstream::forwarder& fwd;
+    std::shared_ptr<upstream::forwarder> fwd;
     std::shared_ptr<store::store> st;
     metrics::registry& reg;
+    std::vector<metrics::route_metrics*> route_series; ///< index = route index in `cfg`
 };
 
 /// The client connection an answer too large to hold is streamed to, and what its request
@@ -56,7 +60,7 @@ struct exchange_report {
 /// X-Forwarded-* added). An upstream answer whose body outgrows max_record_bytes is streamed
 /// to `target` instead (issue 8): then `report.streamed` is set and the response returned is
 /// empty, not to be written.
-boost::asio::awaitable<response> async_run_exchange(exchange_env& env,
+boost::asio::awaitable<response> async_run_exchange(std::shared_ptr<exchange_env> env,
                                                     const config::route_config& route,
                                                     std::size_t route_index, request& req,
                                                     exchange_report& report, stream_target target);

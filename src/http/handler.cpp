@@ -19,28 +19,36 @@ namespace bhttp = boost::beast::http;
 using clock = std::chrono::steady_clock;
 
 struct handler::impl {
+    impl(std::shared_ptr<const config::config> c, std::shared_ptr<upstream::forwarder> f,
+         std::shared_ptr<store::store> s, metrics::registry& r)
+        : cfg(c), reg(r), env(std::make_shared<exchange_env>(
+                              exchange_env{std::move(c), std::move(f), std::move(s), r, {}})) {
+        for (const auto& route : cfg->routes) {
+            env->route_series.push_back(&reg.route_named(route.name));
+            fields_in_use.push_back(request_fields_in_use(route.idempotency));
+        }
+    }
+
     std::shared_ptr<const config::config> cfg;
-    upstream::forwarder& fwd;
-    std::shared_ptr<store::store> st;
     metrics::registry& reg;
-    exchange_env env{cfg, fwd, st, reg};
+    /// Shared with the exchanges of this config (some outlive their request).
+    std::shared_ptr<exchange_env> env;
     /// Per route: the request fields Connection may not nominate away (computed once; the
     /// views point into `cfg`).
-    std::vector<std::vector<std::string_view>> fields_in_use = [this] {
-        std::vector<std::vector<std::string_view>> out;
-        for (const auto& r : cfg->routes) {
-            out.push_back(request_fields_in_use(r.idempotency));
-        }
-        return out;
-    }();
-    plain_relay relay{cfg, fwd, reg, fields_in_use};
+    std::vector<std::vector<std::string_view>> fields_in_use;
+    plain_relay relay{cfg, *env->fwd, reg, fields_in_use, env->route_series};
 };
 
-handler::handler(std::shared_ptr<const config::config> cfg, upstream::forwarder& fwd,
-                 std::shared_ptr<store::store> st, metrics::registry& reg)
-    : impl_(std::make_unique<impl>(std::move(cfg), fwd, std::move(st), reg)) {}
+handler::handler(std::shared_ptr<const config::config> cfg,
+                 std::shared_ptr<upstream::forwarder> fwd, std::shared_ptr<store::store> st,
+                 metrics::registry& reg)
+    : impl_(std::make_unique<impl>(std::move(cfg), std::move(fwd), std::move(st), reg)) {}
 
 handler::~handler() = default;
+
+const config::config& handler::config() const noexcept {
+    return *impl_->cfg;
+}
 
 namespace {
 
@@ -61,7 +69,7 @@ const config::route_config* handler::route_for(const request& head, std::size_t&
 }
 
 bool handler::streams(const config::route_config& route, std::string_view method) const {
-    return !(impl_->st && is_guarded(route, method));
+    return !(impl_->env->st && is_guarded(route, method));
 }
 
 net::awaitable<bool> handler::async_relay(client_side client, wire::request_parser& parser,
@@ -91,7 +99,7 @@ net::awaitable<handled> handler::async_handle(request& req, const request_contex
         co_return handled{std::move(res)};
     }
     const auto route_index = static_cast<std::size_t>(route - m.cfg->routes.data());
-    auto& rm = m.reg.route(route_index);
+    auto& rm = *m.env->route_series[route_index];
     log.route = route->name;
     const std::string method(req.method_string());
     const std::string target_copy(target);

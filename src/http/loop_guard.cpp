@@ -1,7 +1,8 @@
 #include "onceproxy/http/loop_guard.hpp"
 
+#include "onceproxy/log/log.hpp"
+
 #include <algorithm>
-#include <cstdio>
 
 namespace onceproxy::http {
 
@@ -12,9 +13,10 @@ std::chrono::milliseconds accept_backoff::on_error(std::string_view listener,
     const auto now = std::chrono::steady_clock::now();
     if (now - last_log_ >= 1s) {
         last_log_ = now;
-        std::fprintf(stderr, "onceproxy: %.*s listener: accept failed: %s; retrying in %lld ms\n",
-                     static_cast<int>(listener.size()), listener.data(), ec.message().c_str(),
-                     static_cast<long long>(delay_.count()));
+        log::error("http", "accept failed; retrying",
+                   {{"listener", listener},
+                    {"error", ec.message()},
+                    {"retry_in_ms", static_cast<std::int64_t>(delay_.count())}});
     }
     return delay_;
 }
@@ -28,11 +30,10 @@ void report_exception(std::exception_ptr e, std::string_view what,
     try {
         std::rethrow_exception(e);
     } catch (const std::exception& ex) {
-        std::fprintf(stderr, "onceproxy: %.*s failed: %s\n", static_cast<int>(what.size()),
-                     what.data(), ex.what());
+        log::error("http", "unhandled exception", {{"in", what}, {"error", ex.what()}});
     } catch (...) {
-        std::fprintf(stderr, "onceproxy: %.*s failed: unknown exception\n",
-                     static_cast<int>(what.size()), what.data());
+        log::error("http", "unhandled exception",
+                   {{"in", what}, {"error", "not a std::exception"}});
     }
 }
 

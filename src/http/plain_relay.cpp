@@ -173,7 +173,7 @@ struct plain_relay::exchange {
     }
 
     void finish(unsigned status) {
-        auto& rm = relay.reg_.route(route_index);
+        auto& rm = *relay.route_series_[route_index];
         rm.outcomes[static_cast<std::size_t>(metrics::outcome::passthrough)].fetch_add(
             1, std::memory_order_relaxed);
         rm.request_duration.observe(clock::now() - ctx.received);
@@ -547,8 +547,10 @@ struct plain_relay::exchange {
 
 plain_relay::plain_relay(std::shared_ptr<const config::config> cfg, upstream::forwarder& fwd,
                          metrics::registry& reg,
-                         const std::vector<std::vector<std::string_view>>& fields_in_use)
-    : cfg_(std::move(cfg)), fwd_(fwd), reg_(reg), fields_in_use_(fields_in_use) {}
+                         const std::vector<std::vector<std::string_view>>& fields_in_use,
+                         const std::vector<metrics::route_metrics*>& route_series)
+    : cfg_(std::move(cfg)), fwd_(fwd), reg_(reg), fields_in_use_(fields_in_use),
+      route_series_(route_series) {}
 
 net::awaitable<bool> plain_relay::async_relay(client_side client, wire::request_parser& parser,
                                               const config::route_config& route,
@@ -594,7 +596,7 @@ net::awaitable<bool> plain_relay::async_relay(client_side client, wire::request_
     if (failed) {
         co_return co_await x.fail(upstream_failure(*failed, reg_));
     }
-    reg_.route(route_index).upstream_duration.observe(clock::now() - up_start);
+    route_series_[route_index]->upstream_duration.observe(clock::now() - up_start);
     if (rp->get().result_int() == 101) {
         if (!x.upgrade) {
             co_return co_await x.fail(

@@ -26,10 +26,12 @@ namespace onceproxy::http {
 class plain_relay {
 public:
     /// `fields_in_use[i]`: the request fields route i depends on (request_fields_in_use), which
-    /// Connection may not nominate away; it outlives the relay.
+    /// Connection may not nominate away; `route_series[i]`: the metrics of route i. Both outlive
+    /// the relay.
     plain_relay(std::shared_ptr<const config::config> cfg, upstream::forwarder& fwd,
                 metrics::registry& reg,
-                const std::vector<std::vector<std::string_view>>& fields_in_use);
+                const std::vector<std::vector<std::string_view>>& fields_in_use,
+                const std::vector<metrics::route_metrics*>& route_series);
 
     /// Relays the request whose header `parser` has read (its body not yet) to the route's
     /// upstream and the answer back. Returns true when the client connection may carry the
@@ -44,6 +46,7 @@ private:
     upstream::forwarder& fwd_;
     metrics::registry& reg_;
     const std::vector<std::vector<std::string_view>>& fields_in_use_;
+    const std::vector<metrics::route_metrics*>& route_series_;
 };
 
 } // namespace onceproxy::http

@@ -73,13 +73,13 @@ struct server::impl : std::enable_shared_from_this<impl> {
         bool busy = false; ///< a request is being read or answered
     };
 
-    impl(net::io_context& c, std::shared_ptr<const config::config> cf, handler& hd,
+    impl(net::io_context& c, std::shared_ptr<const config::config> cf, std::shared_ptr<handler> hd,
          metrics::registry& r, wire::deadline_watch& w)
-        : ioc(c), cfg(std::move(cf)), h(hd), reg(r), watch(w), acceptor(c) {}
+        : ioc(c), cfg(std::move(cf)), h(std::move(hd)), reg(r), watch(w), acceptor(c) {}
 
     net::io_context& ioc;
-    std::shared_ptr<const config::config> cfg;
-    handler& h;
+    std::shared_ptr<const config::config> cfg; ///< the start config: the listen address
+    std::shared_ptr<handler> h;                ///< the current config's request path
     metrics::registry& reg;
     wire::deadline_watch& watch;
     tcp::acceptor acceptor;
@@ -157,7 +157,7 @@ struct server::impl::connection {
         : srv(s), stream(std::move(sock)), dl(s.watch, stream),
           // Bounded: a header, a chunk-size line or a trailer section that does not fit is a
           // read error (buffer_overflow), never unbounded memory (see message_parser.hpp).
-          buffer(wire::read_buffer_limit(s.cfg->limits.max_header_bytes)),
+          buffer(wire::read_buffer_limit(s.h->config().limits.max_header_bytes)),
           entry(s.sessions.insert(s.sessions.end(), session_entry{&stream, false})) {
         srv.reg.open_connections.fetch_add(1, std::memory_order_relaxed);
         boost::system::error_code ec;
@@ -185,8 +185,13 @@ struct server::impl::connection {
     std::optional<wire::request_parser> parser;
     bool first = true;      ///< no request read yet
     std::size_t served = 0; ///< requests accepted on this connection
+    /// The request path the current request runs on, taken when its first bytes arrive and
+    /// held until it is answered (a reload meanwhile does not change it); none while idle, so
+    /// an idle connection does not keep a replaced config alive.
+    std::shared_ptr<handler> h;
 
-    const config::limits_config& limits() const { return srv.cfg->limits; }
+    /// The current request's limits; while idle, the newest config's.
+    const config::limits_config& limits() const { return (h ? *h : *srv.h).config().limits; }
 
     /// The read step: waits for the next request (the header deadline for a connection's first
     /// request, the idle deadline afterwards), reads its head and checks and routes it (the
@@ -195,6 +200,7 @@ struct server::impl::connection {
     /// away).
     net::awaitable<read_verdict> read_request() {
         entry->busy = false;
+        h.reset();
         if (buffer.size() == 0) {
             dl.expires_after(first ? limits().header_timeout : limits().idle_timeout);
             auto [ec, n] = co_await stream.async_read_some(buffer.prepare(4096), use_tuple);
@@ -204,6 +210,7 @@ struct server::impl::connection {
             buffer.commit(n);
         }
         entry->busy = true;
+        h = srv.h;
         first = false;
         ctx.received = std::chrono::steady_clock::now();
         auto& p = parser.emplace();
@@ -242,7 +249,7 @@ struct server::impl::connection {
             p.get().target(t.target);
         }
         read_verdict v;
-        v.route = srv.h.route_for(head, v.route_index);
+        v.route = h->route_for(head, v.route_index);
         const auto body_limit = v.route != nullptr
                                     ? v.route->limits.max_request_bytes
                                     : std::optional<std::size_t>(limits().max_request_bytes);
@@ -329,7 +336,7 @@ struct server::impl::connection {
         const bool keep_alive = req.keep_alive();
         const bool head = req.method() == bhttp::verb::head;
         dl.disarm(); // the upstream side has its own deadlines
-        auto out = co_await srv.h.async_handle(
+        auto out = co_await h->async_handle(
             req, ctx, client_side{stream, buffer, dl, wire_head, srv.draining, last()});
         if (out.streamed) {
             co_return out.keep && !srv.draining; // written already, framed by the stream
@@ -344,10 +351,9 @@ struct server::impl::connection {
     /// coroutine itself: one frame fewer per request.)
     net::awaitable<bool> serve(const read_verdict& v) {
         ++served;
-        if (v.route != nullptr && srv.h.streams(*v.route, parser->get().method_string())) {
-            return srv.h.async_relay(
-                client_side{stream, buffer, dl, wire_head, srv.draining, last()}, *parser, *v.route,
-                v.route_index, ctx);
+        if (v.route != nullptr && h->streams(*v.route, parser->get().method_string())) {
+            return h->async_relay(client_side{stream, buffer, dl, wire_head, srv.draining, last()},
+                                  *parser, *v.route, v.route_index, ctx);
         }
         return serve_whole();
     }
@@ -368,9 +374,9 @@ net::awaitable<void> server::impl::session(tcp::socket sock) {
     }
 }
 
-server::server(net::io_context& ioc, std::shared_ptr<const config::config> cfg, handler& h,
-               metrics::registry& reg, wire::deadline_watch& watch)
-    : impl_(std::make_shared<impl>(ioc, std::move(cfg), h, reg, watch)) {}
+server::server(net::io_context& ioc, std::shared_ptr<const config::config> cfg,
+               std::shared_ptr<handler> h, metrics::registry& reg, wire::deadline_watch& watch)
+    : impl_(std::make_shared<impl>(ioc, std::move(cfg), std::move(h), reg, watch)) {}
 
 server::~server() = default;
 
@@ -403,6 +409,10 @@ void server::drain() {
             s.stream->cancel(ec); // idle keep-alive connection: close it now
         }
     }
+}
+
+void server::set_handler(std::shared_ptr<handler> h) {
+    impl_->h = std::move(h);
 }
 
 std::size_t server::active_sessions() const {

@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <initializer_list>
+#include <vector>
 
 namespace onceproxy::metrics {
 
@@ -51,14 +52,48 @@ registry::registry(const std::vector<std::string>& route_names) {
     }
     routes_.push_back(std::make_unique<route_metrics>());
     routes_.back()->name = "(none)";
+    unrouted_ = routes_.back().get();
+}
+
+route_metrics& registry::route(std::size_t index) noexcept {
+    std::lock_guard lk(mutex_);
+    return *routes_[index];
+}
+
+route_metrics& registry::route_named(std::string_view name) {
+    std::lock_guard lk(mutex_);
+    for (const auto& r : routes_) {
+        if (r->name == name && r.get() != unrouted_) {
+            return *r;
+        }
+    }
+    routes_.push_back(std::make_unique<route_metrics>());
+    routes_.back()->name = std::string(name);
+    return *routes_.back();
+}
+
+void registry::set_config(std::string digest, std::int64_t loaded_at_seconds) {
+    std::lock_guard lk(mutex_);
+    config_digest_ = std::move(digest);
+    config_loaded_at_.store(loaded_at_seconds, std::memory_order_relaxed);
 }
 
 std::string registry::render() const {
+    std::vector<const route_metrics*> routes_now;
+    std::string digest;
+    {
+        // A snapshot of the list: the series themselves are read without the lock.
+        std::lock_guard lk(mutex_);
+        for (const auto& r : routes_) {
+            routes_now.push_back(r.get());
+        }
+        digest = config_digest_;
+    }
     std::string out;
     out.reserve(8192);
     out += "# HELP onceproxy_requests_total Requests by route and final outcome.\n"
            "# TYPE onceproxy_requests_total counter\n";
-    for (const auto& r : routes_) {
+    for (const auto* r : routes_now) {
         for (std::size_t i = 0; i < outcome_count; ++i) {
             out += "onceproxy_requests_total{route=\"" + r->name + "\",outcome=\"" +
                    std::string(outcome_name(static_cast<outcome>(i))) + "\"} " +
@@ -72,7 +107,7 @@ std::string registry::render() const {
     };
     for (const auto& [name, member] : hists) {
         out += std::string("# TYPE ") + name + " histogram\n";
-        for (const auto& r : routes_) {
+        for (const auto* r : routes_now) {
             ((*r).*member).render(out, name, "route=\"" + r->name + "\"");
         }
     }
@@ -132,6 +167,21 @@ std::string registry::render() const {
         "limits.header_timeout, or a request body stalled for limits.body_timeout or below "
         "limits.min_body_rate (408).",
         {{"{phase=\"header\"}", get(header_timeouts)}, {"{phase=\"body\"}", get(body_timeouts)}});
+    family("onceproxy_config_reloads_total", "counter",
+           "Config reloads (SIGHUP) by result: success, error (unreadable or invalid file) or "
+           "restart_required (it changes settings bound at start); the running config stays "
+           "unless success.",
+           {{"{result=\"success\"}", reloads(reload_result::success)},
+            {"{result=\"error\"}", reloads(reload_result::error)},
+            {"{result=\"restart_required\"}", reloads(reload_result::restart_required)}});
+    out += "# HELP onceproxy_config_info The config serving new requests: the first 16 hex digits "
+           "of the SHA-256 of its file.\n# TYPE onceproxy_config_info gauge\n"
+           "onceproxy_config_info{sha256=\"" +
+           digest + "\"} 1\n";
+    family("onceproxy_config_last_reload_success_timestamp_seconds", "gauge",
+           "When the config serving new requests was loaded (start or the last successful "
+           "reload), in seconds since the epoch.",
+           {{"", static_cast<std::uint64_t>(config_loaded_at_.load(std::memory_order_relaxed))}});
     return out;
 }
 

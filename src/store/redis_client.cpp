@@ -1,5 +1,6 @@
 #include "onceproxy/store/redis_client.hpp"
 
+#include "onceproxy/log/log.hpp"
 #include "onceproxy/store/error.hpp"
 #include "store/resp_reader.hpp"
 
@@ -473,9 +474,18 @@ struct redis_client::impl : std::enable_shared_from_this<redis_client::impl> {
     net::awaitable<void> run() {
         auto self = shared_from_this();
         auto delay = options.reconnect_min;
+        // Failed attempts since the last connection: only the first of a streak, or one whose
+        // reason changed, is logged at warn, so an outage costs a line per client, not one per
+        // backoff step.
+        std::uint64_t failures = 0;
+        std::string last_reason;
         while (!stopped) {
             auto report = co_await connect_once();
             if (!report.ec) {
+                log::info("store", "redis connected",
+                          {{"redis", where()}, {"failed_attempts", failures}});
+                failures = 0;
+                last_reason.clear();
                 delay = options.reconnect_min;
                 auto l = current;
                 while (!l->closed) {
@@ -484,9 +494,24 @@ struct redis_client::impl : std::enable_shared_from_this<redis_client::impl> {
                 if (stopped) {
                     co_return;
                 }
-            } else if (report.ec == errc::auth_failed || report.ec == errc::tls_failed) {
-                // Retrying a refused password at full speed only fills Redis's log.
-                delay = options.reconnect_max;
+                log::warn("store", "redis connection lost; reconnecting", {{"redis", where()}});
+            } else {
+                if (stopped) {
+                    co_return;
+                }
+                ++failures;
+                if (report.ec == errc::auth_failed || report.ec == errc::tls_failed) {
+                    // Retrying a refused password at full speed only fills Redis's log.
+                    delay = options.reconnect_max;
+                }
+                log::write(failures == 1 || report.message != last_reason ? log::level::warn
+                                                                          : log::level::debug,
+                           "store", "redis connect failed; reconnecting",
+                           {{"redis", where()},
+                            {"error", report.message},
+                            {"attempt", failures},
+                            {"retry_in_ms", static_cast<std::int64_t>(delay.count())}});
+                last_reason = std::move(report.message);
             }
             backoff_timer.expires_after(jittered(delay));
             co_await backoff_timer.async_wait(use_tuple);
@@ -558,6 +583,10 @@ void redis_client::start() {
 
 void redis_client::stop() {
     impl_->stop();
+}
+
+void redis_client::set_password(std::string password) {
+    impl_->options.url.password = std::move(password);
 }
 
 net::awaitable<redis_connect_report> redis_client::async_connect_once() {

@@ -1,5 +1,6 @@
 #include "onceproxy/store/redis_store.hpp"
 
+#include "onceproxy/log/log.hpp"
 #include "onceproxy/store/error.hpp"
 
 #include <boost/asio/co_spawn.hpp>
@@ -14,7 +15,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <iostream>
 #include <stdexcept>
 
 namespace onceproxy::store {
@@ -257,6 +257,20 @@ void redis_store::close() {
     stop();
 }
 
+void redis_store::set_password(std::string password) {
+    // Each copy is touched only on its own executor: the clients' options on theirs, the
+    // store's (read by async_check_startup, which runs on the first worker) on the first's.
+    for (auto& w : impl_->workers) {
+        for (auto& c : w.clients) {
+            net::post(c.get_executor(), [&c, password] { c.set_password(password); });
+        }
+    }
+    net::post(impl_->workers.front().clients.front().get_executor(),
+              [m = impl_.get(), password = std::move(password)]() mutable {
+                  m->options.url.password = std::move(password);
+              });
+}
+
 net::awaitable<void> redis_store::deferred_check() {
     // Runs on the first worker until Redis has answered the start-up check once, or close().
     redis_client& c = impl_->workers.front().clients.front();
@@ -269,20 +283,20 @@ net::awaitable<void> redis_store::deferred_check() {
             continue; // lost again at once: wait for the next connection
         }
         for (const auto& w : checked.warnings) {
-            std::cerr << "onceproxy: warning: store: " << w << '\n';
+            log::warn("store", w);
         }
         if (checked.ec == boost::system::errc::operation_not_permitted) {
             // An evicting Redis with maxmemory_policy refuse: too late to refuse to start, so
             // the store refuses to be used; guarded routes follow on_store_error, /readyz with
             // require_store reports it.
             impl_->refused = true;
-            std::cerr << "onceproxy: error: redis: " << checked.message
-                      << " (found after a degraded start: the store is not used)\n";
+            log::error("store", checked.message + " (found after a degraded start: the store is "
+                                                  "not used)");
         } else if (checked.ec) {
             // The connections report and retry such failures (AUTH, SELECT) themselves.
-            std::cerr << "onceproxy: error: redis: " << checked.message << '\n';
+            log::error("store", checked.message);
         } else {
-            std::cerr << "onceproxy: redis: answering; the store is in service\n";
+            log::info("store", "redis answering; the store is in service");
         }
         co_return;
     }

@@ -49,8 +49,11 @@ bool looks_alive(connection& c) {
 } // namespace
 
 struct forwarder::impl {
+    /// Shared by the forwarders of successive configs (reloads) while the upstream's settings
+    /// stay the same; used from the one worker executor only.
     struct pool {
-        const config::upstream_config* cfg = nullptr;
+        explicit pool(config::upstream_config c) : cfg(std::move(c)) {}
+        const config::upstream_config cfg;
         std::vector<std::unique_ptr<connection>> idle;
         std::size_t open = 0; ///< idle + in use
         struct waiter {
@@ -61,17 +64,27 @@ struct forwarder::impl {
         tcp::resolver::results_type endpoints;
     };
 
-    impl(net::any_io_executor ex, std::shared_ptr<const config::config> c, wire::deadline_watch& w)
+    impl(net::any_io_executor ex, std::shared_ptr<const config::config> c, wire::deadline_watch& w,
+         const impl* previous)
         : executor(std::move(ex)), cfg(std::move(c)), watch(w) {
         for (const auto& u : cfg->upstreams) {
-            pools.emplace_back().cfg = &u;
+            std::shared_ptr<pool> same;
+            if (previous != nullptr) {
+                for (const auto& p : previous->pools) {
+                    if (p->cfg == u) {
+                        same = p;
+                        break;
+                    }
+                }
+            }
+            pools.push_back(same ? std::move(same) : std::make_shared<pool>(u));
         }
     }
 
     net::any_io_executor executor;
     std::shared_ptr<const config::config> cfg;
     wire::deadline_watch& watch;
-    std::deque<pool> pools; ///< a deque: pools are never moved once made
+    std::vector<std::shared_ptr<pool>> pools; ///< index = upstream index in `cfg`
 
     void give_back(pool& p, std::unique_ptr<connection> c, bool reusable) {
         if (reusable && c->buffer.size() == 0) {
@@ -97,20 +110,20 @@ struct forwarder::impl {
     using acquired = lent_connection;
 
     net::awaitable<acquired> acquire(pool& p, bool verify_idle = true) {
-        const auto deadline = clock::now() + p.cfg->connect_timeout;
+        const auto deadline = clock::now() + p.cfg.connect_timeout;
         for (;;) {
             while (!p.idle.empty()) {
                 auto c = std::move(p.idle.back());
                 p.idle.pop_back();
                 // Bytes left in the buffer (a stray answer) make a connection unusable; the
                 // peek for a close is skipped when the caller can recover from one.
-                if (clock::now() - c->idle_since < p.cfg->idle_timeout && c->buffer.size() == 0 &&
+                if (clock::now() - c->idle_since < p.cfg.idle_timeout && c->buffer.size() == 0 &&
                     (!verify_idle || looks_alive(*c))) {
                     co_return acquired{std::move(c), true, forward_status::ok};
                 }
                 --p.open;
             }
-            if (p.open < p.cfg->max_connections) {
+            if (p.open < p.cfg.max_connections) {
                 ++p.open;
                 auto c = co_await connect(p, deadline);
                 if (!c) {
@@ -136,8 +149,8 @@ struct forwarder::impl {
     net::awaitable<std::unique_ptr<connection>> connect(pool& p, clock::time_point deadline) {
         if (p.endpoints.empty()) {
             tcp::resolver resolver(executor);
-            auto [ec, results] = co_await resolver.async_resolve(
-                p.cfg->host, std::to_string(p.cfg->port), use_tuple);
+            auto [ec, results] =
+                co_await resolver.async_resolve(p.cfg.host, std::to_string(p.cfg.port), use_tuple);
             if (ec) {
                 co_return nullptr;
             }
@@ -162,34 +175,35 @@ connection::connection(net::any_io_executor ex, wire::deadline_watch& watch)
 net::awaitable<lent_connection> forwarder::async_acquire(std::size_t upstream_index,
                                                          bool verify_idle) {
     // No coroutine frame of its own.
-    return impl_->acquire(impl_->pools.at(upstream_index), verify_idle);
+    return impl_->acquire(*impl_->pools.at(upstream_index), verify_idle);
 }
 
 void forwarder::release(std::size_t upstream_index, std::unique_ptr<connection> c, bool reusable) {
-    impl_->give_back(impl_->pools.at(upstream_index), std::move(c), reusable);
+    impl_->give_back(*impl_->pools.at(upstream_index), std::move(c), reusable);
 }
 
 const config::upstream_config& forwarder::upstream(std::size_t upstream_index) const {
-    return *impl_->pools.at(upstream_index).cfg;
+    return impl_->pools.at(upstream_index)->cfg;
 }
 
 forwarder::forwarder(net::any_io_executor ex, std::shared_ptr<const config::config> cfg,
-                     wire::deadline_watch& watch)
-    : impl_(std::make_unique<impl>(std::move(ex), std::move(cfg), watch)) {}
+                     wire::deadline_watch& watch, const forwarder* previous)
+    : impl_(std::make_unique<impl>(std::move(ex), std::move(cfg), watch,
+                                   previous != nullptr ? previous->impl_.get() : nullptr)) {}
 
 forwarder::~forwarder() = default;
 
 void forwarder::close_idle() {
     for (auto& p : impl_->pools) {
-        p.open -= p.idle.size();
-        p.idle.clear();
+        p->open -= p->idle.size();
+        p->idle.clear();
     }
 }
 
 net::awaitable<forward_result> forwarder::async_forward(std::size_t upstream_index, request& req,
                                                         std::optional<std::size_t> max_response,
                                                         std::optional<std::size_t> hold) {
-    auto& p = impl_->pools.at(upstream_index);
+    auto& p = *impl_->pools.at(upstream_index);
     const bool head = req.method() == http::verb::head;
     for (int attempt = 0;; ++attempt) {
         auto a = co_await impl_->acquire(p);
@@ -197,7 +211,7 @@ net::awaitable<forward_result> forwarder::async_forward(std::size_t upstream_ind
             co_return forward_result{a.failure, {}, nullptr};
         }
         auto& c = *a.conn;
-        c.dl.expires_after(p.cfg->timeout); // the whole exchange, write and response
+        c.dl.expires_after(p.cfg.timeout); // the whole exchange, write and response
         wire::serialize_head(req, c.head);
         const std::array<net::const_buffer, 2> wire{net::buffer(c.head), net::buffer(req.body())};
         auto [wec, written] = co_await net::async_write(c.sock, wire, use_tuple);

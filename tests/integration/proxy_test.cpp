@@ -5,6 +5,7 @@
 #include "support/proxy_fixture.hpp"
 
 #include "support/http_client.hpp"
+#include "support/log_lines.hpp"
 #include "support/process.hpp"
 
 #include <doctest/doctest.h>
@@ -236,14 +237,6 @@ TEST_SUITE("proxy") {
         CHECK(fetch(p.proxy.port, "GET", "/after").status == 200);
     }
 
-    TEST_CASE("SIGHUP does not stop the proxy (reload is not supported; the signal is ignored)") {
-        proxied p;
-        p.proxy.proc.signal(SIGHUP);
-        std::this_thread::sleep_for(200ms);
-        CHECK(p.proxy.proc.running());
-        CHECK(fetch(p.proxy.port, "GET", "/after-hup").status == 200);
-    }
-
     TEST_CASE("request smuggling shapes are refused with 400 and never reach the upstream") {
         proxied p;
         const std::string head = "POST /smuggle HTTP/1.1\r\nHost: x\r\n";
@@ -466,6 +459,23 @@ TEST_SUITE("proxy") {
         CHECK(p.proxy.terminate(5s) == 0);
         CHECK(clock_type::now() - start < 3s);
         CHECK(idle.wait_closed(1s));
+
+        // The lifecycle is in the process log, one JSON line per event.
+        const auto log = p.proxy.log();
+        INFO("proxy log:\n" << log);
+        const auto listening = find_log_line(log, "listening");
+        REQUIRE(listening);
+        CHECK(log_field(*listening, "level") == "info");
+        CHECK(log_field(*listening, "component") == "app");
+        CHECK(log_field(*listening, "port") == std::to_string(p.proxy.port));
+        CHECK(log_field(*listening, "store") == "memory");
+        const auto signal = find_log_line(log, "signal");
+        REQUIRE(signal);
+        CHECK(log_field(*signal, "signal") == std::to_string(SIGTERM));
+        CHECK(find_log_line(log, "draining"));
+        const auto exiting = find_log_line(log, "drained, exiting");
+        REQUIRE(exiting);
+        CHECK(log_field(*exiting, "component") == "app");
     }
 
     TEST_CASE("SIGTERM: /readyz fails at once, new connections are served during "

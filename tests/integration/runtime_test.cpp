@@ -4,6 +4,7 @@
 // redis-server; every wait is bounded.
 
 #include "support/http_client.hpp"
+#include "support/log_lines.hpp"
 #include "support/problem_check.hpp"
 #include "support/process.hpp"
 #include "support/proxy_fixture.hpp"
@@ -15,6 +16,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <functional>
@@ -119,6 +121,36 @@ process start_upstream_on(unsigned short port, const temp_dir& dir) {
 } // namespace
 
 TEST_SUITE("runtime") {
+    TEST_CASE("what this binary cannot serve (inbound TLS) is refused alike by --check-config and "
+              "at start, with file:line:column") {
+        proxy_config c;
+        c.upstream_port = 1;
+        c.top = "tls: { cert_file: c.pem, key_file: k.pem }\n";
+        const auto yaml = c.yaml();
+        const auto line =
+            1 + std::count(yaml.begin(),
+                           yaml.begin() + static_cast<std::ptrdiff_t>(yaml.find("tls:")), '\n');
+        temp_dir dir;
+        const auto file = dir.write("config.yaml", yaml);
+        const auto where =
+            file + ":" + std::to_string(line) + ":6: tls: inbound TLS termination is not supported";
+
+        process check({ONCEPROXY_BIN, "--check-config", file}, dir.file("check.log"));
+        CHECK(check.wait(15s) == 1);
+        CHECK(check.log().find(where) != std::string::npos);
+
+        process run({ONCEPROXY_BIN, "--config", file}, dir.file("run.log"));
+        CHECK(run.wait(15s) == 1);
+        const auto log = run.log();
+        INFO("log:\n" << log);
+        const auto refused = find_log_line(log, "inbound TLS termination");
+        REQUIRE(refused);
+        CHECK(log_field(*refused, "msg").find(where) == 0);
+        CHECK(log_field(*refused, "line") == std::to_string(line));
+        CHECK(log_field(*refused, "column") == "6");
+        CHECK(log.find("listening") == std::string::npos);
+    }
+
     TEST_CASE("forwarding headers: replaced for an untrusted client, extended behind a trusted "
               "proxy, on plain and guarded routes") {
         upstream_process up;

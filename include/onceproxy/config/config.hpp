@@ -270,8 +270,23 @@ struct route_config {
     idempotency_config idempotency;
 };
 
+enum class log_level {
+    debug, ///< everything, including detail meant for debugging the proxy
+    info,  ///< lifecycle events (listening, signals, reloads, store connections) and worse
+    warn,  ///< degraded operation and worse
+    error, ///< failures only
+};
+
+/// The process log (JSON lines on stderr); requests have the access log instead.
+struct log_config {
+    log_level level = log_level::info; ///< lines below it are dropped
+
+    friend bool operator==(const log_config&, const log_config&) = default;
+};
+
 struct config {
     std::string source_file;
+    std::string source_text; ///< the file as read (before ${VAR} substitution): its digest names it
     endpoint listen{"0.0.0.0", 8080};
     std::optional<tls_files> tls; ///< inbound TLS termination
     admin_config admin;
@@ -281,6 +296,7 @@ struct config {
     store_config store;
     std::vector<route_config> routes;
     bool access_log = true; ///< one JSON line per request on stdout
+    log_config log;
     /// Peers whose X-Forwarded-* and Forwarded headers are extended; any other peer's are
     /// replaced (an untrusted client cannot forge an earlier hop). Empty: trust no one.
     std::vector<cidr> trusted_proxies;

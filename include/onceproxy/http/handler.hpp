@@ -37,13 +37,19 @@ struct handled {
     bool keep = false;     ///< streamed: the client connection may carry the next request
 };
 
+/// The request path of one config on one worker. A reload makes a new handler; a request holds
+/// the handler it started on (std::shared_ptr) until it ends, so it finishes on its config.
 class handler {
 public:
-    /// `st` may be shared by all workers (its own contract says so); `fwd` and `reg` outlive
-    /// the handler.
-    handler(std::shared_ptr<const config::config> cfg, upstream::forwarder& fwd,
+    /// `st` may be shared by all workers (its own contract says so); `fwd` is this config's
+    /// forwarder on this worker; `reg` outlives the handler. Registers the config's route names
+    /// with `reg` (a route a reload added gets its series).
+    handler(std::shared_ptr<const config::config> cfg, std::shared_ptr<upstream::forwarder> fwd,
             std::shared_ptr<store::store> st, metrics::registry& reg);
     ~handler();
+
+    /// The config this handler serves.
+    const config::config& config() const noexcept;
 
     /// The route of a request head (first match wins), or nullptr; `index` receives its index.
     const config::route_config* route_for(const request& head, std::size_t& index) const;

@@ -17,9 +17,10 @@ namespace onceproxy::http {
 /// One worker's listener and sessions. Created, run and drained on the worker's io_context.
 class server {
 public:
+    /// `cfg`: the start config (listen). `h`: the request path of the config to serve.
     /// `watch`: the worker's coarse deadline clock (client read and write deadlines).
-    server(boost::asio::io_context& ioc, std::shared_ptr<const config::config> cfg, handler& h,
-           metrics::registry& reg, wire::deadline_watch& watch);
+    server(boost::asio::io_context& ioc, std::shared_ptr<const config::config> cfg,
+           std::shared_ptr<handler> h, metrics::registry& reg, wire::deadline_watch& watch);
     ~server();
 
     /// Opens the listening socket (SO_REUSEPORT, so every worker binds the same port and the
@@ -36,6 +37,10 @@ public:
     /// Stops accepting, closes idle keep-alive connections, and lets in-flight requests finish;
     /// their connections close after the response. Call on the worker's executor.
     void drain();
+
+    /// A reload: requests read from now on use `h` (and its config's limits); requests in
+    /// flight finish on the handler they started with. Call on the worker's executor.
+    void set_handler(std::shared_ptr<handler> h);
 
     /// Sessions still open.
     std::size_t active_sessions() const;

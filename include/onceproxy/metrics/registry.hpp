@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -55,14 +56,41 @@ struct route_metrics {
     histogram store_duration;
 };
 
+/// Results of a config reload (SIGHUP), the `result` label of onceproxy_config_reloads_total.
+enum class reload_result {
+    success,          ///< the new config serves new requests
+    error,            ///< the file could not be read or is invalid; the running config stays
+    restart_required, ///< the file changes settings bound at start; the running config stays
+};
+inline constexpr std::size_t reload_result_count = 3;
+
 class registry {
 public:
     /// `route_names`: config route names in order; an extra "(none)" series is added.
     explicit registry(const std::vector<std::string>& route_names);
 
-    route_metrics& route(std::size_t index) noexcept { return *routes_[index]; }
-    route_metrics& unrouted() noexcept { return *routes_.back(); }
-    std::size_t unrouted_index() const noexcept { return routes_.size() - 1; }
+    /// The series of route `index` of the config the registry was built with (route_named
+    /// serves later configs).
+    route_metrics& route(std::size_t index) noexcept;
+    route_metrics& unrouted() noexcept { return *unrouted_; }
+
+    /// The series of the route named `name`: the one it already has (its counts go on across
+    /// reloads), or a new one for a route a reload added. Takes a lock: call it when a config
+    /// is installed, not per request. Any thread; the reference lives as long as the registry.
+    route_metrics& route_named(std::string_view name);
+
+    /// Counts one reload (onceproxy_config_reloads_total{result}). Any thread.
+    void count_reload(reload_result r) noexcept {
+        reloads_[static_cast<std::size_t>(r)].fetch_add(1, std::memory_order_relaxed);
+    }
+    std::uint64_t reloads(reload_result r) const noexcept {
+        return reloads_[static_cast<std::size_t>(r)].load(std::memory_order_relaxed);
+    }
+
+    /// The config now serving: `digest` (the first 16 hex digits of the SHA-256 of its file)
+    /// for onceproxy_config_info, and when it was loaded, in seconds since the epoch (at start,
+    /// then at each successful reload). Any thread.
+    void set_config(std::string digest, std::int64_t loaded_at_seconds);
 
     std::atomic<std::int64_t> open_connections{0};
     std::atomic<std::uint64_t> store_errors{0};
@@ -85,7 +113,15 @@ public:
     std::string render() const;
 
 private:
+    /// Guards the growth of routes_ (a reload adding a route) and the config digest; the
+    /// counters themselves are atomics, updated without it.
+    mutable std::mutex mutex_;
+    /// Every route ever configured, in order of appearance; "(none)" after the start config's.
     std::vector<std::unique_ptr<route_metrics>> routes_;
+    route_metrics* unrouted_ = nullptr;
+    std::array<std::atomic<std::uint64_t>, reload_result_count> reloads_{};
+    std::string config_digest_;
+    std::atomic<std::int64_t> config_loaded_at_{0};
 };
 
 } // namespace onceproxy::metrics

@@ -89,6 +89,10 @@ public:
     /// Closes the connection, fails pending commands with errc::unavailable and ends the loop.
     void stop();
 
+    /// The password of the next connections (AUTH); the open one stays. Call on the client's
+    /// executor.
+    void set_password(std::string password);
+
     /// One connection attempt, no retry (start-up checks): resolves, connects, TLS handshake,
     /// AUTH, SELECT, SCRIPT LOAD, all bounded by connect_timeout. On success the connection is
     /// ready for async_exec (but will not be re-opened if lost unless start() is called).

@@ -78,6 +78,10 @@ public:
     /// stop().
     void close() override;
 
+    /// Posts the password to every connection's executor (used from their next reconnect) and
+    /// to the first one's for the start-up check's copy. Thread-safe.
+    void set_password(std::string password) override;
+
     /// Start-up check on a one-shot connection of the calling executor (any executor): connects
     /// (bounded by connect_timeout: an unreachable Redis or a wrong password gives a clear error
     /// quickly), loads the scripts, and reads `CONFIG GET maxmemory-policy`. allkeys-* with

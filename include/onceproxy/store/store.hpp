@@ -82,6 +82,11 @@ public:
     /// errc::unavailable. Thread-safe; call once, while the worker loops still run.
     virtual void close() = 0;
 
+    /// A new password (a reload read a changed `password_file`): connections made from now on
+    /// authenticate with it; those open stay as they are. Thread-safe. A store without
+    /// credentials ignores it.
+    virtual void set_password(std::string password) { (void)password; }
+
     /// Claim-or-get: takes a lease on a free key, or reports what is there.
     virtual boost::asio::awaitable<result<claim_result>> async_claim(claim_request req) = 0;
 

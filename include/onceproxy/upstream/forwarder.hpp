@@ -85,8 +85,12 @@ struct forward_result {
 class forwarder {
 public:
     /// `watch`: the worker's coarse deadline clock (connect and response deadlines).
+    /// `previous`: the forwarder of the config this one replaces (a reload), on the same
+    /// executor: the pools of upstreams whose settings did not change are shared with it, idle
+    /// connections included; the others start empty. A pool the new config dropped closes with
+    /// the last forwarder holding it (once the requests still running on the old config end).
     forwarder(boost::asio::any_io_executor ex, std::shared_ptr<const config::config> cfg,
-              wire::deadline_watch& watch);
+              wire::deadline_watch& watch, const forwarder* previous = nullptr);
     ~forwarder();
     forwarder(const forwarder&) = delete;
     forwarder& operator=(const forwarder&) = delete;

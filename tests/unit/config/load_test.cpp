@@ -142,6 +142,7 @@ TEST_CASE("conf/example.yaml documents exactly the built-in defaults") {
     CHECK(c->listen == builtin.listen);
     CHECK(c->admin.readiness == builtin.admin.readiness);
     CHECK(c->access_log == builtin.access_log);
+    CHECK(c->log == builtin.log);
     CHECK(c->limits == builtin.limits);
     CHECK(c->store == builtin.store);
     CHECK(c->trusted_proxies == builtin.trusted_proxies);
@@ -193,9 +194,7 @@ TEST_CASE("defaults are inherited by routes and overridden field by field") {
 
     CHECK(c->listen.host == "::1");
     CHECK(c->listen.port == 8443);
-    REQUIRE(c->tls.has_value());
-    CHECK(c->tls->cert_file == "/etc/tls/cert.pem");
-    CHECK(c->tls->key_file == "/etc/tls/key.pem");
+    CHECK_FALSE(c->tls.has_value());
     CHECK(c->workers == 3);
     CHECK_FALSE(c->access_log);
     CHECK(c->admin.readiness.require_store);
@@ -207,7 +206,7 @@ TEST_CASE("defaults are inherited by routes and overridden field by field") {
     REQUIRE(c->upstreams.size() == 2);
     CHECK(c->upstreams[0].host == "app.internal");
     CHECK(c->upstreams[0].port == 80);
-    CHECK(c->upstreams[1].tls);
+    CHECK_FALSE(c->upstreams[1].tls);
     CHECK(c->upstreams[1].host == "billing.example.com");
     CHECK(c->upstreams[1].port == 8443);
     CHECK(c->upstreams[1].connect_timeout == 250ms);
@@ -316,7 +315,7 @@ TEST_CASE("all errors are reported at once, in file order") {
     }
     CHECK(errors[0].to_string() ==
           file + ":7:1: listn: unknown key 'listn'; allowed keys: listen, tls, admin, workers, "
-                 "limits, upstreams, store, defaults, routes, access_log, trusted_proxies");
+                 "limits, upstreams, store, defaults, routes, access_log, log, trusted_proxies");
     try {
         cfg::load_file(file);
         FAIL("expected config_errors");
@@ -431,10 +430,7 @@ TEST_CASE("upstream urls") {
                 "\" } }\nroutes: [{ name: a, match: { prefix: / }, upstream: app }]\n",
             "u.yaml");
     };
-    auto c = load_url("https://api.example.com");
-    CHECK(c->upstreams[0].tls);
-    CHECK(c->upstreams[0].port == 443);
-    c = load_url("http://[::1]:3000/");
+    auto c = load_url("http://[::1]:3000/");
     CHECK(c->upstreams[0].host == "::1");
     CHECK(c->upstreams[0].port == 3000);
     c = load_url("http://[fd00::1]");
@@ -491,4 +487,26 @@ TEST_CASE("per-route limits: defaults from limits:, own sizes, none on plain rou
                          "routes: [{ name: a, match: { prefix: / }, upstream: app, "
                          "limits: { max_request_bytes: lots } }]\n")
               .size() == 1);
+}
+
+// What this binary cannot serve is a config error, with its place: --check-config, a start and a
+// reload all refuse it the same way.
+TEST_CASE("inbound TLS and https:// upstreams are refused with file:line:column") {
+    const auto errors = errors_of([] {
+        return cfg::load_string("tls: { cert_file: c.pem, key_file: k.pem }\n"
+                                "upstreams:\n"
+                                "  app: { url: \"http://127.0.0.1:3000\" }\n"
+                                "  billing: { url: \"https://billing.example.com\" }\n"
+                                "routes: [{ name: a, match: { prefix: / }, upstream: app }]\n",
+                                "t.yaml");
+    });
+    REQUIRE(errors.size() == 2);
+    CHECK(errors[0].line == 1);
+    CHECK(errors[0].column == 6);
+    CHECK(errors[0].path == "tls");
+    CHECK(errors[0].message.find("inbound TLS termination is not supported") == 0);
+    CHECK(errors[1].line == 4);
+    CHECK(errors[1].path == "upstreams.billing.url");
+    CHECK(errors[1].message.find("https:// upstreams are not supported") == 0);
+    CHECK(errors[1].to_string().find("t.yaml:4:") == 0);
 }

@@ -108,6 +108,16 @@ TEST_SUITE("runtime settings") {
         CHECK_FALSE(cfg::address_in("10.0.0.1", {}));
     }
 
+    TEST_CASE("log.level: info by default, each level read, a bad one blamed") {
+        CHECK(cfg::load_string(base, "test.yaml")->log.level == cfg::log_level::info);
+        CHECK(cfg::load_string(std::string{base} + "log: { level: debug }\n", "test.yaml")
+                  ->log.level == cfg::log_level::debug);
+        CHECK(cfg::load_string(std::string{base} + "log:\n  level: error\n", "test.yaml")
+                  ->log.level == cfg::log_level::error);
+        check_one_error(std::string{base} + "log:\n  level: loud\n", 4, "log.level");
+        check_one_error(std::string{base} + "log: { lvl: warn }\n", 3, "log.lvl");
+    }
+
     TEST_CASE("trusted_proxies: read, empty by default, each bad entry blamed") {
         CHECK(cfg::load_string(base, "test.yaml")->trusted_proxies.empty());
         const auto c = cfg::load_string(

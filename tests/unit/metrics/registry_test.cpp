@@ -47,6 +47,10 @@ TEST_CASE("metrics: the exposed metric families are stable") {
                                   "# TYPE onceproxy_tunnels_open gauge",
                                   "# TYPE onceproxy_access_log_dropped_total counter",
                                   "# TYPE onceproxy_client_timeouts_total counter",
+                                  "# TYPE onceproxy_config_reloads_total counter",
+                                  "# TYPE onceproxy_config_info gauge",
+                                  "# TYPE onceproxy_config_last_reload_success_timestamp_seconds "
+                                  "gauge",
                               });
 }
 
@@ -87,4 +91,37 @@ TEST_CASE("metrics: counters and histograms render what was recorded") {
     CHECK(text.find("onceproxy_request_duration_seconds_count{route=\"payments\"} 2\n") !=
           std::string::npos);
     CHECK(text.find("onceproxy_store_errors_total 2\n") != std::string::npos);
+}
+
+TEST_CASE("metrics: a route added by a reload gets its series; existing counts are kept") {
+    registry reg({"payments"});
+    reg.route(0).count(outcome::stored);
+    auto& payments = reg.route_named("payments");
+    CHECK(&payments == &reg.route(0)); // the same series, not a new one
+    auto& orders = reg.route_named("orders");
+    orders.count(outcome::replayed);
+    CHECK(&reg.route_named("orders") == &orders);
+    const auto text = reg.render();
+    CHECK(text.find("onceproxy_requests_total{route=\"payments\",outcome=\"stored\"} 1\n") !=
+          std::string::npos);
+    CHECK(text.find("onceproxy_requests_total{route=\"orders\",outcome=\"replayed\"} 1\n") !=
+          std::string::npos);
+    CHECK(text.find("onceproxy_request_duration_seconds_count{route=\"orders\"} 0\n") !=
+          std::string::npos);
+}
+
+TEST_CASE("metrics: reloads by result, the config digest and its load time") {
+    registry reg({"payments"});
+    reg.count_reload(reload_result::success);
+    reg.count_reload(reload_result::error);
+    reg.count_reload(reload_result::error);
+    reg.set_config("0123456789abcdef", 1700000000);
+    const auto text = reg.render();
+    CHECK(text.find("onceproxy_config_reloads_total{result=\"success\"} 1\n") != std::string::npos);
+    CHECK(text.find("onceproxy_config_reloads_total{result=\"error\"} 2\n") != std::string::npos);
+    CHECK(text.find("onceproxy_config_reloads_total{result=\"restart_required\"} 0\n") !=
+          std::string::npos);
+    CHECK(text.find("onceproxy_config_info{sha256=\"0123456789abcdef\"} 1\n") != std::string::npos);
+    CHECK(text.find("onceproxy_config_last_reload_success_timestamp_seconds 1700000000\n") !=
+          std::string::npos);
 }

@@ -1,0 +1,78 @@
+#include "onceproxy/config/live_changes.hpp"
+
+namespace onceproxy::config {
+
+namespace {
+
+bool same_tls(const std::optional<tls_files>& a, const std::optional<tls_files>& b) {
+    if (a.has_value() != b.has_value()) {
+        return false;
+    }
+    return !a || (a->cert_file == b->cert_file && a->key_file == b->key_file);
+}
+
+/// The readiness settings as written: the index of the checked upstream is left out (a reorder
+/// of `upstreams` is no change; the upstream's own settings are compared by checked_upstream).
+bool same_readiness(const readiness_config& a, const readiness_config& b) {
+    if (a.require_store != b.require_store || a.upstream.has_value() != b.upstream.has_value()) {
+        return false;
+    }
+    if (!a.upstream) {
+        return true;
+    }
+    auto x = *a.upstream;
+    x.upstream_index = b.upstream->upstream_index;
+    return x == *b.upstream;
+}
+
+/// The upstream a readiness check probes; nullptr when there is no check.
+const upstream_config* checked_upstream(const config& c) {
+    const auto& check = c.admin.readiness.upstream;
+    if (!check || check->upstream_index >= c.upstreams.size()) {
+        return nullptr;
+    }
+    return &c.upstreams[check->upstream_index];
+}
+
+} // namespace
+
+std::vector<std::string> changes_needing_restart(const config& running, const config& next) {
+    std::vector<std::string> out;
+    const auto changed = [&out](bool differs, const char* path) {
+        if (differs) {
+            out.emplace_back(path);
+        }
+    };
+    changed(running.listen != next.listen, "listen");
+    changed(!same_tls(running.tls, next.tls), "tls");
+    changed(running.admin.listen != next.admin.listen, "admin.listen");
+    changed(!same_readiness(running.admin.readiness, next.admin.readiness), "admin.readiness");
+    const auto* checked_before = checked_upstream(running);
+    const auto* checked_after = checked_upstream(next);
+    changed(checked_before != nullptr && checked_after != nullptr &&
+                *checked_before != *checked_after,
+            "admin.readiness.upstream (the settings of the upstream it checks)");
+    changed(running.workers != next.workers, "workers");
+    changed(running.store.type != next.store.type, "store.type");
+    changed(running.store.memory != next.store.memory, "store.memory");
+    const auto& a = running.store.redis;
+    const auto& b = next.store.redis;
+    changed(a.url != b.url, "store.redis.url");
+    changed(a.key_prefix != b.key_prefix, "store.redis.key_prefix");
+    changed(a.connect_timeout != b.connect_timeout, "store.redis.connect_timeout");
+    changed(a.command_timeout != b.command_timeout, "store.redis.command_timeout");
+    changed(a.connections_per_worker != b.connections_per_worker,
+            "store.redis.connections_per_worker");
+    changed(a.health_check_interval != b.health_check_interval,
+            "store.redis.health_check_interval");
+    changed(a.maxmemory_policy != b.maxmemory_policy, "store.redis.maxmemory_policy");
+    changed(a.tls_ca_file != b.tls_ca_file, "store.redis.tls_ca_file");
+    changed(a.username != b.username, "store.redis.username");
+    changed(a.password_file != b.password_file, "store.redis.password_file");
+    // The content of an unchanged password_file may change (a rotated Secret); a password
+    // written in the config itself is bound at start like the URL.
+    changed(a.password_file.empty() && a.password != b.password, "store.redis.password");
+    return out;
+}
+
+} // namespace onceproxy::config

@@ -1,0 +1,90 @@
+#include "onceproxy/config/live_changes.hpp"
+
+#include "onceproxy/config/load.hpp"
+
+#include <doctest/doctest.h>
+
+#include <string>
+#include <vector>
+
+namespace cfg = onceproxy::config;
+
+namespace {
+
+/// A config listening on `listen` with `workers` workers, plus `extra` top-level YAML.
+std::string make(const std::string& listen, unsigned workers, const std::string& extra = "") {
+    return "listen: " + listen + "\nworkers: " + std::to_string(workers) +
+           "\nupstreams: { app: { url: \"http://127.0.0.1:3000\" } }\n"
+           "routes: [ { name: all, match: { prefix: / }, upstream: app } ]\n" +
+           extra;
+}
+
+const std::string base = make("127.0.0.1:8080", 2);
+
+std::vector<std::string> restart(const std::string& before, const std::string& after) {
+    return cfg::changes_needing_restart(*cfg::load_string(before, "a.yaml"),
+                                        *cfg::load_string(after, "b.yaml"));
+}
+
+using list = std::vector<std::string>;
+
+} // namespace
+
+TEST_SUITE("live_changes") {
+
+    TEST_CASE("routes, upstreams, limits, policies and logging change live") {
+        CHECK(restart(base, base).empty());
+        const std::string live =
+            "listen: 127.0.0.1:8080\n"
+            "workers: 2\n"
+            "access_log: false\n"
+            "log: { level: debug }\n"
+            "trusted_proxies: [10.0.0.0/8]\n"
+            "limits: { max_request_bytes: 1KiB, header_timeout: 1s, max_connections: 10 }\n"
+            "upstreams:\n"
+            "  app: { url: \"http://127.0.0.1:3001\", timeout: 5s }\n"
+            "  other: { url: \"http://127.0.0.1:3002\" }\n"
+            "defaults: { ttl: 1h }\n"
+            "routes:\n"
+            "  - { name: pay, match: { prefix: /pay }, upstream: other,\n"
+            "      idempotency: { mode: required } }\n"
+            "  - { name: all, match: { prefix: / }, upstream: app }\n";
+        CHECK(restart(base, live).empty());
+    }
+
+    TEST_CASE("listen, workers and admin need a restart, each named") {
+        CHECK(restart(base, make("127.0.0.1:9090", 2)) == list{"listen"});
+        CHECK(restart(base, make("127.0.0.1:8080", 4)) == list{"workers"});
+        CHECK(restart(base, make("0.0.0.0:9090", 3)) == list{"listen", "workers"});
+        CHECK(restart(base, base + "admin: { listen: 127.0.0.1:9901 }\n") == list{"admin.listen"});
+        CHECK(restart(base, base + "admin: { readiness: { require_store: true } }\n") ==
+              list{"admin.readiness"});
+    }
+
+    TEST_CASE("the store: type and connection settings need a restart") {
+        const std::string redis =
+            base + "store: { type: redis, redis: { url: \"redis://127.0.0.1:6379/0\" } }\n";
+        CHECK(restart(base, redis) == list{"store.type"});
+        CHECK(restart(redis, std::string(base) +
+                                 "store: { type: redis, redis: { url: \"redis://127.0.0.1:6380/0\","
+                                 " key_prefix: \"x:\" } }\n") ==
+              list{"store.redis.url", "store.redis.key_prefix"});
+        CHECK(restart(base, base + "store: { memory: { max_bytes: 1MiB } }\n") ==
+              list{"store.memory"});
+        CHECK(restart(redis, std::string(base) +
+                                 "store: { type: redis, redis: { url: \"redis://127.0.0.1:6379/0\","
+                                 " password: s3cret } }\n") == list{"store.redis.password"});
+    }
+
+    TEST_CASE("the upstream a readiness check probes is bound at start") {
+        const std::string checked =
+            "listen: 127.0.0.1:8080\nworkers: 2\n"
+            "admin: { readiness: { upstream: { name: app } } }\n"
+            "upstreams: { app: { url: \"http://127.0.0.1:3000\" } }\n"
+            "routes: [ { name: all, match: { prefix: / }, upstream: app } ]\n";
+        std::string moved = checked;
+        moved.replace(moved.find("3000"), 4, "3001");
+        CHECK(restart(checked, moved) ==
+              list{"admin.readiness.upstream (the settings of the upstream it checks)"});
+    }
+}
