@@ -31,9 +31,6 @@ namespace {
 
 constexpr auto use_tuple = net::as_tuple(net::use_awaitable);
 
-/// Exchanges still completing after their client was answered (drain waits for them).
-std::atomic<std::size_t> background_count{0};
-
 /// The state shared by the exchange driver and its upstream call.
 struct exchange_state {
     exchange_state(std::shared_ptr<exchange_env> e, const config::route_config& r, std::size_t ri,
@@ -364,12 +361,13 @@ void finish(exchange_state& s) {
     }
 }
 
-/// Background part: store-only actions after the client was answered.
-net::awaitable<void> drive_background(std::shared_ptr<exchange_state> s, core::action a) {
+/// Background part: store-only actions after the client was answered. The token keeps the
+/// worker's drain waiting until the record is complete or released.
+net::awaitable<void> drive_background(std::shared_ptr<exchange_state> s, core::action a,
+                                      [[maybe_unused]] task_tracker::token held) {
     auto r = co_await drive(s, a);
     (void)r; // store-only by the fsm contract: no further client-facing action
     finish(*s);
-    --background_count;
 }
 
 /// The neutral view of `req` the engine derives its facts from; `lines` holds the header views.
@@ -388,10 +386,6 @@ response upstream_failure(upstream::forward_status s, metrics::registry& reg) {
                                                                       : reg.upstream_errors;
     counter.fetch_add(1, std::memory_order_relaxed);
     return upstream_failure_problem(s);
-}
-
-std::size_t background_exchanges() noexcept {
-    return background_count.load();
 }
 
 bool is_guarded(const config::route_config& route, std::string_view method) noexcept {
@@ -431,8 +425,8 @@ net::awaitable<response> async_run_exchange(std::shared_ptr<exchange_env> env,
         // outcome is counted when they end.
         report = s->report;
         report.outcome = core::outcome::store_error; // answered unrecorded, so far
-        ++background_count;
-        net::co_spawn(ex, drive_background(s, next), net::detached);
+        auto token = s->env.tracker.enter();
+        net::co_spawn(ex, drive_background(s, next, std::move(token)), net::detached);
         co_return std::move(*res);
     }
     finish(*s);

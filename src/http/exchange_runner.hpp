@@ -29,6 +29,7 @@ struct exchange_env {
     std::shared_ptr<upstream::forwarder> fwd;
     std::shared_ptr<store::store> st;
     metrics::registry& reg;
+    task_tracker& tracker; ///< the worker's: background completions hold a token
     std::vector<metrics::route_metrics*> route_series; ///< index = route index in `cfg`
 };
 

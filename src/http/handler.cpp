@@ -20,9 +20,9 @@ using clock = std::chrono::steady_clock;
 
 struct handler::impl {
     impl(std::shared_ptr<const config::config> c, std::shared_ptr<upstream::forwarder> f,
-         std::shared_ptr<store::store> s, metrics::registry& r)
+         std::shared_ptr<store::store> s, metrics::registry& r, task_tracker& t)
         : cfg(c), reg(r), env(std::make_shared<exchange_env>(
-                              exchange_env{std::move(c), std::move(f), std::move(s), r, {}})) {
+                              exchange_env{std::move(c), std::move(f), std::move(s), r, t, {}})) {
         for (const auto& route : cfg->routes) {
             env->route_series.push_back(&reg.route_named(route.name));
             fields_in_use.push_back(request_fields_in_use(route.idempotency));
@@ -41,8 +41,8 @@ struct handler::impl {
 
 handler::handler(std::shared_ptr<const config::config> cfg,
                  std::shared_ptr<upstream::forwarder> fwd, std::shared_ptr<store::store> st,
-                 metrics::registry& reg)
-    : impl_(std::make_unique<impl>(std::move(cfg), std::move(fwd), std::move(st), reg)) {}
+                 metrics::registry& reg, task_tracker& tracker)
+    : impl_(std::make_unique<impl>(std::move(cfg), std::move(fwd), std::move(st), reg, tracker)) {}
 
 handler::~handler() = default;
 

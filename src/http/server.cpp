@@ -74,14 +74,15 @@ struct server::impl : std::enable_shared_from_this<impl> {
     };
 
     impl(net::io_context& c, std::shared_ptr<const config::config> cf, std::shared_ptr<handler> hd,
-         metrics::registry& r, wire::deadline_watch& w)
-        : ioc(c), cfg(std::move(cf)), h(std::move(hd)), reg(r), watch(w), acceptor(c) {}
+         metrics::registry& r, wire::deadline_watch& w, task_tracker& t)
+        : ioc(c), cfg(std::move(cf)), h(std::move(hd)), reg(r), watch(w), tracker(t), acceptor(c) {}
 
     net::io_context& ioc;
     std::shared_ptr<const config::config> cfg; ///< the start config: the listen address
     std::shared_ptr<handler> h;                ///< the current config's request path
     metrics::registry& reg;
     wire::deadline_watch& watch;
+    task_tracker& tracker; ///< every session is joined by the worker's drain
     tcp::acceptor acceptor;
     bool draining = false;
     std::list<session_entry> sessions;
@@ -115,16 +116,17 @@ struct server::impl : std::enable_shared_from_this<impl> {
             if (static_cast<std::uint64_t>(reg.open_connections.load(std::memory_order_relaxed)) >=
                 reg.connection_limit.load(std::memory_order_relaxed)) {
                 reg.connections_refused.fetch_add(1, std::memory_order_relaxed);
-                net::co_spawn(ioc, refuse(std::move(sock)), log_failure("refused connection"));
+                net::co_spawn(ioc, refuse(std::move(sock), tracker.enter()),
+                              log_failure("refused connection"));
                 continue;
             }
-            net::co_spawn(ioc, session(std::move(sock)), log_failure("session"));
+            net::co_spawn(ioc, session(std::move(sock), tracker.enter()), log_failure("session"));
         }
     }
 
     /// Over limits.max_connections: a 503 problem, then the connection closes. The client's
     /// first bytes are read and dropped for a moment so the close does not reset the answer away.
-    net::awaitable<void> refuse(tcp::socket sock) {
+    net::awaitable<void> refuse(tcp::socket sock, [[maybe_unused]] task_tracker::token held) {
         wire::deadline_watch::slot dl(watch, sock);
         dl.expires_after(std::chrono::seconds(1));
         auto res =
@@ -148,7 +150,7 @@ struct server::impl : std::enable_shared_from_this<impl> {
         sock.close(ignored);
     }
 
-    net::awaitable<void> session(tcp::socket sock);
+    net::awaitable<void> session(tcp::socket sock, [[maybe_unused]] task_tracker::token held);
 };
 
 /// One client connection: its socket, read buffer and deadline, and the steps of its loop.
@@ -359,7 +361,7 @@ struct server::impl::connection {
     }
 };
 
-net::awaitable<void> server::impl::session(tcp::socket sock) {
+net::awaitable<void> server::impl::session(tcp::socket sock, [[maybe_unused]] task_tracker::token held) {
     auto self = shared_from_this();
     connection c(*this, std::move(sock));
     while (!draining) {
@@ -375,8 +377,9 @@ net::awaitable<void> server::impl::session(tcp::socket sock) {
 }
 
 server::server(net::io_context& ioc, std::shared_ptr<const config::config> cfg,
-               std::shared_ptr<handler> h, metrics::registry& reg, wire::deadline_watch& watch)
-    : impl_(std::make_shared<impl>(ioc, std::move(cfg), std::move(h), reg, watch)) {}
+               std::shared_ptr<handler> h, metrics::registry& reg, wire::deadline_watch& watch,
+               task_tracker& tracker)
+    : impl_(std::make_shared<impl>(ioc, std::move(cfg), std::move(h), reg, watch, tracker)) {}
 
 server::~server() = default;
 
@@ -413,10 +416,6 @@ void server::drain() {
 
 void server::set_handler(std::shared_ptr<handler> h) {
     impl_->h = std::move(h);
-}
-
-std::size_t server::active_sessions() const {
-    return impl_->sessions.size();
 }
 
 void server::close_all() {

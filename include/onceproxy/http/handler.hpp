@@ -4,6 +4,7 @@
 // that worker's executor.
 
 #include "onceproxy/config/config.hpp"
+#include "onceproxy/http/task_tracker.hpp"
 #include "onceproxy/metrics/registry.hpp"
 #include "onceproxy/store/store.hpp"
 #include "onceproxy/upstream/forwarder.hpp"
@@ -43,9 +44,11 @@ class handler {
 public:
     /// `st` may be shared by all workers (its own contract says so); `fwd` is this config's
     /// forwarder on this worker; `reg` outlives the handler. Registers the config's route names
-    /// with `reg` (a route a reload added gets its series).
+    /// with `reg` (a route a reload added gets its series). `tracker`: the worker's tracked
+    /// coroutines; an exchange that goes on completing its record after answering holds a
+    /// token of it, so a drain waits for the record rather than abandoning it.
     handler(std::shared_ptr<const config::config> cfg, std::shared_ptr<upstream::forwarder> fwd,
-            std::shared_ptr<store::store> st, metrics::registry& reg);
+            std::shared_ptr<store::store> st, metrics::registry& reg, task_tracker& tracker);
     ~handler();
 
     /// The config this handler serves.
@@ -78,9 +81,5 @@ private:
     struct impl;
     std::unique_ptr<impl> impl_;
 };
-
-/// Exchanges of this process still retrying their completion after answering the client
-/// (`Idempotency-Status: unrecorded`); a drain waits for them so a record is not abandoned.
-std::size_t background_exchanges() noexcept;
 
 } // namespace onceproxy::http

@@ -4,6 +4,7 @@
 
 #include "onceproxy/config/config.hpp"
 #include "onceproxy/http/handler.hpp"
+#include "onceproxy/http/task_tracker.hpp"
 #include "onceproxy/metrics/registry.hpp"
 #include "onceproxy/wire/deadline_watch.hpp"
 
@@ -19,8 +20,10 @@ class server {
 public:
     /// `cfg`: the start config (listen). `h`: the request path of the config to serve.
     /// `watch`: the worker's coarse deadline clock (client read and write deadlines).
+    /// `tracker`: the worker's tracked coroutines; each session holds a token of it.
     server(boost::asio::io_context& ioc, std::shared_ptr<const config::config> cfg,
-           std::shared_ptr<handler> h, metrics::registry& reg, wire::deadline_watch& watch);
+           std::shared_ptr<handler> h, metrics::registry& reg, wire::deadline_watch& watch,
+           task_tracker& tracker);
     ~server();
 
     /// Opens the listening socket (SO_REUSEPORT, so every worker binds the same port and the
@@ -41,9 +44,6 @@ public:
     /// A reload: requests read from now on use `h` (and its config's limits); requests in
     /// flight finish on the handler they started with. Call on the worker's executor.
     void set_handler(std::shared_ptr<handler> h);
-
-    /// Sessions still open.
-    std::size_t active_sessions() const;
 
     /// Force-closes every connection (drain deadline passed).
     void close_all();
