@@ -43,27 +43,28 @@ std::string_view trim(std::string_view s) {
 
 } // namespace
 
+bool is_hop_by_hop(bhttp::field name, std::string_view name_string) noexcept {
+    switch (name) {
+    case bhttp::field::connection:
+    case bhttp::field::keep_alive:
+    case bhttp::field::te:
+    case bhttp::field::trailer:
+    case bhttp::field::transfer_encoding:
+    case bhttp::field::upgrade:
+        return true;
+    default:
+        return starts_with_icase(name_string, "proxy-");
+    }
+}
+
 namespace {
 
 /// True when `f` holds a field strip_hop_by_hop removes or acts on. Most requests and answers
 /// carry none: one pass over the fields then replaces a lookup per hop-by-hop name.
 bool has_hop_by_hop(const fields& f) {
-    for (const auto& field : f) {
-        switch (field.name()) {
-        case bhttp::field::connection:
-        case bhttp::field::keep_alive:
-        case bhttp::field::te:
-        case bhttp::field::trailer:
-        case bhttp::field::transfer_encoding:
-        case bhttp::field::upgrade:
-            return true;
-        default:
-            if (starts_with_icase(field.name_string(), "proxy-")) {
-                return true;
-            }
-        }
-    }
-    return false;
+    return std::any_of(f.begin(), f.end(), [](const auto& field) {
+        return is_hop_by_hop(field.name(), field.name_string());
+    });
 }
 
 } // namespace

@@ -5,6 +5,7 @@
 #include "http/exchange_runner.hpp"
 #include "onceproxy/http/headers.hpp"
 #include "onceproxy/http/problem.hpp"
+#include "onceproxy/http/raw_response_head.hpp"
 #include "onceproxy/wire/head_writer.hpp"
 #include "onceproxy/wire/message_reader.hpp"
 
@@ -356,12 +357,10 @@ struct plain_relay::exchange {
     /// 101 Switching Protocols: the answer head goes to the client, then both connections
     /// become one byte tunnel until either side closes or stays idle past idle_timeout.
     net::awaitable<bool> tunnel(wire::response_parser& rp) {
-        auto& res = rp.get();
-        const std::string upgrade_to(res[bhttp::field::upgrade]);
-        strip_hop_by_hop(res);
-        res.set(bhttp::field::connection, "upgrade");
-        res.set(bhttp::field::upgrade, upgrade_to);
-        wire::serialize_head(res, client.scratch);
+        const auto& raw = conn->answer_fields;
+        const std::array<added_field, 2> added{
+            {{"Connection", "upgrade"}, {"Upgrade", raw.value_of(bhttp::field::upgrade)}}};
+        serialize_raw_response_head(rp.get().version(), 101, raw, added, client.scratch);
         client.dl.expires_after(limits().idle_timeout);
         response_started = true;
         auto [ec, n] =
@@ -427,6 +426,8 @@ struct plain_relay::exchange {
     read_response_head(std::optional<wire::response_parser>& parser_slot) {
         for (;;) {
             auto& rp = parser_slot.emplace();
+            // The head is passed on, not looked up: its fields skip Beast's `fields`.
+            rp.keep_raw_fields(&conn->answer_fields);
             rp.header_limit(static_cast<std::uint32_t>(wire::max_header_section));
             rp.trailer_limit(wire::max_header_section);
             const auto& lim = route.limits.max_response_bytes;
@@ -453,26 +454,30 @@ struct plain_relay::exchange {
         }
     }
 
-    /// The answer head as the client gets it.
-    response_framing rewrite_response_head(wire::response_parser& rp) {
-        auto& res = rp.get();
+    /// The answer head as the client gets it, written into client.scratch from the fields the
+    /// upstream sent, and how its body travels.
+    response_framing rewrite_response_head(const wire::response_parser& rp) {
+        const auto& raw = conn->answer_fields;
+        const unsigned code = rp.get().result_int();
         const bool length_known = !rp.chunked() && rp.content_length().has_value();
-        const auto f = frame_response(res.result_int(), head_request, length_known, client_version,
+        const auto f = frame_response(code, head_request, length_known, client_version,
                                       client_keep_alive && !client.draining && !client.last);
-        const std::string trailer_names(f.rechunk ? res[bhttp::field::trailer] : "");
-        strip_hop_by_hop(res);
+        std::array<added_field, 3> added{};
+        std::size_t n_added = 0;
         if (f.rechunk) {
-            res.set(bhttp::field::transfer_encoding, "chunked");
-            if (!trailer_names.empty()) {
-                res.set(bhttp::field::trailer, trailer_names);
+            added[n_added++] = {"Transfer-Encoding", "chunked"};
+            // Only a re-chunked body carries trailers on to the client.
+            if (const auto names = raw.value_of(bhttp::field::trailer); !names.empty()) {
+                added[n_added++] = {"Trailer", names};
             }
         }
-        res.version(11);
         // What Beast's keep_alive() does to an HTTP/1.1 head whose Connection is stripped:
         // nothing to say for keep-alive, "close" otherwise.
         if (!f.keep) {
-            res.set(bhttp::field::connection, "close");
+            added[n_added++] = {"Connection", "close"};
         }
+        serialize_raw_response_head(11, code, raw, std::span(added.data(), n_added),
+                                    client.scratch);
         return f;
     }
 
@@ -501,11 +506,11 @@ struct plain_relay::exchange {
         co_return f.keep;
     }
 
-    /// The answer head, the body bytes at hand and (for a whole chunked body) its end, in one
-    /// write to the client (not a coroutine: the caller awaits the write).
+    /// The answer head (in client.scratch, rewrite_response_head), the body bytes at hand and
+    /// (for a whole chunked body) its end, in one write to the client (not a coroutine: the
+    /// caller awaits the write).
     net::awaitable<std::tuple<boost::system::error_code, std::size_t>>
     write_response_head(wire::response_parser& rp, bool rechunk) {
-        wire::serialize_head(rp.get(), client.scratch);
         tail = rechunk && rp.is_done() ? last_chunk(rp.trailers(), {}) : std::string();
         response_started = true;
         outgoing.emplace(client.scratch, rp.get().body(), rechunk, tail);

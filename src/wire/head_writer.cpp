@@ -55,23 +55,26 @@ void serialize_head(const bhttp::request<bhttp::string_body>& m, std::string& ou
     append_fields(m.base(), out);
 }
 
-void serialize_head(const bhttp::response<bhttp::string_body>& m, std::string& out) {
-    out.clear();
-    out.reserve(512);
-    append_version(m.version(), out);
-    const unsigned code = m.result_int();
+void append_status_line(unsigned version, unsigned code, std::string_view reason,
+                        std::string& out) {
+    append_version(version, out);
     out += ' ';
     out += static_cast<char>('0' + code / 100);
     out += static_cast<char>('0' + code / 10 % 10);
     out += static_cast<char>('0' + code % 10);
     out += ' ';
-    const auto reason = m.reason();
     if (reason.empty()) {
         out += bhttp::obsolete_reason(static_cast<bhttp::status>(code));
     } else {
         out += reason;
     }
     out += "\r\n";
+}
+
+void serialize_head(const bhttp::response<bhttp::string_body>& m, std::string& out) {
+    out.clear();
+    out.reserve(512);
+    append_status_line(m.version(), m.result_int(), m.reason(), out);
     append_fields(m.base(), out);
 }
 

@@ -55,7 +55,11 @@ void message_parser<isRequest>::on_response_impl(int code, string_view reason, i
             return;
         }
         m_.result(static_cast<unsigned>(code));
-        m_.reason(reason);
+        if (raw_ != nullptr) {
+            raw_->reason(reason); // no allocation for a short phrase, unlike `fields`
+        } else {
+            m_.reason(reason);
+        }
         m_.version(static_cast<unsigned>(version));
     } else {
         (void)code;
@@ -73,7 +77,11 @@ void message_parser<isRequest>::on_field_impl(bhttp::field name, string_view nam
         return;
     }
     if (!header_done_) {
-        m_.insert(name, name_string, value);
+        if (raw_ != nullptr) {
+            raw_->append(name, name_string, value);
+        } else {
+            m_.insert(name, name_string, value);
+        }
         return;
     }
     // A trailer field: kept apart from the header, within its own budget.

@@ -4,6 +4,7 @@
 
 #include "onceproxy/config/config.hpp"
 
+#include <boost/beast/http/field.hpp>
 #include <boost/beast/http/fields.hpp>
 #include <boost/beast/http/message.hpp>
 
@@ -14,6 +15,12 @@
 namespace onceproxy::http {
 
 using fields = boost::beast::http::fields;
+
+/// True for a field that is hop-by-hop in its own right (RFC 9110 §7.6.1): Connection,
+/// Keep-Alive, TE, Trailer, Transfer-Encoding, Upgrade and every Proxy-* field. `name_string`
+/// is looked at only for fields Beast does not know by name. The fields Connection names are
+/// not in this set (they depend on the message).
+bool is_hop_by_hop(boost::beast::http::field name, std::string_view name_string) noexcept;
 
 /// Removes Connection and every header it names, Keep-Alive, TE, Trailer, Transfer-Encoding,
 /// Upgrade and every Proxy-* header. Content-Length is left alone (the caller re-frames).

@@ -51,6 +51,9 @@ struct connection {
     boost::beast::flat_buffer buffer;
     std::chrono::steady_clock::time_point idle_since{};
     std::string head; ///< the serialised request head being written
+    /// The fields of the answer being read on the plain path (keep_raw_fields), reused from
+    /// answer to answer on this connection.
+    wire::raw_header_store answer_fields;
 };
 
 /// What forwarder::async_acquire lends: a connection, or why there is none (nothing was sent).

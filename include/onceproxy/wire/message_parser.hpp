@@ -15,6 +15,7 @@
 // longer into `http::error::buffer_overflow` rather than unbounded memory.
 
 #include "onceproxy/config/config.hpp"
+#include "onceproxy/wire/raw_header_store.hpp"
 
 #include <boost/beast/http/basic_parser.hpp>
 #include <boost/beast/http/fields.hpp>
@@ -56,6 +57,18 @@ public:
     /// read stops with `http::error::need_buffer`, which is not an error: drain, then read on.
     void stream_body(std::size_t capacity) noexcept { stream_capacity_ = capacity; }
 
+    /// Header fields go to `store` (cleared here) instead of the message: for a head that is
+    /// passed on as received and never looked up, which saves `fields`' allocation and tree
+    /// insert per field. A response's reason phrase goes there too; `get()` keeps the status
+    /// code, the version and the body. Every limit applies as before, and trailer fields still
+    /// go to `trailers()`. `store` must outlive the parse; set this before the first read.
+    void keep_raw_fields(raw_header_store* store) noexcept {
+        raw_ = store;
+        if (raw_ != nullptr) {
+            raw_->clear();
+        }
+    }
+
     /// The message read so far (the header, then the body). Trailer fields are not in it.
     message_type& get() noexcept { return m_; }
     const message_type& get() const noexcept { return m_; }
@@ -86,6 +99,7 @@ private:
 
     message_type m_;
     boost::beast::http::fields trailers_;
+    raw_header_store* raw_ = nullptr; ///< keep_raw_fields: the header fields go there
     bool header_done_ = false;
     std::size_t trailer_limit_ = 16 * 1024;
     std::size_t trailer_bytes_ = 0;
