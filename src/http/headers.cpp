@@ -129,21 +129,22 @@ std::string joined_lines(const fields& f, std::string_view name) {
     return out;
 }
 
-/// RFC 9110 §5.6.2 tchar, as a table: checked for every byte of every Forwarded value.
-constexpr std::array<bool, 256> tchar_table = [] {
+/// A byte table that is true for ASCII letters, digits and the bytes of `extra`: the character
+/// classes below are checked for every byte of a header value.
+constexpr std::array<bool, 256> alnum_and(std::string_view extra) {
     std::array<bool, 256> t{};
-    for (int c = '0'; c <= '9'; ++c) {
-        t[static_cast<std::size_t>(c)] = true;
+    for (int c = 0; c < 256; ++c) {
+        t[static_cast<std::size_t>(c)] =
+            (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
     }
-    for (int c = 'a'; c <= 'z'; ++c) {
-        t[static_cast<std::size_t>(c)] = true;
-        t[static_cast<std::size_t>(c - 'a' + 'A')] = true;
-    }
-    for (const char c : std::string_view{"!#$%&'*+-.^_`|~"}) {
+    for (const char c : extra) {
         t[static_cast<unsigned char>(c)] = true;
     }
     return t;
-}();
+}
+
+/// RFC 9110 §5.6.2 tchar.
+constexpr auto tchar_table = alnum_and("!#$%&'*+-.^_`|~");
 
 bool is_token(std::string_view s) {
     return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) {
@@ -348,20 +349,7 @@ namespace onceproxy::http {
 namespace {
 
 /// RFC 3986 host [":" port] characters: reg-name / IPv4 / IP-literal, and the port's digits.
-constexpr std::array<bool, 256> host_char_table = [] {
-    std::array<bool, 256> t{};
-    for (int c = '0'; c <= '9'; ++c) {
-        t[static_cast<std::size_t>(c)] = true;
-    }
-    for (int c = 'a'; c <= 'z'; ++c) {
-        t[static_cast<std::size_t>(c)] = true;
-        t[static_cast<std::size_t>(c - 'a' + 'A')] = true;
-    }
-    for (const char c : std::string_view{"-._~%!$&'()*+,;=:[]"}) {
-        t[static_cast<unsigned char>(c)] = true;
-    }
-    return t;
-}();
+constexpr auto host_char_table = alnum_and("-._~%!$&'()*+,;=:[]");
 
 bool valid_host_value(std::string_view v) {
     return std::all_of(v.begin(), v.end(),

@@ -48,17 +48,6 @@ const char* const guarded_routes = R"(  - name: big
                    on_upstream_uncertain: fail }
 )";
 
-/// Words put before the proxy binary: a small ASan quarantine, so that freed buffers are reused
-/// and resident memory reflects what the proxy holds, not what ASan keeps (256 MiB by default).
-std::vector<std::string> small_quarantine() {
-    std::string options = "ASAN_OPTIONS=";
-    if (const char* existing = std::getenv("ASAN_OPTIONS"); existing != nullptr && *existing) {
-        options += std::string(existing) + ":";
-    }
-    options += "quarantine_size_mb=8:thread_local_quarantine_size_kb=256";
-    return {"/usr/bin/env", options};
-}
-
 /// A route whose lease (2 s) is shorter than a slow caller's download: only extensions keep
 /// the key from being claimed again mid-stream. The upstream timeout may not exceed the lease.
 const char* const short_lease_route = R"(  - name: short-lease
@@ -72,7 +61,7 @@ struct proxied {
     upstream_process upstream;
     proxy_process proxy;
     explicit proxied(const char* routes = guarded_routes, const char* timeout = "60s")
-        : upstream(2), proxy(config(routes, timeout), upstream.port, {}, small_quarantine()) {}
+        : upstream(2), proxy(config(routes, timeout), upstream.port, {}, small_asan_quarantine()) {}
 
     static std::string config(const char* routes, const std::string& timeout) {
         proxy_config c;

@@ -4,6 +4,7 @@
 
 #include "support/http_client.hpp"
 #include "support/proxy_fixture.hpp"
+#include "support/stream_connection.hpp"
 
 #include <doctest/doctest.h>
 
@@ -13,7 +14,6 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -25,18 +25,6 @@ using clock_type = std::chrono::steady_clock;
 namespace {
 
 constexpr std::size_t slow_clients = 1000;
-
-/// VmRSS of `pid` in KiB (0 when unreadable).
-long rss_kib(int pid) {
-    std::ifstream in("/proc/" + std::to_string(pid) + "/status");
-    std::string line;
-    while (std::getline(in, line)) {
-        if (line.rfind("VmRSS:", 0) == 0) {
-            return std::stol(line.substr(6));
-        }
-    }
-    return 0;
-}
 
 /// True when the peer closed `fd` (EOF or reset), after reading whatever it sent.
 bool peer_closed(int fd) {
@@ -70,7 +58,7 @@ TEST_CASE("1,000 slowloris connections: others are served, memory is bounded, al
     cfg.limits = {"header_timeout: 6s"};
     proxy_process proxy(cfg.yaml(), upstream.port);
     REQUIRE(fetch(proxy.port, "GET", "/warm").status == 200);
-    const long rss_before = rss_kib(proxy.proc.pid());
+    const auto rss_before = static_cast<long>(rss_kib(proxy.proc.pid()));
 
     const std::string head = "GET /slow HTTP/1.1\r\nHost: x\r\nX-Drip: ";
     std::vector<int> fds;
@@ -98,7 +86,7 @@ TEST_CASE("1,000 slowloris connections: others are served, memory is bounded, al
             served += r.status == 200 ? 1 : 0;
             slow_ok += clock_type::now() - start < 1s ? 1 : 0;
         }
-        rss_peak = std::max(rss_peak, rss_kib(proxy.proc.pid()));
+        rss_peak = std::max(rss_peak, static_cast<long>(rss_kib(proxy.proc.pid())));
         std::this_thread::sleep_for(500ms);
     }
     std::size_t still_open = 0;

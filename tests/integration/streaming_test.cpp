@@ -49,24 +49,13 @@ const char* const unlimited_route = R"(  - name: unlimited
     limits: { max_request_bytes: none, max_response_bytes: none }
 )";
 
-/// Words put before the proxy binary: a small ASan quarantine, so that freed buffers are reused
-/// and resident memory reflects what the proxy holds, not what ASan keeps (256 MiB by default).
-std::vector<std::string> small_quarantine() {
-    std::string options = "ASAN_OPTIONS=";
-    if (const char* existing = std::getenv("ASAN_OPTIONS"); existing != nullptr && *existing) {
-        options += std::string(existing) + ":";
-    }
-    options += "quarantine_size_mb=8:thread_local_quarantine_size_kb=256";
-    return {"/usr/bin/env", options};
-}
-
 /// A test upstream and a proxy in front of it, configured by `c` (upstream port filled in). The
 /// upstream timeout is long enough for 512 MiB under ASan.
 struct proxied {
     upstream_process upstream;
     proxy_process proxy;
     explicit proxied(proxy_config c = {})
-        : upstream(2), proxy(with_defaults(c), upstream.port, {}, small_quarantine()) {}
+        : upstream(2), proxy(with_defaults(c), upstream.port, {}, small_asan_quarantine()) {}
 
     static std::string with_defaults(proxy_config& c) {
         c.upstream_settings.push_back("timeout: 300s");

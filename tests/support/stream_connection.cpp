@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
+#include <cstdlib>
 #include <fstream>
 #include <stdexcept>
 
@@ -435,6 +436,15 @@ std::uint64_t rss_kib(int pid) {
 
 std::uint64_t peak_rss_kib(int pid) {
     return status_file_kib(pid, "VmHWM");
+}
+
+std::vector<std::string> small_asan_quarantine() {
+    std::string options = "ASAN_OPTIONS=";
+    if (const char* existing = std::getenv("ASAN_OPTIONS"); existing != nullptr && *existing) {
+        options += std::string(existing) + ":";
+    }
+    options += "quarantine_size_mb=8:thread_local_quarantine_size_kb=256";
+    return {"/usr/bin/env", options};
 }
 
 bool reset_peak_rss(int pid) {

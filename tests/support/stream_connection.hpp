@@ -13,6 +13,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace onceproxy::test {
 
@@ -138,5 +139,9 @@ std::uint64_t peak_rss_kib(int pid);
 /// Resets the peak that `peak_rss_kib` reports to the current RSS (/proc/PID/clear_refs "5");
 /// false when the kernel refuses (then the peak runs from the process start).
 bool reset_peak_rss(int pid);
+/// Words put before the proxy binary (proxy_fixture's `prefix`): a small ASan quarantine, so
+/// that freed buffers are reused and resident memory reflects what the proxy holds, not what
+/// ASan keeps (256 MiB by default). Any ASAN_OPTIONS already set are kept.
+std::vector<std::string> small_asan_quarantine();
 
 } // namespace onceproxy::test
