@@ -4,6 +4,7 @@
 #include "app/runtime.hpp"
 #include "onceproxy/config/load.hpp"
 
+#include <charconv>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -21,7 +22,8 @@ namespace onceproxy::app {
 
 namespace {
 
-constexpr const char* usage = R"(usage: onceproxy [--config FILE] [--port-file PATH]
+constexpr const char* usage =
+    R"(usage: onceproxy [--config FILE] [--port-file PATH] [--watch-config SECONDS]
        onceproxy --check-config FILE...
        onceproxy --version | --help
 
@@ -31,6 +33,9 @@ the same idempotency key takes effect at most once and every retry gets the firs
   --config FILE        configuration to serve with (default: conf/example.yaml)
   --check-config FILE  validate one or more files, print every error, and exit
   --port-file PATH     write "LISTEN_PORT ADMIN_PORT" to PATH once the listeners are bound
+  --watch-config SECONDS
+                       check the config file every SECONDS (1 to 3600) and reload it when it
+                       changed, as SIGHUP does (a ConfigMap update swaps a symlink); default off
   --version            print the version and the git commit it was built from
   --help               print this text
 )";
@@ -77,6 +82,23 @@ int run_cli(int argc, char** argv) {
                 return 2;
             }
             opts.port_file = v;
+        } else if (a == "--watch-config") {
+            const char* v = next("--watch-config");
+            if (!v) {
+                return 2;
+            }
+            int seconds = 0;
+            const std::string_view sv(v);
+            const auto [end, ec] = std::from_chars(sv.data(), sv.data() + sv.size(), seconds);
+            if (ec != std::errc{} || end != sv.data() + sv.size() || seconds < 1 ||
+                seconds > 3600) {
+                std::fprintf(stderr,
+                             "onceproxy: --watch-config needs a number of seconds from 1 "
+                             "to 3600, got '%s'\n",
+                             v);
+                return 2;
+            }
+            opts.watch_interval = std::chrono::seconds(seconds);
         } else if (a == "--check-config") {
             checking = true;
         } else if (checking && !a.starts_with("-")) {

@@ -24,6 +24,7 @@
 
 #include <openssl/sha.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <array>
@@ -287,6 +288,10 @@ public:
     void serve() {
         signals_.async_wait([this](const auto& ec, int sig) { on_shutdown_signal(ec, sig); });
         hup_.async_wait([this](const auto& ec, int) { on_hup(ec); });
+        if (opts_.watch_interval.count() > 0) {
+            watched_ = file_stamp_of(current_->source_file);
+            watch_config();
+        }
         http::run_guarded(main_ioc_, "admin event loop", reg_.internal_errors);
     }
 
@@ -393,18 +398,59 @@ private:
         if (signalled_) {
             log::info("config", "SIGHUP ignored: shutting down");
         } else {
-            reload();
+            reload("SIGHUP");
         }
         hup_.async_wait([this](const auto& e, int) { on_hup(e); });
+    }
+
+    /// What tells a changed config file apart: a ConfigMap update swaps a symlink (a new
+    /// inode), an edit changes the size or the modification time. Unreadable: all zero.
+    struct file_stamp {
+        std::uint64_t device = 0;
+        std::uint64_t inode = 0;
+        std::int64_t size = 0;
+        std::int64_t mtime_ns = 0;
+        bool operator==(const file_stamp&) const = default;
+    };
+
+    static file_stamp file_stamp_of(const std::string& path) {
+        struct stat st {};
+        if (::stat(path.c_str(), &st) != 0) {
+            return {};
+        }
+        return {static_cast<std::uint64_t>(st.st_dev), static_cast<std::uint64_t>(st.st_ino),
+                static_cast<std::int64_t>(st.st_size),
+                static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec};
+    }
+
+    /// --watch-config: every interval, the file's stamp; a change (not a file that is missing
+    /// for a moment mid-swap) reloads as SIGHUP does. A file that fails to load is not retried
+    /// until it changes again.
+    void watch_config() {
+        watch_timer_.expires_after(opts_.watch_interval);
+        watch_timer_.async_wait([this](const boost::system::error_code& ec) {
+            if (ec || signalled_) {
+                return;
+            }
+            const auto now = file_stamp_of(current_->source_file);
+            if (now != file_stamp{} && now != watched_) {
+                watched_ = now;
+                reload("config file changed");
+            }
+            watch_config();
+        });
     }
 
     /// SIGHUP (issue 9 item 5), on the main loop: re-reads the file with the start-up loader. A
     /// file that does not load, or that changes settings bound at start, is refused as a whole
     /// and the running config stays. Otherwise every worker installs the new config on its own
     /// loop (requests in flight finish on the old one); the last to do so counts the reload.
-    void reload() {
+    void reload(const char* why) {
         const auto& file = current_->source_file;
-        log::info("config", "SIGHUP: reloading the config", {{"file", file}});
+        log::info("config", "reloading the config", {{"file", file}, {"cause", why}});
+        if (opts_.watch_interval.count() > 0) {
+            watched_ = file_stamp_of(file); // this version is seen: the watch waits for the next
+        }
         std::shared_ptr<const config::config> next;
         try {
             next = config::load_file(file);
@@ -473,9 +519,11 @@ private:
     unsigned short admin_port_ = 0;
     net::signal_set signals_{main_ioc_, SIGTERM, SIGINT};
     net::signal_set hup_{main_ioc_, SIGHUP};
-    net::steady_timer delay_{main_ioc_}; ///< the shutdown delay
-    bool signalled_ = false;             ///< SIGTERM/SIGINT received
-    bool draining_ = false;              ///< the listeners are closed
+    net::steady_timer watch_timer_{main_ioc_}; ///< --watch-config
+    file_stamp watched_;                       ///< the config file as last loaded or seen
+    net::steady_timer delay_{main_ioc_};       ///< the shutdown delay
+    bool signalled_ = false;                   ///< SIGTERM/SIGINT received
+    bool draining_ = false;                    ///< the listeners are closed
     drain_state drain_;
 };
 

@@ -132,6 +132,41 @@ TEST_SUITE("reload") {
         CHECK(p.terminate() == 0);
     }
 
+    TEST_CASE("--watch-config: a file swapped in place is reloaded without a signal") {
+        upstream_process up;
+        proxy_process p(config_with(up.port, route("a", "/a")), 0, {}, {}, {"--watch-config", "1"});
+        CHECK(fetch(p.port, "GET", "/b/1").status == 404);
+        // Nothing changed: the watch does not reload.
+        std::this_thread::sleep_for(1500ms);
+        CHECK(reloads(p, "success") == 0);
+
+        rewrite_config(p, config_with(up.port, route("a", "/a") + route("b", "/b")));
+        REQUIRE(reloaded(p, "success", 1));
+        CHECK(fetch(p.port, "GET", "/b/1").status == 200);
+        const auto line = find_log_line(p.log(), "reloading the config");
+        REQUIRE(line);
+        CHECK(log_field(*line, "cause") == "config file changed");
+
+        // A broken version is refused once, not again on every check.
+        rewrite_config(p, "listen: [\n");
+        REQUIRE(reloaded(p, "error", 1));
+        std::this_thread::sleep_for(2500ms);
+        CHECK(reloads(p, "error") == 1);
+        CHECK(fetch(p.port, "GET", "/b/2").status == 200);
+        CHECK(p.terminate() == 0);
+    }
+
+    TEST_CASE("--watch-config refuses an interval that is not 1 to 3600 seconds") {
+        temp_dir dir;
+        for (const char* bad : {"0", "3601", "x", "1s", ""}) {
+            CAPTURE(bad);
+            process proc({ONCEPROXY_BIN, "--config", "/nonexistent.yaml", "--watch-config", bad},
+                         dir.file("out.log"));
+            CHECK(proc.wait(5s) == 2);
+            CHECK(proc.log().find("--watch-config needs a number of seconds") != std::string::npos);
+        }
+    }
+
     TEST_CASE("SIGHUP: a broken file keeps the running config; the error has file:line:column") {
         upstream_process up;
         proxy_process p(config_with(up.port, route("a", "/a")));

@@ -115,7 +115,8 @@ void upstream_process::reset() const {
 }
 
 proxy_process::proxy_process(const std::string& yaml, unsigned short upstream_port,
-                             const substitutions& extra, const std::vector<std::string>& launcher) {
+                             const substitutions& extra, const std::vector<std::string>& launcher,
+                             const std::vector<std::string>& args) {
     std::string text = yaml;
     replace_all(text, "{UPSTREAM_PORT}", std::to_string(upstream_port));
     for (const auto& [from, to] : extra) {
@@ -125,6 +126,7 @@ proxy_process::proxy_process(const std::string& yaml, unsigned short upstream_po
     const auto port_file = dir.file("ports");
     std::vector<std::string> argv = launcher;
     argv.insert(argv.end(), {ONCEPROXY_BIN, "--config", config_file, "--port-file", port_file});
+    argv.insert(argv.end(), args.begin(), args.end());
     proc = process(std::move(argv), dir.file("proxy.log"));
     const auto ports = wait_for_port_file(proc, port_file);
     if (ports.empty()) {

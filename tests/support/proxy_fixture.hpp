@@ -52,9 +52,11 @@ struct proxy_process {
     /// start_timeout); throws std::runtime_error with the log when the proxy exits or stays
     /// silent.
     /// `launcher`: words put before the binary, e.g. {"prlimit", "--nofile=128", "--"}.
+    /// `args`: further command-line arguments of onceproxy, e.g. {"--watch-config", "1"}.
     explicit proxy_process(const std::string& yaml, unsigned short upstream_port = 0,
                            const substitutions& extra = {},
-                           const std::vector<std::string>& launcher = {});
+                           const std::vector<std::string>& launcher = {},
+                           const std::vector<std::string>& args = {});
 
     /// SIGTERM, then waits up to `timeout`; returns the exit status (-1: still running).
     int terminate(std::chrono::milliseconds timeout = std::chrono::seconds(10));
