@@ -485,7 +485,7 @@ private:
                     r.url = *text;
                 }
             }
-            set(r.key_prefix, w_.scalar(w_.get(redis, "key_prefix"), "a string"));
+            read_key_prefix(w_.get(redis, "key_prefix"), r);
             set(r.connect_timeout, w_.positive_duration(w_.get(redis, "connect_timeout")));
             set(r.command_timeout, w_.positive_duration(w_.get(redis, "command_timeout")));
             if (auto n = w_.integer(w_.get(redis, "connections_per_worker"), 1, 64)) {
@@ -500,6 +500,41 @@ private:
             set(r.tls_ca_file, w_.string(w_.get(redis, "tls_ca_file")));
             read_redis_credentials(redis, url, r);
         }
+    }
+
+    /// key_prefix starts every Redis key of this proxy; services that share one Redis tell their
+    /// keys apart (and purge them with SCAN MATCH prefix*) by it. It is written into keys and
+    /// MATCH patterns as it is, so it must be visible text: no whitespace or control bytes. `{`
+    /// and `}` are refused because a Redis Cluster layout will put every key of one record under
+    /// one hash tag, and a brace in the prefix would become (or break) that tag.
+    void read_key_prefix(const yaml_field& f, redis_config& r) {
+        constexpr std::size_t max_key_prefix_bytes = 64;
+        const auto text = w_.scalar(f, "a string");
+        if (!text) {
+            return;
+        }
+        if (text->empty()) {
+            w_.error(f, "key_prefix is empty; every key needs a prefix, e.g. \"onceproxy:\"");
+            return;
+        }
+        if (text->size() > max_key_prefix_bytes) {
+            w_.error(f, "key_prefix is " + std::to_string(text->size()) + " bytes; at most " +
+                            std::to_string(max_key_prefix_bytes) + " are allowed");
+            return;
+        }
+        for (const char c : *text) {
+            const auto u = static_cast<unsigned char>(c);
+            if (u <= 0x20 || u == 0x7f) {
+                w_.error(f, "key_prefix contains whitespace or a control character");
+                return;
+            }
+            if (c == '{' || c == '}') {
+                w_.error(f, "key_prefix contains '{' or '}', which are reserved for Redis "
+                            "Cluster hash tags");
+                return;
+            }
+        }
+        r.key_prefix = *text;
     }
 
     /// username, password, password_file: credentials as plain fields (no URL encoding).

@@ -668,4 +668,74 @@ TEST_SUITE("redis proxy") {
         CHECK(redis.command_calls("ping") > 0);         // there were PINGs, not counted above
         CHECK(up.total() == static_cast<std::uint64_t>(n));
     }
+
+    TEST_CASE("key_prefix: two services on one Redis keep their own records under their prefix") {
+        redis_server redis;
+        upstream_process up;
+        const auto config_with = [&](const std::string& prefix) {
+            return redis_proxy_config(up.port, redis.url() + "/0", guarded_route("pay", "/v1/pay"),
+                                      {"key_prefix: \"" + prefix + "\""})
+                .yaml();
+        };
+        proxy_process a(config_with("svc-a:")), b(config_with("svc-b:"));
+        wait_ready(a);
+        wait_ready(b);
+        const auto key = unique_key("prefix");
+
+        // Same key, same body, same route name: one service's record must not answer the other.
+        const auto first_a = post(a.port, "/v1/pay", key);
+        const auto first_b = post(b.port, "/v1/pay", key);
+        CHECK(first_a.header("Idempotency-Status") == "stored");
+        CHECK(first_b.header("Idempotency-Status") == "stored");
+        CHECK(up.count(key) == 2);
+        CHECK(first_a.body != first_b.body); // two executions, two execution ids
+
+        const auto again_a = post(a.port, "/v1/pay", key);
+        const auto again_b = post(b.port, "/v1/pay", key);
+        CHECK(again_a.header("Idempotency-Status") == "replayed");
+        CHECK(again_b.header("Idempotency-Status") == "replayed");
+        CHECK(again_a.body == first_a.body);
+        CHECK(again_b.body == first_b.body);
+        CHECK(up.count(key) == 2);
+
+        // What an operator sees: redis-cli --scan walks the keyspace with SCAN (never KEYS).
+        const auto split = [](const std::string& text) {
+            std::vector<std::string> lines;
+            std::size_t start = 0;
+            while (start < text.size()) {
+                auto end = text.find('\n', start);
+                if (end == std::string::npos) {
+                    end = text.size();
+                }
+                if (end > start) {
+                    lines.push_back(text.substr(start, end - start));
+                }
+                start = end + 1;
+            }
+            return lines;
+        };
+        const auto all = split(redis.cli({"--scan"}));
+        const auto under_a = split(redis.cli({"--scan", "--pattern", "svc-a:*"}));
+        const auto under_b = split(redis.cli({"--scan", "--pattern", "svc-b:*"}));
+        CAPTURE(redis.cli({"--scan"}));
+        CHECK(under_a.size() == 1);
+        CHECK(under_b.size() == 1);
+        CHECK(all.size() == under_a.size() + under_b.size());
+        for (const auto& k : all) {
+            CAPTURE(k);
+            const bool a_key = k.starts_with("svc-a:");
+            CHECK((a_key || k.starts_with("svc-b:")));
+            // prefix + the hex SHA-256 of (route, principal, key): the raw key never shows.
+            const auto hash = k.substr(6);
+            CHECK(hash.size() == 64);
+            CHECK(hash.find_first_not_of("0123456789abcdef") == std::string::npos);
+            CHECK_FALSE(contains(k, key));
+        }
+        // The two records share the hashed part: only the prefix tells the services apart.
+        REQUIRE(under_a.size() == 1);
+        REQUIRE(under_b.size() == 1);
+        CHECK(under_a[0].substr(6) == under_b[0].substr(6));
+        CHECK(redis.cli({"HGET", under_a[0], "st"}) == "c\n");
+        CHECK(std::stoll(redis.cli({"PTTL", under_a[0]})) > 0);
+    }
 }

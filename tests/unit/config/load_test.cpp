@@ -214,7 +214,8 @@ TEST_CASE("defaults are inherited by routes and overridden field by field") {
 
     CHECK(c->store.type == cfg::store_type::redis);
     CHECK(c->store.redis.url == "redis://redis.internal:6379/2");
-    CHECK(c->store.redis.key_prefix == "p:${literal}");
+    CHECK(c->store.redis.key_prefix == "p:");
+    CHECK(c->store.redis.tls_ca_file == "/etc/${literal}/ca.pem");
     CHECK(c->store.redis.command_timeout == 100ms);
     CHECK(c->store.redis.connect_timeout == 500ms); // built-in
     CHECK(c->store.redis.maxmemory_policy == cfg::maxmemory_check::warn);
@@ -368,20 +369,20 @@ TEST_CASE("${VAR} substitution from the environment") {
         const auto c = cfg::load_string(
             "upstreams: { app: { url: \"http://127.0.0.1:${ONCEPROXY_TEST_PORT}\" } }\n"
             "defaults: { ttl: \"${ONCEPROXY_TEST_TTL}\" }\n"
-            "store: { redis: { key_prefix: \"${ONCEPROXY_TEST_TRICKY}\" } }\n" +
+            "store: { redis: { tls_ca_file: \"${ONCEPROXY_TEST_TRICKY}\" } }\n" +
                 routes,
             "env.yaml");
         CHECK(c->upstreams[0].port == 4000);
         CHECK(c->routes[0].idempotency.ttl == 90s);
         // The value is substituted after parsing: YAML syntax in it stays text.
-        CHECK(c->store.redis.key_prefix == "a: b # c");
+        CHECK(c->store.redis.tls_ca_file == "a: b # c");
     }
     SUBCASE("$${ is a literal ${ and a lone $ stays") {
         const auto c =
             cfg::load_string(std::string{minimal_upstream} +
-                                 "store: { redis: { key_prefix: \"$${X}$a$\" } }\n" + routes,
+                                 "store: { redis: { tls_ca_file: \"$${X}$a$\" } }\n" + routes,
                              "env.yaml");
-        CHECK(c->store.redis.key_prefix == "${X}$a$");
+        CHECK(c->store.redis.tls_ca_file == "${X}$a$");
     }
     SUBCASE("an unset variable or a malformed reference is an error on its line") {
         ::unsetenv("ONCEPROXY_TEST_UNSET");
@@ -445,12 +446,49 @@ TEST_CASE("upstream urls") {
     }
 }
 
-TEST_CASE("key_prefix may be empty but route names are restricted") {
+TEST_CASE("route names are restricted") {
     const auto errors =
         errors_of_text(std::string{minimal_upstream} +
                        "routes: [{ name: \"a b\", match: { prefix: / }, upstream: app }]\n");
     REQUIRE(errors.size() == 1);
     CHECK(errors[0].message.find("invalid route name") != std::string::npos);
+}
+
+TEST_CASE("store.redis.key_prefix: visible text without braces, 1 to 64 bytes") {
+    const auto load_prefix = [](const std::string& value) {
+        return cfg::load_string(
+            std::string{minimal_upstream} + "store:\n  redis:\n    key_prefix: " + value +
+                "\nroutes: [{ name: a, match: { prefix: / }, upstream: app }]\n",
+            "prefix.yaml");
+    };
+    CHECK(cfg::load_string(std::string{minimal_upstream} +
+                               "routes: [{ name: a, match: { prefix: / }, upstream: app }]\n",
+                           "prefix.yaml")
+              ->store.redis.key_prefix == "onceproxy:");
+    CHECK(load_prefix("\"billing:prod:\"")->store.redis.key_prefix == "billing:prod:");
+    CHECK(load_prefix(std::string(64, 'k'))->store.redis.key_prefix == std::string(64, 'k'));
+
+    const std::vector<std::pair<std::string, std::string>> refused{
+        {"\"\"", "is empty"},
+        {std::string(65, 'k'), "65 bytes; at most 64"},
+        {"\"a b\"", "whitespace or a control character"},
+        {"\"a\\tb\"", "whitespace or a control character"},
+        {"\"a\\nb\"", "whitespace or a control character"},
+        {"\"a\\x7fb\"", "whitespace or a control character"},
+        {"\"a{tag}:\"", "reserved for Redis Cluster hash tags"},
+        {"\"a}\"", "reserved for Redis Cluster hash tags"},
+        {"[a]", "expected a string"},
+    };
+    for (const auto& [value, message] : refused) {
+        CAPTURE(value);
+        const auto errors = errors_of([&] { return load_prefix(value); });
+        REQUIRE(errors.size() == 1);
+        CHECK(errors[0].file == "prefix.yaml");
+        CHECK(errors[0].path == "store.redis.key_prefix");
+        CHECK(errors[0].line == 4);
+        CHECK(errors[0].column == 17);
+        CHECK(errors[0].message.find(message) != std::string::npos);
+    }
 }
 
 TEST_CASE("per-route limits: defaults from limits:, own sizes, none on plain routes only") {
