@@ -1,6 +1,7 @@
 #include "http/exchange_runner.hpp"
 
 #include "http/exchange_translation.hpp"
+#include "http/http_date.hpp"
 #include "http/random_id.hpp"
 
 #include "onceproxy/core/exchange_fsm.hpp"
@@ -55,6 +56,9 @@ struct exchange_state {
     bool streamed = false;      ///< the answer's head went to the client (the stream carries it)
     std::string claimed_record; ///< completed claim: the record to replay
     std::optional<std::string> payload; ///< the encoded record, built once for all attempts
+    /// The record's Idempotency-Expires, fixed once (see record_expiry); from a claim, the
+    /// found record's.
+    std::string expires;
     clock::time_point upstream_started{};
     exchange_report report;
 
@@ -94,6 +98,7 @@ net::awaitable<core::action> do_claim(exchange_state& s, core::action a) {
     auto t = to_claim_event(std::move(r));
     op.done(t.store_error || t.unreadable);
     s.claimed_record = std::move(t.record);
+    s.expires = std::move(t.expires);
     co_return s.fsm.on_claim(t.event, clock::now());
 }
 
@@ -115,14 +120,29 @@ net::awaitable<void> call_upstream(std::shared_ptr<exchange_state> s) {
     s->timer.cancel();
 }
 
+/// When the record being written stops being replayed, as the IMF-fixdate its answers state:
+/// now + the route's ttl, fixed the first time it is asked for, so the first answer and the
+/// record say the same. It is asked for when the record is built or, for a streamed answer,
+/// when its head leaves (before the body ends and the record is completed): either way no
+/// later than the store starts the record's ttl, so it never promises more than the store
+/// keeps.
+const std::string& record_expiry(exchange_state& s) {
+    if (s.expires.empty()) {
+        s.expires = imf_fixdate(std::chrono::system_clock::now() + s.route.idempotency.ttl);
+    }
+    return s.expires;
+}
+
 /// The head of a streamed answer as the client gets it, serialised into the client's scratch
-/// buffer: the upstream's head (hop-by-hop fields already gone) with `st` and `f`'s framing.
-/// A copy: the record keeps the upstream's head as it came.
+/// buffer: the upstream's head (hop-by-hop fields already gone) with `st`, `expires` and `f`'s
+/// framing. A copy: the record keeps the upstream's head as it came.
 void serialize_streamed_head(const response& upstream_head, core::idempotency_status st,
-                             const response_framing& f, std::string& out) {
+                             std::string_view expires, const response_framing& f,
+                             std::string& out) {
     response head;
     head.base() = upstream_head.base();
     set_idempotency_status(head, st);
+    set_idempotency_expires(head, expires);
     head.version(11);
     if (f.rechunk) {
         head.set(boost::beast::http::field::transfer_encoding, "chunked");
@@ -140,7 +160,10 @@ net::awaitable<bool> write_answer_start(exchange_state& s, core::idempotency_sta
                                         const response_framing& f) {
     auto& res = s.upstream_result->res;
     auto& client = s.target.client;
-    serialize_streamed_head(res, st, f, client.scratch);
+    // Only a head that says `stored` speaks for a record (one released or unrecorded does not).
+    const std::string_view expires =
+        st == core::idempotency_status::stored ? std::string_view(record_expiry(s)) : "";
+    serialize_streamed_head(res, st, expires, f, client.scratch);
     s.streamed = true;
     s.report.streamed_status = res.result_int();
     const gather first(client.scratch, f.no_body ? std::string_view() : res.body(), f.rechunk, {});
@@ -249,7 +272,7 @@ net::awaitable<core::action> do_extend(exchange_state& s, core::action a) {
 net::awaitable<core::action> do_complete(exchange_state& s, core::action a) {
     if (!s.payload) {
         const response* res = s.upstream_result ? &s.upstream_result->res : nullptr;
-        s.payload = record_payload(a, res, s.route.idempotency);
+        s.payload = record_payload(a, res, s.route.idempotency, record_expiry(s));
     }
     store_op op(s);
     std::string k = s.store_key;
@@ -276,6 +299,7 @@ response answer_whole(exchange_state& s, core::idempotency_status st) {
     const bool keep = st == core::idempotency_status::unrecorded && !s.payload;
     response res = keep ? s.upstream_result->res : std::move(s.upstream_result->res);
     set_idempotency_status(res, st);
+    set_idempotency_expires(res, st == core::idempotency_status::stored ? s.expires : "");
     return res;
 }
 
@@ -290,6 +314,18 @@ net::awaitable<response> do_respond(exchange_state& s, core::idempotency_status 
         co_return response{};
     }
     co_return answer_whole(s, st);
+}
+
+/// reject: the problem answer. One that speaks for a record carries its expiry too: the
+/// recorded upstream.outcome_unknown (`stored`), and the 409 of a record kept without its body
+/// (the key stays consumed until then, after which a retry executes again).
+response reject_with_expiry(exchange_state& s, const core::action& a) {
+    auto res = reject_response(a, s.upstream_status());
+    if (a.status_header == core::idempotency_status::stored ||
+        a.problem == problem_code::response_not_replayable) {
+        set_idempotency_expires(res, s.expires);
+    }
+    return res;
 }
 
 response do_replay(exchange_state& s) {
@@ -344,7 +380,7 @@ net::awaitable<std::optional<response>> drive(std::shared_ptr<exchange_state> s,
             if (s->streamed) {
                 co_return response{}; // the body broke off: the cut connection says so
             }
-            co_return reject_response(a, s->upstream_status());
+            co_return reject_with_expiry(*s, a);
         case core::action_kind::passthrough:
             co_return co_await do_passthrough(s);
         case core::action_kind::done:

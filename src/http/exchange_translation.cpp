@@ -1,9 +1,9 @@
 #include "http/exchange_translation.hpp"
 
+#include "http/http_date.hpp"
+
 #include <boost/beast/core/string.hpp>
 #include <boost/beast/http/field.hpp>
-
-#include <ctime>
 
 namespace onceproxy::http {
 
@@ -65,6 +65,7 @@ claim_translation to_claim_event(store::result<store::claim_result>&& r) {
             out.event.replayable = false;
         } else {
             out.event.replayable = rec->replayable;
+            out.expires = std::string(record_expires(*rec));
             out.record = std::move(r->record);
         }
         break;
@@ -85,6 +86,9 @@ bool excluded_from_record(const config::idempotency_config& policy,
     using boost::beast::iequals;
     if (iequals(name, "date") || iequals(name, "content-length")) {
         return true; // regenerated on replay (SPEC §3.7)
+    }
+    if (iequals(name, idempotency_expires)) {
+        return true; // the proxy's to state: the record carries its own, added by record_payload
     }
     if (!policy.record_set_cookie && iequals(name, "set-cookie")) {
         return true; // a replayed cookie would hand the first caller's session to the key's holder
@@ -114,16 +118,42 @@ core::response_record record_of(const response& res, const config::idempotency_c
 }
 
 std::string record_payload(const core::action& a, const response* upstream,
-                           const config::idempotency_config& policy) {
-    if (a.record == core::record_kind::outcome_unknown_problem) {
-        const auto problem = make_problem(problem_code::upstream_outcome_unknown);
-        return core::encode_record(record_of(problem, policy, true));
+                           const config::idempotency_config& policy, std::string_view expires) {
+    auto rec = [&] {
+        if (a.record == core::record_kind::outcome_unknown_problem) {
+            return record_of(make_problem(problem_code::upstream_outcome_unknown), policy, true);
+        }
+        // The engine asks to record an upstream response only after one arrived.
+        if (upstream == nullptr) {
+            return record_of(no_answer_problem(), policy, false);
+        }
+        return record_of(*upstream, policy, a.replayable);
+    }();
+    if (!expires.empty()) {
+        // Kept as a recorded header rather than a new field of the encoding: a replay then
+        // states it with no further work, and a replica still on the previous version (which
+        // refuses unknown flags or versions, so would read the record as unreadable and answer
+        // 409) replays it too, so a rolling upgrade changes no answer.
+        rec.headers.emplace_back(std::string(idempotency_expires), std::string(expires));
     }
-    // The engine asks to record an upstream response only after one arrived.
-    if (upstream == nullptr) {
-        return core::encode_record(record_of(no_answer_problem(), policy, false));
+    return core::encode_record(rec);
+}
+
+std::string_view record_expires(const core::response_record& rec) noexcept {
+    for (const auto& [name, value] : rec.headers) {
+        if (boost::beast::iequals(name, idempotency_expires)) {
+            return value;
+        }
     }
-    return core::encode_record(record_of(*upstream, policy, a.replayable));
+    return {};
+}
+
+void set_idempotency_expires(response& res, std::string_view expires) {
+    if (expires.empty()) {
+        res.erase(idempotency_expires);
+    } else {
+        res.set(idempotency_expires, expires);
+    }
 }
 
 void set_idempotency_status(response& res, core::idempotency_status st) {
@@ -200,12 +230,7 @@ response no_answer_problem() {
 }
 
 std::string http_date(std::int64_t t) {
-    char buf[64];
-    const auto tt = static_cast<std::time_t>(t);
-    std::tm tm{};
-    ::gmtime_r(&tt, &tm);
-    const auto n = std::strftime(buf, sizeof buf, "%a, %d %b %Y %H:%M:%S GMT", &tm);
-    return std::string(buf, n);
+    return imf_fixdate(std::chrono::system_clock::time_point(std::chrono::seconds(t)));
 }
 
 } // namespace onceproxy::http

@@ -17,6 +17,12 @@
 
 namespace onceproxy::http {
 
+/// The header stating until when an answer's record is replayed: recorded-at + the route's ttl,
+/// as an IMF-fixdate. On every answer that carries a record (the first `stored` one and every
+/// replay) and on the 409 of a record that is not replayable (the key stays consumed until
+/// then); never on an answer that left no record.
+inline constexpr std::string_view idempotency_expires = "Idempotency-Expires";
+
 /// How a forward attempt ended, as the engine sees it (SPEC §2: only a connect failure is
 /// certainly without effect). `body_bytes` is the size of the body received. An answer whose
 /// body outgrew the hold limit (`rest` set) is `streaming`.
@@ -29,6 +35,7 @@ namespace onceproxy::http {
 struct claim_translation {
     core::claim_event event;
     std::string record;       ///< completed and readable: the encoded record to replay
+    std::string expires;      ///< completed and readable: its Idempotency-Expires ("" if none)
     bool store_error = false; ///< the store failed (count it)
     bool unreadable = false;  ///< a record exists but cannot be decoded (count as store error)
 };
@@ -42,7 +49,8 @@ struct claim_translation {
 to_fence_event(const store::result<store::fence_status>& r) noexcept;
 
 /// True when response header `name` is never recorded: Date and Content-Length (regenerated
-/// on replay, SPEC §3.7), Set-Cookie unless record_set_cookie, and the route's exclude_headers.
+/// on replay, SPEC §3.7), the upstream's own Idempotency-Expires (the proxy states the
+/// record's), Set-Cookie unless record_set_cookie, and the route's exclude_headers.
 [[nodiscard]] bool excluded_from_record(const config::idempotency_config& policy,
                                         std::string_view name) noexcept;
 
@@ -52,9 +60,18 @@ to_fence_event(const store::result<store::fence_status>& r) noexcept;
 record_of(const response& res, const config::idempotency_config& policy, bool replayable);
 
 /// The encoded payload of a complete action: the upstream response (`upstream`, required for
-/// record_kind::upstream_response) or the upstream.outcome_unknown problem.
+/// record_kind::upstream_response) or the upstream.outcome_unknown problem, with `expires` (an
+/// IMF-fixdate; none when empty) recorded as its Idempotency-Expires header.
 [[nodiscard]] std::string record_payload(const core::action& a, const response* upstream,
-                                         const config::idempotency_config& policy);
+                                         const config::idempotency_config& policy,
+                                         std::string_view expires);
+
+/// The Idempotency-Expires a record carries ("" for a record written before it existed).
+[[nodiscard]] std::string_view record_expires(const core::response_record& rec) noexcept;
+
+/// Sets Idempotency-Expires to `expires`, or removes it when empty (an upstream's own header
+/// must not pass for the proxy's on an answer that left no record).
+void set_idempotency_expires(response& res, std::string_view expires);
 
 /// Sets Idempotency-Status on a respond or reject answer (nothing for `none`).
 void set_idempotency_status(response& res, core::idempotency_status st);

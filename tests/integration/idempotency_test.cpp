@@ -8,6 +8,7 @@
 // upstream start their own proxy. Every key is unique to its case.
 
 #include "support/http_client.hpp"
+#include "support/http_date.hpp"
 #include "support/process.hpp"
 #include "support/proxy_fixture.hpp"
 
@@ -553,6 +554,82 @@ TEST_SUITE("idempotency") {
             CHECK(replay.header(name) == value);
         }
         CHECK(s.upstream.count(key) == 1);
+    }
+
+    TEST_CASE("Idempotency-Expires: the first answer and every replay state the record's "
+              "expiry, ttl after the first request, unchanged by later replays") {
+        auto& s = shared();
+        const auto key = unique_key("expires");
+        // The upstream's own Idempotency-Expires must not pass for the proxy's.
+        const header_list extra{{"X-Test-Header", "Idempotency-Expires: Mon, 01 Jan 2001 "
+                                                  "00:00:00 GMT"}};
+        const auto before = std::chrono::system_clock::now();
+        const auto first = post(s.proxy.port, "/v1/payments", key, extra);
+        const auto after = std::chrono::system_clock::now();
+        REQUIRE(first.status == 200);
+        REQUIRE(first.header("Idempotency-Status") == "stored");
+        CHECK(first.count("Idempotency-Expires") == 1);
+        const auto expires = first.header("Idempotency-Expires");
+        INFO("Idempotency-Expires: " << expires);
+        const auto when = parse_imf_fixdate(expires);
+        REQUIRE(when);
+        // ttl (1h, the shared config's default) after the request, to the second.
+        CHECK(*when >= std::chrono::floor<std::chrono::seconds>(before) + 1h);
+        CHECK(*when <= after + 1h + 2s);
+
+        const auto replay = post(s.proxy.port, "/v1/payments", key, extra);
+        REQUIRE(replay.header("Idempotency-Status") == "replayed");
+        CHECK(replay.header("Idempotency-Expires") == expires);
+        CHECK(replay.count("Idempotency-Expires") == 1);
+
+        // Past the next second, now + ttl would say another time: the replay keeps the record's.
+        std::this_thread::sleep_for(1100ms);
+        const auto later = post(s.proxy.port, "/v1/payments", key, extra);
+        REQUIRE(later.header("Idempotency-Status") == "replayed");
+        CHECK(later.header("Idempotency-Expires") == expires);
+        CHECK(s.upstream.count(key) == 1);
+    }
+
+    TEST_CASE("Idempotency-Expires only where a record speaks: not on plain answers, problems "
+              "or released keys; on the 409 of a record kept without its body") {
+        auto& s = shared();
+        // A plain (unguarded) answer, and a GET on a guarded route.
+        const auto plain = fetch(s.proxy.port, "POST", "/v1/unguarded", {}, order_body);
+        CHECK(plain.status == 200);
+        CHECK_FALSE(plain.has_header("Idempotency-Expires"));
+        const auto get = fetch(s.proxy.port, "GET", "/v1/payments");
+        CHECK_FALSE(get.has_header("Idempotency-Expires"));
+
+        // Problems: a missing key, a payload mismatch.
+        const auto missing = fetch(s.proxy.port, "POST", "/v1/payments",
+                                   {{"Content-Type", "application/json"}}, order_body);
+        check_problem(missing, 400, "idempotency.missing_key");
+        CHECK_FALSE(missing.has_header("Idempotency-Expires"));
+        const auto key = unique_key("expires-mismatch");
+        REQUIRE(post(s.proxy.port, "/v1/payments", key).has_header("Idempotency-Expires"));
+        const auto mismatch = post(s.proxy.port, "/v1/payments", key, {}, R"({"amount":1})");
+        check_problem(mismatch, 422, "idempotency.payload_mismatch");
+        CHECK_FALSE(mismatch.has_header("Idempotency-Expires"));
+
+        // A released key (upstream 503) left no record, whatever the upstream said.
+        const auto released =
+            post(s.proxy.port, "/v1/payments", unique_key("expires-released"),
+                 {{"X-Test-Status", "503"},
+                  {"X-Test-Header", "Idempotency-Expires: Mon, 01 Jan 2001 00:00:00 GMT"}});
+        CHECK(released.status == 503);
+        CHECK_FALSE(released.has_header("Idempotency-Expires"));
+
+        // Too large to replay: the first answer is stored (its head says until when), and the
+        // 409 tells until when the key stays consumed.
+        const auto big_key = unique_key("expires-big");
+        const auto big = post(s.proxy.port, "/v1/small", big_key, {{"X-Test-Body-Bytes", "4096"}});
+        REQUIRE(big.status == 200);
+        const auto expires = big.header("Idempotency-Expires");
+        CHECK(parse_imf_fixdate(expires));
+        const auto retry =
+            post(s.proxy.port, "/v1/small", big_key, {{"X-Test-Body-Bytes", "4096"}});
+        check_problem(retry, 409, "idempotency.response_not_replayable");
+        CHECK(retry.header("Idempotency-Expires") == expires);
     }
 
     TEST_CASE("stripe_compat: true adds Idempotent-Replayed: true on replays only") {

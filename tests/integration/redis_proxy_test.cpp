@@ -6,6 +6,7 @@
 // uses keys unique to this run, and bounds every wait.
 
 #include "support/http_client.hpp"
+#include "support/http_date.hpp"
 #include "support/process.hpp"
 #include "support/proxy_fixture.hpp"
 #include "support/redis_server.hpp"
@@ -630,6 +631,49 @@ TEST_SUITE("redis proxy") {
         CHECK(contains(f.log, "TLS"));
         CHECK(contains(f.log, "certificate"));
         CHECK(contains(f.log, "127.0.0.1:" + std::to_string(redis.port())));
+    }
+
+    TEST_CASE("Idempotency-Expires travels with the record in Redis: the same from another "
+              "proxy and on a later replay; none on plain answers or problems") {
+        redis_server redis;
+        upstream_process up;
+        const auto cfg = redis_proxy_config(up.port, redis.url() + "/0",
+                                            guarded_route("pay", "/v1/pay", "ttl: 2h"));
+        proxy_process a(cfg.yaml());
+        proxy_process b(cfg.yaml());
+        wait_ready(a);
+        wait_ready(b);
+
+        const auto key = unique_key("expires");
+        const auto before = std::chrono::system_clock::now();
+        const auto first = post(a.port, "/v1/pay", key);
+        const auto after = std::chrono::system_clock::now();
+        REQUIRE(first.header("Idempotency-Status") == "stored");
+        const auto expires = first.header("Idempotency-Expires");
+        INFO("Idempotency-Expires: " << expires);
+        const auto when = parse_imf_fixdate(expires);
+        REQUIRE(when);
+        CHECK(*when >= std::chrono::floor<std::chrono::seconds>(before) + 2h);
+        CHECK(*when <= after + 2h + 2s);
+
+        // The other proxy has only Redis to go by.
+        const auto replay = post(b.port, "/v1/pay", key);
+        REQUIRE(replay.header("Idempotency-Status") == "replayed");
+        CHECK(replay.header("Idempotency-Expires") == expires);
+
+        std::this_thread::sleep_for(1100ms); // now + ttl would name a later second by now
+        const auto later = post(a.port, "/v1/pay", key);
+        REQUIRE(later.header("Idempotency-Status") == "replayed");
+        CHECK(later.header("Idempotency-Expires") == expires);
+        CHECK(up.count(key) == 1);
+
+        const auto plain = fetch(a.port, "POST", "/v1/other", {}, payment_body);
+        CHECK(plain.status == 200);
+        CHECK_FALSE(plain.has_header("Idempotency-Expires"));
+        const auto missing =
+            fetch(a.port, "POST", "/v1/pay", {{"Content-Type", "application/json"}}, payment_body);
+        check_problem(missing, 400, "idempotency.missing_key");
+        CHECK_FALSE(missing.has_header("Idempotency-Expires"));
     }
 
     TEST_CASE("round trips: one EVALSHA per claim and per completion, none else") {

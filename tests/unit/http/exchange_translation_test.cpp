@@ -7,6 +7,7 @@
 #include <boost/json/parse.hpp>
 #include <boost/json/value.hpp>
 
+#include <algorithm>
 #include <memory>
 #include <string>
 
@@ -172,22 +173,87 @@ TEST_SUITE("exchange translation") {
         a.record = core::record_kind::upstream_response;
         a.replayable = true;
         const auto up = upstream_answer();
-        auto rec = core::decode_record(record_payload(a, &up, p));
+        auto rec = core::decode_record(record_payload(a, &up, p, ""));
         REQUIRE(rec);
         CHECK(rec->status == 201);
         CHECK(rec->body == up.body());
 
         a.replayable = false;
-        rec = core::decode_record(record_payload(a, &up, p));
+        rec = core::decode_record(record_payload(a, &up, p, ""));
         REQUIRE(rec);
         CHECK_FALSE(rec->replayable);
 
         a.record = core::record_kind::outcome_unknown_problem;
-        rec = core::decode_record(record_payload(a, nullptr, p));
+        rec = core::decode_record(record_payload(a, nullptr, p, ""));
         REQUIRE(rec);
         CHECK(rec->status == 502);
         CHECK(rec->replayable);
         CHECK(rec->body.find("upstream.outcome_unknown") != std::string::npos);
+        CHECK(record_expires(*rec).empty()); // none asked for: none recorded
+    }
+
+    TEST_CASE("the record keeps its Idempotency-Expires; the upstream's own is not recorded") {
+        config::idempotency_config p;
+        core::action a;
+        a.kind = core::action_kind::complete;
+        a.record = core::record_kind::upstream_response;
+        a.replayable = true;
+        auto up = upstream_answer();
+        up.set("Idempotency-Expires", "Mon, 01 Jan 2001 00:00:00 GMT"); // not the proxy's
+        CHECK(excluded_from_record(p, "idempotency-expires"));
+        const std::string when = "Wed, 01 May 2024 12:00:00 GMT";
+        const auto encoded = record_payload(a, &up, p, when);
+        auto rec = core::decode_record(encoded);
+        REQUIRE(rec);
+        CHECK(record_expires(*rec) == when);
+        CHECK(std::count_if(rec->headers.begin(), rec->headers.end(),
+                            [](const auto& h) { return h.first == "Idempotency-Expires"; }) == 1);
+
+        // A replay states it as recorded, once.
+        const auto res = replay_response(encoded, false, "Thu, 02 May 2024 00:00:00 GMT");
+        CHECK(res["Idempotency-Expires"] == when);
+        CHECK(res.count("Idempotency-Expires") == 1);
+
+        // A claim that finds the record hands it over, also for a record kept without its body.
+        a.replayable = false;
+        store::claim_result done;
+        done.status = store::claim_status::completed;
+        done.record = record_payload(a, &up, p, when);
+        auto t = to_claim_event(done);
+        CHECK_FALSE(t.event.replayable);
+        CHECK(t.expires == when);
+
+        // The problem record of a `fail` route carries it too.
+        a.record = core::record_kind::outcome_unknown_problem;
+        rec = core::decode_record(record_payload(a, nullptr, p, when));
+        REQUIRE(rec);
+        CHECK(record_expires(*rec) == when);
+    }
+
+    TEST_CASE("a record written before Idempotency-Expires existed replays without it") {
+        // The encoding of such a record: headers as the upstream sent them, nothing added.
+        const core::response_record old{200, {{"Content-Type", "text/plain"}}, "ok", true};
+        const auto encoded = core::encode_record(old);
+        store::claim_result done;
+        done.status = store::claim_status::completed;
+        done.record = encoded;
+        const auto t = to_claim_event(done);
+        CHECK(t.event.replayable);
+        CHECK(t.expires.empty());
+        const auto res = replay_response(encoded, false, "Thu, 02 May 2024 00:00:00 GMT");
+        CHECK(res.result_int() == 200);
+        CHECK_FALSE(res.count("Idempotency-Expires"));
+    }
+
+    TEST_CASE("set_idempotency_expires sets the proxy's value or removes the upstream's") {
+        response res{bhttp::status::ok, 11};
+        res.set("Idempotency-Expires", "Mon, 01 Jan 2001 00:00:00 GMT");
+        set_idempotency_expires(res, "");
+        CHECK_FALSE(res.count("Idempotency-Expires"));
+        set_idempotency_expires(res, "Wed, 01 May 2024 12:00:00 GMT");
+        CHECK(res["Idempotency-Expires"] == "Wed, 01 May 2024 12:00:00 GMT");
+        set_idempotency_expires(res, "Thu, 02 May 2024 12:00:00 GMT");
+        CHECK(res.count("Idempotency-Expires") == 1);
     }
 
     TEST_CASE("replays carry the record, a fresh Date and Idempotency-Status: replayed") {
