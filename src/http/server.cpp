@@ -361,7 +361,8 @@ struct server::impl::connection {
     }
 };
 
-net::awaitable<void> server::impl::session(tcp::socket sock, [[maybe_unused]] task_tracker::token held) {
+net::awaitable<void> server::impl::session(tcp::socket sock,
+                                           [[maybe_unused]] task_tracker::token held) {
     auto self = shared_from_this();
     connection c(*this, std::move(sock));
     while (!draining) {
