@@ -2,6 +2,8 @@
 
 #include <hiredis/hiredis.h>
 
+#include <new>
+
 namespace onceproxy::store {
 
 namespace {
@@ -39,13 +41,46 @@ redis_reply convert(const redisReply& r) {
     return out;
 }
 
+/// hiredis' own array constructor, which the bounded one below calls.
+void* (*default_create_array)(const redisReadTask*, int) = nullptr;
+
+/// An array header announcing more elements than this is refused as a protocol error before
+/// anything is allocated: hiredis 0.14 (Debian 12) allocates the element table from the count
+/// alone, so `*977777777` would ask for 7.8 GB (found by resp_fuzz). The store never reads
+/// arrays of more than a few elements.
+constexpr int max_array_elements = 1 << 20;
+
+void* create_bounded_array(const redisReadTask* task, int elements) {
+    if (elements < 0 || elements > max_array_elements) {
+        return nullptr; // hiredis turns it into a reader error
+    }
+    return default_create_array(task, elements);
+}
+
+/// hiredis' default reply functions with the bounded array constructor; made once from those
+/// of a default reader (the defaults themselves are not exported).
+redisReplyObjectFunctions* bounded_functions(const redisReplyObjectFunctions& defaults) {
+    static redisReplyObjectFunctions fns = [&] {
+        redisReplyObjectFunctions f = defaults;
+        default_create_array = defaults.createArray;
+        f.createArray = create_bounded_array;
+        return f;
+    }();
+    return &fns;
+}
+
 } // namespace
 
 void resp_reader::deleter::operator()(redisReader* r) const noexcept {
     redisReaderFree(r);
 }
 
-resp_reader::resp_reader() : reader_(redisReaderCreate()) {}
+resp_reader::resp_reader() : reader_(redisReaderCreate()) {
+    if (reader_ == nullptr) {
+        throw std::bad_alloc();
+    }
+    reader_->fn = bounded_functions(*reader_->fn);
+}
 
 resp_reader::~resp_reader() = default;
 

@@ -42,3 +42,22 @@ TEST_CASE("resp_reader: bytes that are not RESP are a protocol error") {
     redis_reply rep;
     CHECK(r.next(rep) == resp_reader::status::protocol_error);
 }
+
+TEST_CASE("resp_reader: an array header with an absurd element count is refused, not allocated") {
+    // hiredis would allocate the element table from the count alone (7.8 GB here).
+    resp_reader r;
+    const std::string huge = "*977777777\r\n:1\r\n";
+    r.feed(huge.data(), huge.size());
+    redis_reply rep;
+    CHECK(r.next(rep) == resp_reader::status::protocol_error);
+
+    // A large but plausible array still reads.
+    resp_reader ok;
+    std::string many = "*1000\r\n";
+    for (int i = 0; i < 1000; ++i) {
+        many += ":1\r\n";
+    }
+    ok.feed(many.data(), many.size());
+    REQUIRE(ok.next(rep) == resp_reader::status::reply);
+    CHECK(rep.elements.size() == 1000);
+}
