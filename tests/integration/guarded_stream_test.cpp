@@ -79,9 +79,7 @@ struct proxied {
 };
 
 std::string unique_key(const std::string& name) {
-    static int n = 0;
-    return "gs-" + name + "-" + std::to_string(::getpid()) + "-" + std::to_string(++n) + "-" +
-           std::to_string(clock_type::now().time_since_epoch().count());
+    return onceproxy::test::unique_key("gs", name);
 }
 
 /// The request for a generated answer of `bytes` that pauses after `pause_after` bytes until

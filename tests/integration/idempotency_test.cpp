@@ -150,8 +150,7 @@ shared_setup& shared() {
 
 /// A key no other case (or run) uses.
 std::string unique_key(const std::string& name) {
-    static unsigned n = 0;
-    return "it-" + name + "-" + std::to_string(::getpid()) + "-" + std::to_string(++n);
+    return onceproxy::test::unique_key("it", name);
 }
 
 boost::json::value parse_json(const std::string& body) {

@@ -35,10 +35,7 @@ namespace {
 
 /// A key no other test run (or earlier run against a reused Redis) can have used.
 std::string unique_key(const std::string& tag) {
-    static std::atomic<unsigned> counter{0};
-    const auto now = clock_type::now().time_since_epoch().count();
-    return "rp-" + tag + "-" + std::to_string(::getpid()) + "-" + std::to_string(now) + "-" +
-           std::to_string(counter.fetch_add(1));
+    return onceproxy::test::unique_key("rp", tag);
 }
 
 /// The string value of `"name":"..."` in a flat JSON text ("" when absent).

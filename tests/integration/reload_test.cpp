@@ -30,18 +30,6 @@ using clock_type = std::chrono::steady_clock;
 
 namespace {
 
-/// Polls `done` every 20 ms for at most `bound`; true as soon as it holds.
-bool eventually(const std::function<bool()>& done, std::chrono::milliseconds bound = 10s) {
-    const auto deadline = clock_type::now() + bound;
-    while (clock_type::now() < deadline) {
-        if (done()) {
-            return true;
-        }
-        std::this_thread::sleep_for(20ms);
-    }
-    return done();
-}
-
 /// Replaces the proxy's config file the way a ConfigMap update does: written aside, then renamed
 /// over (a reader never sees half a file).
 void rewrite_config(const proxy_process& p, const std::string& yaml) {

@@ -31,22 +31,7 @@ using clock_type = std::chrono::steady_clock;
 namespace {
 
 std::string unique_key(const std::string& tag) {
-    static std::atomic<unsigned> counter{0};
-    return "rt-" + tag + "-" + std::to_string(::getpid()) + "-" +
-           std::to_string(clock_type::now().time_since_epoch().count()) + "-" +
-           std::to_string(counter.fetch_add(1));
-}
-
-/// Polls `done` every 50 ms for at most `bound`; true as soon as it holds.
-bool eventually(const std::function<bool()>& done, std::chrono::milliseconds bound = 10s) {
-    const auto deadline = clock_type::now() + bound;
-    while (clock_type::now() < deadline) {
-        if (done()) {
-            return true;
-        }
-        std::this_thread::sleep_for(50ms);
-    }
-    return done();
+    return onceproxy::test::unique_key("rt", tag);
 }
 
 http_response keyed_post(unsigned short port, const std::string& path, const std::string& key) {

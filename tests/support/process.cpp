@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -145,6 +146,25 @@ unsigned short free_port() {
     ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
     ::close(fd);
     return ntohs(a.sin_port);
+}
+
+bool eventually(const std::function<bool()>& done, std::chrono::milliseconds bound,
+                std::chrono::milliseconds step) {
+    const auto deadline = std::chrono::steady_clock::now() + bound;
+    while (std::chrono::steady_clock::now() < deadline) {
+        if (done()) {
+            return true;
+        }
+        std::this_thread::sleep_for(step);
+    }
+    return done();
+}
+
+std::string unique_key(std::string_view suite, std::string_view tag) {
+    static std::atomic<unsigned> counter{0};
+    const auto now = std::chrono::steady_clock::now().time_since_epoch().count();
+    return std::string(suite) + "-" + std::string(tag) + "-" + std::to_string(::getpid()) + "-" +
+           std::to_string(now) + "-" + std::to_string(counter.fetch_add(1));
 }
 
 } // namespace onceproxy::test

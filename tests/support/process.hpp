@@ -3,7 +3,9 @@
 // The child's stdout/stderr go to a log file that is printed when a test fails to start it.
 
 #include <chrono>
+#include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace onceproxy::test {
@@ -54,5 +56,14 @@ std::string wait_for_file(const std::string& path, std::chrono::milliseconds tim
 
 /// A loopback port that was free a moment ago (bind 0, read, close).
 unsigned short free_port();
+
+/// Polls `done` every `step` for at most `bound`; true as soon as it holds.
+bool eventually(const std::function<bool()>& done,
+                std::chrono::milliseconds bound = std::chrono::seconds(10),
+                std::chrono::milliseconds step = std::chrono::milliseconds(20));
+
+/// An idempotency key no other test (of this run, or an earlier run against a reused Redis) has
+/// used: "<suite>-<tag>-<pid>-<clock>-<counter>".
+std::string unique_key(std::string_view suite, std::string_view tag);
 
 } // namespace onceproxy::test
