@@ -22,6 +22,15 @@ struct response_record {
     bool replayable = true;
 };
 
+/// A decoded record whose header names, values and body point into the encoding it was decoded
+/// from (valid while that buffer lives and is unchanged): reading a record costs no copy.
+struct response_record_view {
+    unsigned status = 0;
+    std::vector<std::pair<std::string_view, std::string_view>> headers;
+    std::string_view body; ///< the tail of the encoding; empty when !replayable
+    bool replayable = true;
+};
+
 /// Format version written as the first byte of every encoding.
 inline constexpr unsigned char record_format_version = 1;
 
@@ -35,5 +44,8 @@ inline constexpr unsigned char record_format_version = 1;
 /// or flags, status outside 100..999, truncated input, trailing bytes, a body on a
 /// not-replayable record. Never reads outside `data`; allocation is bounded by its size.
 [[nodiscard]] std::optional<response_record> decode_record(std::string_view data);
+
+/// decode_record without copies: the same checks, the result pointing into `data`.
+[[nodiscard]] std::optional<response_record_view> decode_record_view(std::string_view data);
 
 } // namespace onceproxy::core
