@@ -127,8 +127,8 @@ def proxy_round_trips(d: pathlib.Path, summary: dict) -> None:
     parts = []
     for outcome, target in (("replayed", 1), ("stored", 2)):
         n = series.get(("onceproxy_requests_total", outcome), 0)
-        if n == 0:
-            continue
+        if n == 0 or ("onceproxy_store_round_trips_total", outcome) not in series:
+            continue  # no such requests, or a onceproxy that does not count its round trips
         per = series.get(("onceproxy_store_round_trips_total", outcome), 0) / n
         summary.setdefault("store_round_trips_per_request", {})[outcome] = per
         parts.append(f"{outcome} {per:.2f} [target {target}] over {n} requests")
