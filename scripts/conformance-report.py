@@ -158,7 +158,8 @@ def run_cases(binary, cases):
 
 
 def md_escape(s):
-    return s.replace("|", "\\|")
+    # `<` and `>` would start HTML in Markdown (template test names carry `<fixture>`).
+    return s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace("|", "\\|")
 
 
 def write_report(path, reqs, results, map_path, build):
