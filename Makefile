@@ -1,6 +1,7 @@
 # The two commands of the README: `make run` and `make test`. Both install what is missing
 # (Debian 12 packages, as root) before building.
 .PHONY: deps build run test test-build test-tsan check-config bench soak soak-short format clean \
+        conformance-report \
         fuzz fuzz-build image deploy-deps deploy-lint deploy-test
 
 JOBS ?= $(shell nproc)
@@ -58,6 +59,11 @@ fuzz-build:
 
 fuzz: fuzz-build
 	@scripts/fuzz.sh
+
+# docs/CONFORMANCE.md: every MUST/SHOULD of the Idempotency-Key draft and every README guarantee
+# (docs/conformance/requirements.txt) with the tests that check it, run now, and their results.
+conformance-report: test-build
+	@python3 scripts/conformance-report.py --build build/test --out docs/CONFORMANCE.md
 
 # bench/run.sh defaults to build/rel (bench/README.md's manual build); `make build` builds
 # the release preset into build/release.

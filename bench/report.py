@@ -23,6 +23,7 @@ SCENARIOS = [
     ("proxy_post", "onceproxy plain route, POST+key (Lua)"),
     ("replay", "onceproxy guarded, replay"),
     ("first", "onceproxy guarded, first execution"),
+    ("observe", "onceproxy observe mode, first execution"),
     ("half_direct", "upstream directly, GET, half load"),
     ("half_proxy", "onceproxy plain route, GET, half load"),
 ]
@@ -234,7 +235,7 @@ def main() -> int:
             print(f"{label:<40} {fmt(r['rps']):>10} {r['p50']:>8.2f} "
                   f"{r['p99']:>8.2f} {r['cpu_us']:>10.1f} {r['non2xx']:>8} {r['errors']:>7}  "
                   f"{per_round}")
-        elif name in ("replay", "first") and not engine_ok and name in meta["scenarios"]:
+        elif name in ("replay", "first", "observe") and not engine_ok and name in meta["scenarios"]:
             print(f"{label:<40} {'engine not available':>10}")
 
     summary: dict = {"meta": meta, "median": med, "engine": engine, "figures": {}}
@@ -287,6 +288,15 @@ def main() -> int:
             fig[f"{name}_vs_plain_get_cpu"] = cpu
             extra += f"; by CPU time per request {cpu:.2f}x"
         print(f"  {label:<44} {r:6.2f}x  [>= {target}x, store {meta['store']}]{extra}{warn}")
+    r = ratio("observe", "first", "rps")
+    if r is not None:
+        fig["observe_vs_first_rps"] = r
+        r2 = ratio("observe", "first", "cpu_us")
+        extra = ""
+        if r2 is not None:
+            fig["observe_vs_first_cpu_per_request"] = r2
+            extra = f", CPU time per request {r2:.2f}x"
+        print(f"  observe mode throughput / first execution    {r:6.2f}x  [>= 0.9x]{extra}")
     if "half_direct" in med and "half_proxy" in med:
         added = med["half_proxy"]["p99"] - med["half_direct"]["p99"]
         fig["half_load_p99_added_ms"] = added

@@ -4,7 +4,8 @@
 #
 #   bench/run.sh [--duration 10s] [--connections 64] [--rounds 2] [--workers 1]
 #                [--upstream-threads 1] [--store redis|memory] [--keys 1000]
-#                [--scenarios direct,nginx,proxy,proxy_post,replay,first,half,upload,download]
+#                [--scenarios direct,nginx,proxy,proxy_post,replay,first,observe,half,upload,
+#                             download]
 #                [--bulk-bytes 1073741824] [--commandstats] [--commandstats-requests 1000]
 #                [--warmup 1]
 #                [--build-dir build/rel] [--out DIR]
@@ -23,7 +24,7 @@ workers=${BENCH_WORKERS:-1}
 upstream_threads=${BENCH_UPSTREAM_THREADS:-1}
 store=${BENCH_STORE:-redis}
 keys=${BENCH_KEYS:-1000}
-scenarios=${BENCH_SCENARIOS:-direct,nginx,proxy,proxy_post,replay,first,half,upload,download}
+scenarios=${BENCH_SCENARIOS:-direct,nginx,proxy,proxy_post,replay,first,observe,half,upload,download}
 bulk_bytes=${BENCH_BULK_BYTES:-1073741824}
 build_dir=${BENCH_BUILD_DIR:-$repo_dir/build/rel}
 commandstats=0
@@ -31,7 +32,7 @@ commandstats_requests=1000
 warmup=1
 out_dir=""
 
-usage() { sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
+usage() { sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
 while [ $# -gt 0 ]; do
     case "$1" in
     --duration) duration=$2; shift 2 ;;
@@ -126,7 +127,7 @@ done
 # A guarded route answers even without the engine (it is proxied), so a replay figure would
 # silently measure plain proxying. Prove a replay first.
 engine="available"
-if want replay || want first || [ "$commandstats" -eq 1 ]; then
+if want replay || want first || want observe || [ "$commandstats" -eq 1 ]; then
     probe() {
         curl -s -o /dev/null -D - --max-time 5 -X POST -H 'Content-Type: application/json' \
             -H "Idempotency-Key: probe-$run_id" --data '{"probe":1}' \
@@ -245,6 +246,12 @@ run_scenario() {
         [ "$engine_ok" -eq 1 ] || return 0
         run_wrk "$round" first "$connections" "http://127.0.0.1:$proxy_port/pay/first" \
             fresh.lua "fe-$run_id-$round" ;;
+    observe)
+        # The same first executions as `first`, on a route in observe mode: the cost of
+        # observing against the cost of enforcing.
+        [ "$engine_ok" -eq 1 ] || return 0
+        run_wrk "$round" observe "$connections" "http://127.0.0.1:$proxy_port/observe/first" \
+            fresh.lua "ob-$run_id-$round" ;;
     half)
         # Paced to half of onceproxy's measured peak (see half_delay_ms), the same offered rate
         # for both, so the p99 difference is the latency onceproxy adds below saturation.
@@ -257,8 +264,8 @@ run_scenario() {
 
 IFS=, read -r -a scenario_list <<<"$scenarios"
 for s in "${scenario_list[@]}"; do
-    case "$s" in direct | nginx | proxy | proxy_post | replay | first | half | upload | download) ;;
-    *) die "unknown scenario '$s' (direct,nginx,proxy,proxy_post,replay,first,half,upload,download)" ;; esac
+    case "$s" in direct | nginx | proxy | proxy_post | replay | first | observe | half | upload | download) ;;
+    *) die "unknown scenario '$s' (direct,nginx,proxy,proxy_post,replay,first,observe,half,upload,download)" ;; esac
 done
 
 # Half of peak load: a short closed-loop run of onceproxy gives its peak; each of the

@@ -683,6 +683,7 @@ private:
         b.mode = w_.enumeration<idempotency_mode>(w_.get(f, "mode"),
                                                   {{"required", idempotency_mode::required},
                                                    {"optional", idempotency_mode::optional},
+                                                   {"observe", idempotency_mode::observe},
                                                    {"off", idempotency_mode::off}});
         b.methods = read_methods(w_.get(f, "methods"), true);
         read_key(w_.get(f, "key"), b);

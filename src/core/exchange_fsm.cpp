@@ -78,12 +78,27 @@ action exchange_fsm::reject(problem_code code, idempotency_status header, second
 // Every client-facing action goes through here: once the client is gone there is nobody to
 // answer, and the exchange goes straight to what follows the answer.
 action exchange_fsm::answer(action a, time_point now) {
+    if (observing()) {
+        // Observe mode stays out of the answers: the route behaves, for its clients, as if no
+        // idempotency layer were there (a `stored` would promise a replay that never comes).
+        a.status_header = idempotency_status::none;
+    }
     if (client_gone_) {
         state_ = state::answering;
         return on_responded(now);
     }
     state_ = state::answering;
     return a;
+}
+
+// Observe mode, where enforcement would block, reject or replay: forward unprotected instead,
+// holding nothing in the store, and remember what would have happened.
+action exchange_fsm::observe_instead(observation o, time_point now) {
+    observed_ = o;
+    pending_outcome_ = exchange_outcome::passthrough;
+    action a;
+    a.kind = action_kind::passthrough;
+    return answer(a, now);
 }
 
 action exchange_fsm::issue_claim(time_point now) {
@@ -123,9 +138,15 @@ action exchange_fsm::start(const request_facts& facts, time_point now) {
     }
     switch (facts.key) {
     case key_presence::invalid:
+        if (observing()) {
+            return observe_instead(observation::invalid_key, now);
+        }
         pending_outcome_ = exchange_outcome::invalid_key;
         return answer(reject(problem_code::invalid_key, idempotency_status::none), now);
     case key_presence::missing:
+        if (observing()) {
+            return observe_instead(observation::missing_key, now);
+        }
         if (policy_.mode == config::idempotency_mode::optional) {
             pending_outcome_ = exchange_outcome::passthrough;
             action a;
@@ -159,6 +180,9 @@ action exchange_fsm::on_claim(const claim_event& ev, time_point now) {
         return a;
     }
     case claim_result_kind::in_flight: {
+        if (observing()) {
+            return observe_instead(observation::conflict, now); // never waits either
+        }
         const duration remaining = std::max(ev.remaining_lease, duration{1});
         const bool may_wait = policy_.concurrent == config::concurrent_policy::wait &&
                               !client_gone_ && now < wait_deadline_;
@@ -177,6 +201,10 @@ action exchange_fsm::on_claim(const claim_event& ev, time_point now) {
         return wait(wake);
     }
     case claim_result_kind::completed:
+        if (observing()) {
+            return observe_instead(
+                ev.replayable ? observation::replay : observation::not_replayable, now);
+        }
         if (ev.replayable) {
             pending_outcome_ = exchange_outcome::replayed;
             action a;
@@ -186,6 +214,9 @@ action exchange_fsm::on_claim(const claim_event& ev, time_point now) {
         pending_outcome_ = exchange_outcome::not_replayable;
         return answer(reject(problem_code::response_not_replayable, idempotency_status::none), now);
     case claim_result_kind::mismatch: {
+        if (observing()) {
+            return observe_instead(observation::mismatch, now);
+        }
         pending_outcome_ = exchange_outcome::mismatch;
         action a = reject(problem_code::payload_mismatch, idempotency_status::none);
         a.http_status = policy_.mismatch_status; // 422 by default, 409 by config (SPEC §3.2)
@@ -195,7 +226,10 @@ action exchange_fsm::on_claim(const claim_event& ev, time_point now) {
         pending_outcome_ = exchange_outcome::store_error;
         // A waiting duplicate already saw the first attempt in flight: failing open now would
         // run the request a second time next to it.
-        if (policy_.on_store_error == config::store_error_policy::fail_open && !seen_in_flight_) {
+        // Observe mode must never make a route fail that works without it: it always fails
+        // open (it never waits, so it has never seen another attempt in flight either).
+        if ((policy_.on_store_error == config::store_error_policy::fail_open || observing()) &&
+            !seen_in_flight_) {
             action a;
             a.kind = action_kind::passthrough;
             return answer(a, now);
@@ -238,7 +272,7 @@ action exchange_fsm::on_upstream(const upstream_event& ev, time_point now) {
             action a;
             a.kind = action_kind::stream;
             a.wake_at = next_extend_;
-            a.status_header = idempotency_status::stored;
+            a.status_header = observing() ? idempotency_status::none : idempotency_status::stored;
             return a;
         }
         if (!recordable) {

@@ -13,11 +13,20 @@ constexpr std::array<std::string_view, outcome_count> names{
     "lease_lost",  "record_failed", "store_error", "passthrough",     "rejected",
 };
 
+constexpr std::array<std::string_view, observation_count> observation_names{
+    "replay", "conflict", "mismatch", "missing_key", "invalid_key", "not_replayable",
+};
+
 } // namespace
 
 std::string_view to_string(outcome o) noexcept {
     const auto i = static_cast<std::size_t>(o);
     return i < names.size() ? names[i] : std::string_view("?");
+}
+
+std::string_view to_string(observation o) noexcept {
+    const auto i = static_cast<std::size_t>(o);
+    return i < observation_names.size() ? observation_names[i] : std::string_view("?");
 }
 
 } // namespace onceproxy::core

@@ -8,6 +8,7 @@
 #include "onceproxy/core/request_facts.hpp"
 #include "onceproxy/http/headers.hpp"
 #include "onceproxy/http/problem.hpp"
+#include "onceproxy/log/log.hpp"
 #include "onceproxy/wire/head_writer.hpp"
 
 #include <boost/asio/as_tuple.hpp>
@@ -416,6 +417,24 @@ void finish(exchange_state& s) {
     }
 }
 
+/// Observe mode: counts and logs what enforcement would have done with a request that went to
+/// the upstream instead. The key appears only as its store key (a hash), never as sent.
+void note_observation(exchange_state& s) {
+    const auto o = s.fsm.observed();
+    if (!o) {
+        return;
+    }
+    s.metrics().count(*o);
+    constexpr std::string_view msg = "enforcement would have acted; forwarded";
+    const std::string_view would = core::to_string(*o);
+    if (s.store_key.empty()) { // no usable key: nothing to identify it by
+        log::info("observe", msg, {{"route", s.route.name}, {"would", would}});
+        return;
+    }
+    log::info("observe", msg,
+              {{"route", s.route.name}, {"would", would}, {"key_hash", s.store_key}});
+}
+
 /// Background part: store-only actions after the client was answered. The token keeps the
 /// worker's drain waiting until the record is complete or released.
 net::awaitable<void> drive_background(std::shared_ptr<exchange_state> s, core::action a,
@@ -469,6 +488,7 @@ net::awaitable<response> async_run_exchange(std::shared_ptr<exchange_env> env,
 
     auto first = s->fsm.start(derived.facts, clock::now());
     auto res = co_await drive(s, first);
+    note_observation(*s);
     s->report.streamed = s->streamed;
     if (!res && s->streamed) {
         res.emplace(); // the client hung up mid-stream and the record is done: nothing to write

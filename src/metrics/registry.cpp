@@ -114,6 +114,16 @@ std::string registry::render() const {
             }
         }
     }
+    out += "# HELP onceproxy_observed_total Requests a route in observe mode sent to the upstream "
+           "where enforcement would have acted, by what it would have done.\n"
+           "# TYPE onceproxy_observed_total counter\n";
+    for (const auto* r : routes_now) {
+        for (std::size_t i = 0; i < core::observation_count; ++i) {
+            const auto o = static_cast<core::observation>(i);
+            out += "onceproxy_observed_total{route=\"" + r->name + "\",would=\"" +
+                   std::string(core::to_string(o)) + "\"} " + std::to_string(r->counted(o)) + "\n";
+        }
+    }
     const std::pair<const char*, histogram route_metrics::*> hists[] = {
         {"onceproxy_request_duration_seconds", &route_metrics::request_duration},
         {"onceproxy_upstream_duration_seconds", &route_metrics::upstream_duration},

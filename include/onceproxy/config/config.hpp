@@ -152,6 +152,10 @@ enum class idempotency_mode {
     required, ///< a guarded request without a key → 400 idempotency.missing_key
     optional, ///< a guarded request without a key → plain proxying
     off,      ///< the route is plain proxying
+    /// claims, fingerprints and records as `required` does, but never blocks, rejects or
+    /// replays: every request goes to the upstream, and what enforcement would have done is
+    /// counted and logged (issue 13)
+    observe,
 };
 
 enum class key_syntax {

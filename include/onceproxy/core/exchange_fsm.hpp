@@ -48,6 +48,15 @@
 //     the upstream answered; client-facing actions are skipped from then on, and a duplicate
 //     waiting for the first attempt (concurrent: wait) stops waiting.
 //   - Events that do not fit the current state are driver bugs (asserted).
+//
+// Observe mode (`mode: observe`): the exchange claims, forwards, extends, completes and releases
+// exactly as `required` does, so the first attempt of a key is recorded. Where `required` would
+// block, reject or replay (no key, a malformed key, a duplicate in flight, a completed record, a
+// fingerprint mismatch) the fsm answers passthrough instead and observed() says what
+// enforcement would have done. Such a duplicate claims nothing (the claim that found the
+// other attempt's lease or record changed nothing), so it never blocks the first attempt, and
+// its own answer is not recorded: the first record stays. A store error on the claim always
+// passes through (observe mode never fails closed). No answer carries Idempotency-Status.
 
 #include <onceproxy/config/config.hpp>
 #include <onceproxy/core/outcome.hpp>
@@ -225,6 +234,9 @@ public:
     time_point lease_deadline() const noexcept { return lease_deadline_; }
     bool lease_lost() const noexcept { return lease_lost_; }
     bool client_gone() const noexcept { return client_gone_; }
+    /// Observe mode: what enforcement would have done instead of the passthrough this exchange
+    /// answered; set at most once, before that passthrough. Always empty in other modes.
+    std::optional<observation> observed() const noexcept { return observed_; }
 
 private:
     struct policy_values {
@@ -243,6 +255,8 @@ private:
 
     action issue_claim(time_point now);
     action answer(action a, time_point now);
+    action observe_instead(observation o, time_point now);
+    bool observing() const noexcept { return policy_.mode == config::idempotency_mode::observe; }
     action reject(problem_code code, idempotency_status header,
                   std::chrono::seconds retry_after = std::chrono::seconds{0});
     action finish(exchange_outcome o);
@@ -255,6 +269,7 @@ private:
     exchange_timing timing_;
     state state_ = state::idle;
     std::optional<exchange_outcome> outcome_;
+    std::optional<observation> observed_;
 
     time_point issued_at_{};     ///< when the outstanding claim or extend was issued
     time_point wait_deadline_{}; ///< concurrent: wait gives up here

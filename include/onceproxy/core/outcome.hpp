@@ -34,4 +34,23 @@ inline constexpr std::size_t outcome_count = static_cast<std::size_t>(outcome::r
 /// The label value: "stored", "replayed", ... ("?" for a value outside the enum).
 std::string_view to_string(outcome o) noexcept;
 
+/// On a route in `mode: observe`, what enforcement (`mode: required`) would have done with a
+/// request that observe mode sent to the upstream instead. Its names are the `would` label
+/// values of onceproxy_observed_total.
+enum class observation : std::uint8_t {
+    replay,         ///< a completed record with the same fingerprint: would have replayed it
+    conflict,       ///< the same key still in flight: would have answered 409 in_progress
+    mismatch,       ///< a lease or record with another fingerprint: would have answered 422/409
+    missing_key,    ///< no key: would have answered 400 missing_key
+    invalid_key,    ///< a malformed key: would have answered 400 invalid_key
+    not_replayable, ///< a record kept without its body: would have answered 409
+};
+
+/// Number of observation values (the last one is `not_replayable`).
+inline constexpr std::size_t observation_count =
+    static_cast<std::size_t>(observation::not_replayable) + 1;
+
+/// The label value: "replay", "conflict", ... ("?" for a value outside the enum).
+std::string_view to_string(observation o) noexcept;
+
 } // namespace onceproxy::core

@@ -60,6 +60,15 @@ struct route_metrics {
     std::uint64_t round_trips(outcome o) const noexcept {
         return store_round_trips[static_cast<std::size_t>(o)].load(std::memory_order_relaxed);
     }
+    /// Observe mode: requests sent upstream where enforcement would have acted, by what it
+    /// would have done (onceproxy_observed_total{route,would}).
+    std::array<std::atomic<std::uint64_t>, core::observation_count> observations{};
+    void count(core::observation o) noexcept {
+        observations[static_cast<std::size_t>(o)].fetch_add(1, std::memory_order_relaxed);
+    }
+    std::uint64_t counted(core::observation o) const noexcept {
+        return observations[static_cast<std::size_t>(o)].load(std::memory_order_relaxed);
+    }
     histogram request_duration;
     histogram upstream_duration;
     histogram store_duration;

@@ -19,6 +19,9 @@ std::ostream& operator<<(std::ostream& os, state s) {
 std::ostream& operator<<(std::ostream& os, exchange_outcome o) {
     return os << to_string(o);
 }
+std::ostream& operator<<(std::ostream& os, observation o) {
+    return os << to_string(o);
+}
 std::ostream& operator<<(std::ostream& os, problem_code c) {
     return os << to_string(c);
 }
@@ -1059,4 +1062,167 @@ TEST_CASE("exchange_fsm: problem codes and names are stable") {
     CHECK(to_string(exchange_outcome::lease_lost) == "lease_lost");
     CHECK(to_string(action_kind::extend_lease) == "extend_lease");
     CHECK(to_string(state::retry_wait) == "retry_wait");
+}
+
+// --- observe mode (issue 13): decide as `required`, act as plain proxying ---------------------
+
+namespace {
+
+idempotency_config observe_policy() {
+    idempotency_config p = make_policy();
+    p.mode = idempotency_mode::observe;
+    return p;
+}
+
+/// A passthrough instead of what enforcement would have done, the store left untouched.
+void check_observed_passthrough(exchange& x, action a, observation would) {
+    CHECK(a.kind == action_kind::passthrough);
+    CHECK(a.status_header == idempotency_status::none);
+    REQUIRE(x.fsm.observed().has_value());
+    CHECK(*x.fsm.observed() == would);
+    CHECK(x.fsm.on_responded(x.now()).kind == action_kind::done);
+    check_done(x, exchange_outcome::passthrough);
+}
+
+} // namespace
+
+TEST_CASE("exchange_fsm: observe mode guards the route's methods like required") {
+    idempotency_config p = observe_policy();
+    CHECK(guards_method(p, "POST"));
+    CHECK(guards_method(p, "PATCH"));
+    CHECK_FALSE(guards_method(p, "GET"));
+}
+
+TEST_CASE("exchange_fsm: observe mode records a first execution as required does, without "
+          "Idempotency-Status") {
+    exchange x(observe_policy());
+    const time_point t0 = x.now();
+    action a = x.fsm.start(with_key, t0);
+    REQUIRE(a.kind == action_kind::claim);
+    CHECK(a.lease == 30s);
+    a = x.fsm.on_claim(acquired(), x.now());
+    REQUIRE(a.kind == action_kind::forward);
+    CHECK(a.wake_at == t0 + 10s);
+    // The lease is extended while the upstream works, as on a required route.
+    x.advance(10s);
+    a = x.fsm.on_tick(x.now());
+    REQUIRE(a.kind == action_kind::extend_lease);
+    a = x.fsm.on_extend(fence_event::ok, x.now());
+    REQUIRE(a.kind == action_kind::wait_until);
+    a = x.fsm.on_upstream(response(201, 512), x.now());
+    REQUIRE(a.kind == action_kind::complete);
+    CHECK(a.replayable);
+    CHECK(a.ttl == x.policy.ttl);
+    a = x.fsm.on_complete(fence_event::ok, x.now());
+    CHECK(a.kind == action_kind::respond);
+    CHECK(a.status_header == idempotency_status::none);
+    CHECK_FALSE(x.fsm.observed().has_value());
+    CHECK(x.fsm.on_responded(x.now()).kind == action_kind::done);
+    check_done(x, exchange_outcome::stored);
+}
+
+TEST_CASE("exchange_fsm: observe mode releases what required releases") {
+    exchange x(observe_policy());
+    x.start_and_acquire();
+    action a = x.fsm.on_upstream(response(503), x.now());
+    REQUIRE(a.kind == action_kind::release);
+    a = x.fsm.on_release(fence_event::ok, x.now());
+    CHECK(a.kind == action_kind::respond);
+    CHECK(a.status_header == idempotency_status::none);
+    x.fsm.on_responded(x.now());
+    check_done(x, exchange_outcome::released);
+    CHECK_FALSE(x.fsm.observed().has_value());
+}
+
+TEST_CASE("exchange_fsm: observe mode forwards where required would replay, reject or wait") {
+    SUBCASE("a completed record: would replay") {
+        exchange x(observe_policy());
+        REQUIRE(x.fsm.start(with_key, x.now()).kind == action_kind::claim);
+        check_observed_passthrough(x, x.fsm.on_claim(completed(), x.now()), observation::replay);
+    }
+    SUBCASE("a record kept without its body: would answer 409 not_replayable") {
+        exchange x(observe_policy());
+        x.fsm.start(with_key, x.now());
+        check_observed_passthrough(x, x.fsm.on_claim(completed(false), x.now()),
+                                   observation::not_replayable);
+    }
+    SUBCASE("the key in flight: would answer 409 in_progress") {
+        exchange x(observe_policy());
+        x.fsm.start(with_key, x.now());
+        check_observed_passthrough(x, x.fsm.on_claim(in_flight(20s), x.now()),
+                                   observation::conflict);
+    }
+    SUBCASE("the key in flight with concurrent: wait: never waits") {
+        idempotency_config p = observe_policy();
+        p.concurrent = concurrent_policy::wait;
+        exchange x(p);
+        x.fsm.start(with_key, x.now());
+        check_observed_passthrough(x, x.fsm.on_claim(in_flight(20s), x.now()),
+                                   observation::conflict);
+    }
+    SUBCASE("another fingerprint: would answer 422") {
+        exchange x(observe_policy());
+        x.fsm.start(with_key, x.now());
+        check_observed_passthrough(x, x.fsm.on_claim(mismatch(), x.now()), observation::mismatch);
+    }
+    SUBCASE("no key: would answer 400 missing_key; the store is not asked") {
+        exchange x(observe_policy());
+        check_observed_passthrough(x, x.fsm.start({true, key_presence::missing}, x.now()),
+                                   observation::missing_key);
+    }
+    SUBCASE("a malformed key: would answer 400 invalid_key; the store is not asked") {
+        exchange x(observe_policy());
+        check_observed_passthrough(x, x.fsm.start({true, key_presence::invalid}, x.now()),
+                                   observation::invalid_key);
+    }
+}
+
+TEST_CASE("exchange_fsm: observe mode never fails closed on a store error") {
+    idempotency_config p = observe_policy();
+    p.on_store_error = store_error_policy::fail_closed;
+    exchange x(p);
+    x.fsm.start(with_key, x.now());
+    action a = x.fsm.on_claim(claim_failed(), x.now());
+    CHECK(a.kind == action_kind::passthrough);
+    CHECK_FALSE(x.fsm.observed().has_value()); // nothing enforcement would have done differently
+    CHECK(x.fsm.on_responded(x.now()).kind == action_kind::done);
+    check_done(x, exchange_outcome::store_error);
+}
+
+TEST_CASE("exchange_fsm: observe mode streams an answer too large to hold without "
+          "Idempotency-Status") {
+    exchange x(observe_policy());
+    x.start_and_acquire();
+    action a = x.fsm.on_upstream(streaming(200, 2 << 20), x.now());
+    REQUIRE(a.kind == action_kind::stream);
+    CHECK(a.status_header == idempotency_status::none);
+    a = x.fsm.on_upstream(response(200, 5 << 20), x.now());
+    REQUIRE(a.kind == action_kind::complete);
+    CHECK_FALSE(a.replayable);
+    a = x.fsm.on_complete(fence_event::ok, x.now());
+    CHECK(a.status_header == idempotency_status::none);
+    x.fsm.on_responded(x.now());
+    check_done(x, exchange_outcome::not_replayable);
+}
+
+TEST_CASE("exchange_fsm: observe mode keeps on_upstream_uncertain: hold's lease") {
+    exchange x(observe_policy());
+    x.start_and_acquire();
+    action a = x.fsm.on_upstream(uncertain(upstream_result::timed_out), x.now());
+    check_reject(a, problem_code::upstream_timeout, 504, 30s);
+    x.fsm.on_responded(x.now());
+    check_done(x, exchange_outcome::held);
+    CHECK_FALSE(x.fsm.observed().has_value());
+}
+
+TEST_CASE("exchange_fsm: other modes never report an observation") {
+    for (auto mode : {idempotency_mode::required, idempotency_mode::optional}) {
+        idempotency_config p = make_policy();
+        p.mode = mode;
+        exchange x(p);
+        x.fsm.start(with_key, x.now());
+        x.fsm.on_claim(completed(), x.now());
+        x.fsm.on_responded(x.now());
+        CHECK_FALSE(x.fsm.observed().has_value());
+    }
 }

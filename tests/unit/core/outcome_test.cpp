@@ -24,3 +24,19 @@ TEST_CASE("outcome: every value has its own stable label (SPEC §6)") {
     CHECK(seen.size() == core::outcome_count);
     CHECK(core::to_string(static_cast<core::outcome>(core::outcome_count)) == "?");
 }
+
+TEST_CASE("outcome: every observation has its own stable `would` label (observe mode)") {
+    constexpr const char* expected[] = {
+        "replay", "conflict", "mismatch", "missing_key", "invalid_key", "not_replayable",
+    };
+    REQUIRE(std::size(expected) == core::observation_count);
+    std::set<std::string> seen;
+    for (std::size_t i = 0; i < core::observation_count; ++i) {
+        const auto name = core::to_string(static_cast<core::observation>(i));
+        CAPTURE(i);
+        CHECK(name == expected[i]);
+        seen.emplace(name);
+    }
+    CHECK(seen.size() == core::observation_count);
+    CHECK(core::to_string(static_cast<core::observation>(core::observation_count)) == "?");
+}

@@ -33,6 +33,7 @@ TEST_CASE("metrics: the exposed metric families are stable") {
     CHECK(type_lines(text) == std::vector<std::string>{
                                   "# TYPE onceproxy_requests_total counter",
                                   "# TYPE onceproxy_store_round_trips_total counter",
+                                  "# TYPE onceproxy_observed_total counter",
                                   "# TYPE onceproxy_request_duration_seconds histogram",
                                   "# TYPE onceproxy_upstream_duration_seconds histogram",
                                   "# TYPE onceproxy_store_duration_seconds histogram",
@@ -67,6 +68,26 @@ TEST_CASE("metrics: every outcome of SPEC §6 has a series per route") {
                             o + "\"} 0\n") != std::string::npos);
         }
     }
+}
+
+TEST_CASE("metrics: observe mode's would-be actions have a series per route") {
+    registry reg({"payments", "orders"});
+    reg.route(0).count(onceproxy::core::observation::replay);
+    reg.route(0).count(onceproxy::core::observation::replay);
+    reg.route(1).count(onceproxy::core::observation::mismatch);
+    CHECK(reg.route(0).counted(onceproxy::core::observation::replay) == 2);
+    const auto text = reg.render();
+    CHECK(text.find("onceproxy_observed_total{route=\"payments\",would=\"replay\"} 2\n") !=
+          std::string::npos);
+    CHECK(text.find("onceproxy_observed_total{route=\"orders\",would=\"mismatch\"} 1\n") !=
+          std::string::npos);
+    for (const char* w : {"conflict", "mismatch", "missing_key", "invalid_key", "not_replayable"}) {
+        CAPTURE(w);
+        CHECK(text.find("onceproxy_observed_total{route=\"payments\",would=\"" + std::string(w) +
+                        "\"} 0\n") != std::string::npos);
+    }
+    // Observations are not outcomes: the request counts stay apart.
+    CHECK(reg.route(0).counted(outcome::replayed) == 0);
 }
 
 TEST_CASE("metrics: counters and histograms render what was recorded") {
