@@ -473,7 +473,8 @@ private:
             w_.mapping(redis,
                        {"url", "key_prefix", "connect_timeout", "command_timeout",
                         "connections_per_worker", "health_check_interval", "maxmemory_policy",
-                        "tls_ca_file", "username", "password", "password_file"})) {
+                        "tls_ca_file", "username", "password", "password_file", "sentinel",
+                        "durability", "replicas", "wait_timeout"})) {
             redis_config& r = store.redis;
             const yaml_field url = w_.get(redis, "url");
             if (auto text = w_.string(url)) {
@@ -499,6 +500,91 @@ private:
                     {{"refuse", maxmemory_check::refuse}, {"warn", maxmemory_check::warn}}));
             set(r.tls_ca_file, w_.string(w_.get(redis, "tls_ca_file")));
             read_redis_credentials(redis, url, r);
+            read_sentinel(w_.get(redis, "sentinel"), url, r);
+            read_durability(redis, r);
+        }
+    }
+
+    /// sentinel: { master, nodes, username, password | password_file, tls }, instead of url.
+    void read_sentinel(const yaml_field& f, const yaml_field& url, redis_config& r) {
+        if (!f.present() ||
+            !w_.mapping(f, {"master", "nodes", "username", "password", "password_file", "tls"})) {
+            return;
+        }
+        if (url.present()) {
+            w_.error(f, "set either url or sentinel, not both");
+        }
+        redis_sentinel_config s;
+        const yaml_field master = w_.get(f, "master");
+        if (!master.present()) {
+            w_.error(f, "sentinel needs master (the name the sentinels monitor it under)");
+        } else if (auto name = w_.string(master)) {
+            if (name->empty()) {
+                w_.error(master, "master is empty");
+            }
+            s.master = *name;
+        }
+        const yaml_field nodes = w_.get(f, "nodes");
+        if (!nodes.present()) {
+            w_.error(f, "sentinel needs nodes (host:port of each sentinel)");
+        } else if (auto list = w_.string_list(nodes)) {
+            if (list->empty()) {
+                w_.error(nodes, "nodes is empty; list at least one sentinel as host:port");
+            }
+            for (std::size_t i = 0; i < list->size(); ++i) {
+                auto ep = parse_host_port((*list)[i], 1);
+                if (!ep) {
+                    w_.error(w_.item(nodes, i),
+                             "invalid sentinel address '" + (*list)[i] +
+                                 "'; expected host:port, e.g. 10.0.0.5:26379 or [::1]:26379");
+                } else {
+                    s.nodes.push_back(*ep);
+                }
+            }
+        }
+        const yaml_field username = w_.get(f, "username");
+        const yaml_field password = w_.get(f, "password");
+        const yaml_field password_file = w_.get(f, "password_file");
+        set(s.username, w_.string(username));
+        if (password.present()) {
+            if (auto text = w_.scalar(password, "a string")) {
+                if (text->empty()) {
+                    w_.error(password, "the password is empty; omit the key for no password");
+                }
+                s.password = *text;
+            }
+        }
+        if (auto path = w_.string(password_file)) {
+            if (password.present()) {
+                w_.error(password_file, "set either password or password_file, not both");
+            } else {
+                read_password_file(password_file, *path, s.password, s.password_file);
+            }
+        }
+        if (username.present() && !password.present() && !password_file.present()) {
+            w_.error(username, "a username needs password or password_file");
+        }
+        set(s.tls, w_.boolean(w_.get(f, "tls")));
+        r.sentinel = std::move(s);
+    }
+
+    /// durability: async | replicated, replicas, wait_timeout (below command_timeout: a WAIT
+    /// holds the connection's later replies back until it returns).
+    void read_durability(const yaml_field& redis, redis_config& r) {
+        set(r.durability,
+            w_.enumeration<redis_durability>(w_.get(redis, "durability"),
+                                             {{"async", redis_durability::async},
+                                              {"replicated", redis_durability::replicated}}));
+        if (auto n = w_.integer(w_.get(redis, "replicas"), 1, 64)) {
+            r.replicas = static_cast<std::size_t>(*n);
+        }
+        const yaml_field wait = w_.get(redis, "wait_timeout");
+        set(r.wait_timeout, w_.positive_duration(wait));
+        if (r.durability == redis_durability::replicated && r.wait_timeout >= r.command_timeout) {
+            w_.error(wait.present() ? wait : w_.get(redis, "command_timeout"),
+                     "wait_timeout (" + std::to_string(r.wait_timeout.count()) +
+                         " ms) must be below command_timeout (" +
+                         std::to_string(r.command_timeout.count()) + " ms)");
         }
     }
 
@@ -556,7 +642,7 @@ private:
             if (password.present()) {
                 w_.error(password_file, "set either password or password_file, not both");
             } else {
-                read_password_file(password_file, *path, r);
+                read_password_file(password_file, *path, r.password, r.password_file);
             }
         }
         if (username.present() && !password.present() && !password_file.present()) {
@@ -579,7 +665,8 @@ private:
 
     /// A mounted Secret, read once at start. One trailing line break is not part of the password
     /// (files written by editors and `echo` end with one).
-    void read_password_file(const yaml_field& f, const std::string& path, redis_config& r) {
+    void read_password_file(const yaml_field& f, const std::string& path, std::string& password,
+                            std::string& password_file) {
         std::ifstream in(path, std::ios::binary);
         if (!in) {
             w_.error(f, "cannot read password_file '" + path + "'");
@@ -596,8 +683,8 @@ private:
             w_.error(f, "password_file '" + path + "' is empty");
             return;
         }
-        r.password = std::move(text);
-        r.password_file = path;
+        password = std::move(text);
+        password_file = path;
     }
 
     std::optional<std::vector<std::string>> read_header_list(const yaml_field& f) {

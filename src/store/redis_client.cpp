@@ -275,6 +275,9 @@ struct redis_client::impl : std::enable_shared_from_this<redis_client::impl> {
                 p->ec = ec;
             }
         }
+        if (options.address_source && p->reply.is_error("READONLY")) {
+            l->close(errc::unavailable); // a demoted master: find the new one
+        }
         out.ec = p->ec;
         out.written = p->written;
         out.reply = std::move(p->reply);
@@ -376,6 +379,14 @@ struct redis_client::impl : std::enable_shared_from_this<redis_client::impl> {
         if (!ca_error.empty()) {
             co_return fail(l, errc::tls_failed, ca_error);
         }
+        if (options.address_source) {
+            auto addr = co_await options.address_source();
+            if (addr.ec) {
+                co_return fail(l, addr.ec, std::move(addr.message));
+            }
+            options.url.host = std::move(addr.host);
+            options.url.port = addr.port;
+        }
         // One watchdog bounds the whole attempt (resolve + connect + TLS + AUTH + SELECT +
         // SCRIPT LOAD): an unreachable or silent Redis gives a clear error, never a hang.
         auto wd = std::make_shared<watchdog_state>(ex);
@@ -453,6 +464,18 @@ struct redis_client::impl : std::enable_shared_from_this<redis_client::impl> {
             std::vector<std::string> select{"SELECT", std::to_string(options.url.db)};
             if (auto bad = co_await handshake(l, wd, std::move(select), "SELECT", errc::protocol)) {
                 co_return *bad;
+            }
+        }
+        if (options.address_source) {
+            std::vector<std::string> role{"ROLE"};
+            auto r = co_await exec_on(l, std::move(role));
+            if (wd->timed_out) {
+                co_return timeout_failure(l);
+            }
+            if (r.ec || r.reply.type != redis_reply::kind::array || r.reply.elements.empty() ||
+                r.reply.elements[0].str != "master") {
+                co_return fail(l, errc::unavailable,
+                               "Redis at " + where() + " is not a master (ROLE); asking again");
             }
         }
         for (const auto& script : options.scripts) {
@@ -589,6 +612,12 @@ void redis_client::start() {
 
 void redis_client::stop() {
     impl_->stop();
+}
+
+void redis_client::drop_connection() {
+    if (impl_->current) {
+        impl_->current->close(errc::unavailable);
+    }
 }
 
 void redis_client::set_password(std::string password) {

@@ -2,10 +2,12 @@
 
 #include "onceproxy/log/log.hpp"
 #include "onceproxy/store/error.hpp"
+#include "onceproxy/store/redis_sentinel.hpp"
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/execution/context.hpp>
+#include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/query.hpp>
 #include <boost/asio/this_coro.hpp>
@@ -151,9 +153,40 @@ struct redis_store::impl {
         return nullptr;
     }
 
+    // durability replicated: `cmd` and a WAIT right behind it (issued in the same event-loop
+    // turn, so in the same write). Fewer acknowledgements than `replicas` → not_replicated.
+    net::awaitable<redis_exec_result> exec_replicated(redis_client& c,
+                                                      std::vector<std::string> cmd) {
+        using namespace net::experimental::awaitable_operators;
+        std::vector<std::string> wait{"WAIT", std::to_string(cfg.replicas),
+                                      std::to_string(cfg.wait_timeout.count())};
+        auto both = co_await (c.async_exec(std::move(cmd)) && c.async_exec(std::move(wait)));
+        redis_exec_result r = std::move(std::get<0>(both));
+        const redis_exec_result& w = std::get<1>(both);
+        if (r.ec || r.reply.is_error()) {
+            co_return r;
+        }
+        if (w.ec) {
+            r.ec = w.ec;
+        } else if (w.reply.type != redis_reply::kind::integer) {
+            r.ec = reply_error();
+        } else if (w.reply.integer < static_cast<long long>(cfg.replicas)) {
+            r.ec = errc::not_replicated;
+        }
+        if (r.ec) {
+            r.written = true;
+            log::debug("store", "write not acknowledged by enough replicas",
+                       {{"required", static_cast<std::int64_t>(cfg.replicas)},
+                        {"acknowledged", static_cast<std::int64_t>(w.ec ? -1 : w.reply.integer)}});
+        }
+        co_return r;
+    }
+
     // EVALSHA; on NOSCRIPT (nothing ran), one EVAL of the same script, which also reloads it.
+    // `durable`: followed by WAIT when durability is replicated (claim and complete).
     net::awaitable<redis_exec_result> eval(redis_client& c, const script& s, std::string key,
-                                           std::vector<std::string> args) {
+                                           std::vector<std::string> args, bool durable = false) {
+        const bool wait = durable && cfg.durability == config::redis_durability::replicated;
         std::vector<std::string> cmd;
         cmd.reserve(args.size() + 4);
         cmd.emplace_back("EVALSHA");
@@ -163,11 +196,21 @@ struct redis_store::impl {
         for (auto& a : args) {
             cmd.push_back(std::move(a));
         }
-        auto r = co_await c.async_exec(cmd);
+        // (No co_await inside a conditional expression: GCC 12 miscompiles it.)
+        redis_exec_result r;
+        if (wait) {
+            r = co_await exec_replicated(c, cmd);
+        } else {
+            r = co_await c.async_exec(cmd);
+        }
         if (!r.ec && r.reply.is_error("NOSCRIPT")) {
             cmd[0] = "EVAL";
             cmd[1] = s.body;
-            r = co_await c.async_exec(std::move(cmd));
+            if (wait) {
+                r = co_await exec_replicated(c, std::move(cmd));
+            } else {
+                r = co_await c.async_exec(std::move(cmd));
+            }
             if (!r.ec && r.reply.is_error("NOSCRIPT")) {
                 r.ec = errc::script_missing;
             }
@@ -182,7 +225,9 @@ struct redis_store::impl {
 redis_store::redis_store(const config::redis_config& cfg,
                          std::vector<net::any_io_executor> executors)
     : impl_(std::make_unique<impl>()) {
-    auto url = parse_redis_url(cfg.url);
+    // With Sentinel the data nodes' address comes from the sentinels (url is not used).
+    auto url =
+        cfg.sentinel ? boost::system::result<redis_url>(redis_url{}) : parse_redis_url(cfg.url);
     if (!url) {
         throw std::invalid_argument("store.redis.url: " + describe_redis_url_error(cfg.url));
     }
@@ -203,6 +248,21 @@ redis_store::redis_store(const config::redis_config& cfg,
     o.connect_timeout = cfg.connect_timeout;
     o.command_timeout = cfg.command_timeout;
     o.health_check_interval = cfg.health_check_interval;
+    if (cfg.sentinel) {
+        redis_sentinel_options so;
+        so.master_name = cfg.sentinel->master;
+        for (const auto& n : cfg.sentinel->nodes) {
+            so.nodes.push_back({n.host, n.port});
+        }
+        so.username = cfg.sentinel->username;
+        so.password = cfg.sentinel->password;
+        so.tls = cfg.sentinel->tls;
+        so.tls_ca_file = cfg.tls_ca_file;
+        so.connect_timeout = cfg.connect_timeout;
+        so.command_timeout = cfg.command_timeout;
+        o.address_source =
+            redis_sentinel::address_source(std::make_shared<redis_sentinel>(std::move(so)));
+    }
     o.scripts = {impl_->claim.body, impl_->complete.body, impl_->release.body, impl_->extend.body};
     const std::size_t per_worker = std::max<std::size_t>(cfg.connections_per_worker, 1);
     for (auto& ex : executors) {
@@ -333,7 +393,9 @@ net::awaitable<redis_startup_report> redis_store::async_check_startup() {
         report.message = connected.message;
         co_return report;
     }
-    const std::string where = opts.url.host + ":" + std::to_string(opts.url.port);
+    const std::string where = impl_->cfg.sentinel
+                                  ? "the master of '" + impl_->cfg.sentinel->master + "'"
+                                  : opts.url.host + ":" + std::to_string(opts.url.port);
     std::vector<std::string> config_get{"CONFIG", "GET", "maxmemory-policy"};
     auto r = co_await probe.async_exec(std::move(config_get));
     if (r.ec) {
@@ -377,7 +439,7 @@ net::awaitable<result<claim_result>> redis_store::async_claim(claim_request req)
     }
     std::string key = redis_key(req.key);
     std::vector<std::string> args{req.fingerprint, req.owner, millis(req.lease)};
-    auto r = co_await impl_->eval(*c, impl_->claim, key, std::move(args));
+    auto r = co_await impl_->eval(*c, impl_->claim, key, std::move(args), true);
     if (r.ec) {
         const bool lost_reply = r.written && (r.ec == errc::timeout || r.ec == errc::unavailable);
         if (!lost_reply) {
@@ -437,7 +499,7 @@ redis_store::async_complete(std::string key, std::string owner, std::string payl
         co_return error_code(errc::unavailable);
     }
     std::vector<std::string> args{std::move(owner), std::move(payload), millis(ttl)};
-    auto r = co_await impl_->eval(*c, impl_->complete, redis_key(key), std::move(args));
+    auto r = co_await impl_->eval(*c, impl_->complete, redis_key(key), std::move(args), true);
     co_return to_fence(r);
 }
 

@@ -779,6 +779,279 @@ def _exempt(label, route):
 T0 = time.monotonic()
 
 
+# ---------------------------------------------------------------------------------------------
+# Failover mode (--failover async|replicated): Sentinel, master killed under load
+
+FAILOVER_CONFIG = """\
+# onceproxy configuration of tests/soak/soak.py --failover (written per run).
+listen: 127.0.0.1:0
+admin:
+  listen: 127.0.0.1:0
+workers: 1
+access_log: false
+upstreams:
+  app:
+    url: http://127.0.0.1:{upstream_port}
+    connect_timeout: 500ms
+    timeout: 2s
+store:
+  type: redis
+  redis:
+    connect_timeout: 500ms
+    command_timeout: 250ms
+    durability: {durability}
+    replicas: 1
+    wait_timeout: 100ms
+    sentinel:
+      master: {master}
+      nodes: [{nodes}]
+defaults:
+  ttl: 1h
+  lease: 2s
+routes:
+  - name: pay
+    match: {{ methods: [POST], prefix: /pay }}
+    upstream: app
+    idempotency: {{ mode: required, on_store_error: fail_closed }}
+"""
+
+
+def resp(port, *args, timeout=1.0):
+    """One Redis command over a fresh connection (RESP2); the decoded reply, or None."""
+    out = b"*%d\r\n" % len(args) + b"".join(
+        b"$%d\r\n%s\r\n" % (len(a), a) for a in (str(x).encode() for x in args))
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+            s.sendall(out)
+            f = s.makefile("rb")
+
+            def read():
+                line = f.readline().rstrip(b"\r\n")
+                t, rest = line[:1], line[1:]
+                if t in (b"+", b"-"):
+                    return rest.decode()
+                if t == b":":
+                    return int(rest)
+                if t == b"$":
+                    n = int(rest)
+                    return None if n < 0 else f.read(n + 2)[:-2].decode()
+                if t == b"*":
+                    n = int(rest)
+                    return None if n < 0 else [read() for _ in range(n)]
+                return None
+            return read()
+    except (OSError, ValueError):
+        return None
+
+
+class SentinelSet:
+    """A master, two replicas and three sentinels (quorum 2, down after 1 s) on loopback."""
+
+    NAME = "onceproxy-soak"
+
+    def __init__(self, procs):
+        self.procs = procs
+        self.nodes = {}  # port -> Popen
+        self.sentinels = [free_port() for _ in range(3)]
+        self.kills = 0
+        self.failover_seconds = []
+
+    def start_node(self, port, master=None):
+        argv = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                "--appendonly", "no", "--repl-diskless-sync-delay", "0", "--dir", self.procs.work,
+                "--logfile", os.path.join(self.procs.work, f"redis-{port}.log")]
+        if master:
+            argv += ["--replicaof", "127.0.0.1", str(master)]
+        self.nodes[port] = self.procs._spawn(argv, f"redis-{port}.stdout")
+        wait_until(lambda: tcp_open(port), 10, f"redis-server {port}")
+
+    def start(self):
+        ports = [free_port() for _ in range(3)]
+        self.start_node(ports[0])
+        for p in ports[1:]:
+            self.start_node(p, ports[0])
+        for sp in self.sentinels:
+            conf = os.path.join(self.procs.work, f"sentinel-{sp}.conf")
+            with open(conf, "w") as f:
+                f.write(f"port {sp}\nbind 127.0.0.1\nprotected-mode no\ndir {self.procs.work}\n"
+                        f"sentinel monitor {self.NAME} 127.0.0.1 {ports[0]} 2\n"
+                        f"sentinel down-after-milliseconds {self.NAME} 1000\n"
+                        f"sentinel failover-timeout {self.NAME} 4000\n"
+                        f"sentinel parallel-syncs {self.NAME} 2\n")
+            self.procs._spawn(["redis-server", conf, "--sentinel"], f"sentinel-{sp}.log")
+        wait_until(lambda: self.settled(ports[0]), 30, "sentinel set")
+
+    def settled(self, master):
+        for sp in self.sentinels:
+            info = resp(sp, "SENTINEL", "MASTER", self.NAME)
+            if not isinstance(info, list):
+                return False
+            d = dict(zip(info[::2], info[1::2]))
+            if (d.get("port") != str(master) or d.get("flags") != "master"
+                    or d.get("num-other-sentinels") != "2"):
+                return False
+        info = resp(master, "INFO", "replication") or ""
+        return info.count("state=online") == 2
+
+    def master(self):
+        for sp in self.sentinels:
+            r = resp(sp, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", self.NAME)
+            if isinstance(r, list) and len(r) == 2:
+                return int(r[1])
+        return None
+
+    def kill_master(self):
+        old = self.master()
+        p = self.nodes.pop(old)
+        self.procs.expected_exit.add(p)
+        t0 = time.monotonic()
+        p.send_signal(signal.SIGKILL)
+        p.wait(timeout=10)
+        self.kills += 1
+
+        def moved():
+            m = self.master()
+            return m not in (None, old) and isinstance(resp(m, "ROLE"), list) \
+                and resp(m, "ROLE")[0] == "master"
+        wait_until(moved, 30, "failover")
+        self.failover_seconds.append(time.monotonic() - t0)
+        new = self.master()
+        self.start_node(old, new)
+        # Settled on whichever node the sentinels name by then (a slow node may be failed over
+        # again meanwhile).
+        wait_until(lambda: self.settled(self.master()), 60, "sentinel set after failover")
+        return old, new
+
+    def stop_all(self):
+        pass  # the processes are Popen objects of `procs`, stopped by procs.stop_all()
+
+
+def failover_main(args):
+    work = tempfile.mkdtemp(prefix="onceproxy-failover.")
+    keep = os.environ.get("SOAK_KEEP") == "1"
+    procs = Processes(args.build, work)
+    sentinels = SentinelSet(procs)
+    answers = {}  # key -> the first final answer's Idempotency-Status (or status)
+    lock = threading.Lock()
+    stop = threading.Event()
+    tally = Counter()
+    started = time.monotonic()
+
+    def post(key):
+        port = procs.port(random.choice("AB"))
+        return fetch(port, "POST", "/pay", {"Idempotency-Key": key,
+                                            "Content-Type": "application/json",
+                                            "X-Test-Delay-Ms": "20"},
+                     b'{"amount":1}', timeout=10)
+
+    def until_final(key, deadline):
+        while True:
+            a = post(key)
+            final = a.status is not None and a.status not in (409, 503)
+            with lock:
+                tally[f"{a.status or a.error} {a.header('idempotency-status') or ''}".strip()] += 1
+            if final or time.monotonic() > deadline:
+                return a if final else None
+            time.sleep(0.1)
+
+    def client(idx):
+        n = 0
+        while not stop.is_set():
+            n += 1
+            key = f"fo-{args.seed}-{idx}-{n}"
+            a = until_final(key, time.monotonic() + 30)
+            with lock:
+                answers[key] = (a.header("idempotency-status") or str(a.status)) if a else "none"
+
+    try:
+        procs.start_upstream()
+        sentinels.start()
+        path = os.path.join(work, "onceproxy.yaml")
+        with open(path, "w") as f:
+            f.write(FAILOVER_CONFIG.format(
+                upstream_port=procs.upstream_port, durability=args.failover,
+                master=SentinelSet.NAME,
+                nodes=", ".join(f'"127.0.0.1:{p}"' for p in sentinels.sentinels)))
+        procs.start_proxy("A")
+        procs.start_proxy("B")
+        procs.wait_store_ready("A")
+        procs.wait_store_ready("B")
+        # The cost of the durability, before any fault: sequential first executions (the
+        # upstream answers at once), one client, each a new key.
+        lat = []
+        for i in range(300):
+            a = fetch(procs.port("A"), "POST", "/pay",
+                      {"Idempotency-Key": f"fo-lat-{args.seed}-{i}",
+                       "Content-Type": "application/json"}, b'{"amount":1}', timeout=10)
+            if a.status == 200:
+                lat.append((a.t1 - a.t0) * 1000)
+        lat.sort()
+        latency = (f"first execution, sequential, no faults: p50 {lat[len(lat) // 2]:.2f} ms, "
+                   f"p99 {lat[int(len(lat) * 0.99)]:.2f} ms ({len(lat)} requests)"
+                   if lat else "first execution latency: no answer")
+        log(latency)
+        log(f"failover mode ({args.failover}): {args.seconds:.0f} s, {args.clients} clients, "
+            f"a master kill every {args.fault_interval:.0f} s, work dir {work}")
+        threads = [threading.Thread(target=client, args=(i,), daemon=True)
+                   for i in range(args.clients)]
+        for t in threads:
+            t.start()
+        end = time.monotonic() + args.seconds
+        next_kill = time.monotonic() + min(args.fault_interval, 3)
+        while time.monotonic() < end:
+            if time.monotonic() >= next_kill:
+                old, new = sentinels.kill_master()
+                log(f"master {old} killed; the sentinels promoted {new} in "
+                    f"{sentinels.failover_seconds[-1]:.1f} s")
+                next_kill = time.monotonic() + args.fault_interval
+            time.sleep(0.1)
+        stop.set()
+        for t in threads:
+            t.join(60)
+        # Every key again, as a client that lost the answer retries: after the lease (a claim
+        # whose completion never landed) each must replay, unless its record was lost.
+        time.sleep(LEASE_S + 0.5)
+        keys = list(answers)
+        deadline = time.monotonic() + 60 + len(keys) * 0.01
+        with ThreadPoolExecutor(8) as pool:
+            list(pool.map(lambda k: until_final(k, deadline), keys))
+        counts = json.loads(fetch(procs.upstream_port, "GET", "/__counts").body)["keys"]
+        dup_stored = sum(1 for k in keys if counts.get(k, 0) > 1 and answers[k] == "stored")
+        dup_flagged = sum(1 for k in keys if counts.get(k, 0) > 1 and answers[k] != "stored")
+        extra = sum(max(counts.get(k, 0) - 1, 0) for k in keys)
+    except Exception:
+        keep = True
+        raise
+    finally:
+        procs.stop_all()
+        if keep:
+            log(f"work directory kept: {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+
+    first = Counter(answers.values())
+    print(f"\n=== onceproxy failover summary (durability: {args.failover}) ===")
+    print(f"duration: load {args.seconds:.0f} s, total {time.monotonic() - started:.0f} s; "
+          f"clients {args.clients}")
+    print(latency)
+    print(f"master kills: {sentinels.kills}; failover (kill to new master named and ROLE master): "
+          + ", ".join(f"{s:.1f} s" for s in sentinels.failover_seconds))
+    print(f"keys: {len(keys)}; first final answer: "
+          + ", ".join(f"{k} {v}" for k, v in sorted(first.items())))
+    print("answers by status:")
+    for k, v in sorted(tally.items()):
+        print(f"  {k:40} {v}")
+    print(f"duplicate executions: {extra} on {dup_stored + dup_flagged} keys; after a `stored` "
+          f"answer (a record lost in the failover): {dup_stored}; after an answer that said the "
+          f"record may be missing (unrecorded/error): {dup_flagged}")
+    print(f"RESULT durability={args.failover} kills={sentinels.kills} keys={len(keys)} "
+          f"duplicates={extra} after_stored={dup_stored} after_flagged={dup_flagged}")
+    if args.failover == "replicated" and dup_stored:
+        print("FAILED: a record acknowledged by a replica was lost in a failover")
+        return 1
+    return 0
+
+
 def main():
     global T0
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -788,7 +1061,11 @@ def main():
                     default=float(os.environ.get("SOAK_FAULT_INTERVAL", "15")))
     ap.add_argument("--clients", type=int, default=int(os.environ.get("SOAK_CLIENTS", "6")))
     ap.add_argument("--seed", type=int, default=int(os.environ.get("SOAK_SEED", str(os.getpid()))))
+    ap.add_argument("--failover", choices=["async", "replicated"],
+                    help="Sentinel mode: kill the master under load and count duplicate executions")
     args = ap.parse_args()
+    if args.failover:
+        return failover_main(args)
 
     work = tempfile.mkdtemp(prefix="onceproxy-soak.")
     keep = os.environ.get("SOAK_KEEP") == "1"

@@ -99,6 +99,13 @@ void redis_server::stop() {
     }
 }
 
+void redis_server::kill() {
+    if (proc_.running()) {
+        proc_.signal(SIGKILL);
+        proc_.wait(std::chrono::milliseconds(5'000));
+    }
+}
+
 std::string redis_server::cli(const std::vector<std::string>& args) const {
     std::string cmd = std::string(REDIS_CLI_BIN) + " -h 127.0.0.1 -p " + std::to_string(port_);
     if (!options_.requirepass.empty()) {

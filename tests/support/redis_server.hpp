@@ -41,6 +41,8 @@ public:
     void stop();
     /// Starts again on the same port and directory; waits until it accepts connections.
     void start();
+    /// SIGKILL (no shutdown, nothing written), wait.
+    void kill();
     void restart() {
         stop();
         start();

@@ -117,8 +117,30 @@ enum class maxmemory_check {
     warn,   ///< log and go on
 };
 
+/// `store.redis.sentinel`: the master is found through these sentinels instead of `url`. The
+/// fields here are the sentinels' own; the data nodes use store.redis's credentials.
+struct redis_sentinel_config {
+    std::string master;          ///< the name the sentinels monitor the master under
+    std::vector<endpoint> nodes; ///< host:port of each sentinel (at least one)
+    std::string username;        ///< the sentinels' ACL user; empty: none
+    std::string password;        ///< resolved: `password`, or the content of password_file
+    std::string password_file;   ///< the file password was read from at start; empty: none
+    bool tls = false;            ///< TLS to the sentinels (CA: store.redis.tls_ca_file)
+
+    friend bool operator==(const redis_sentinel_config&, const redis_sentinel_config&) = default;
+};
+
+enum class redis_durability {
+    async,      ///< a write is acknowledged by the master alone (Redis's replication is async)
+    replicated, ///< after claim and complete, WAIT for `replicas` replicas within wait_timeout
+};
+
 struct redis_config {
     std::string url = "redis://127.0.0.1:6379/0";
+    std::optional<redis_sentinel_config> sentinel; ///< set: discover the master (url unused)
+    redis_durability durability = redis_durability::async;
+    std::size_t replicas = 1;  ///< durability replicated: replicas that must acknowledge
+    duration wait_timeout{50}; ///< durability replicated: WAIT's bound (< command_timeout)
     std::string key_prefix = "onceproxy:";
     duration connect_timeout{500};
     duration command_timeout{250};

@@ -32,6 +32,10 @@ enum class errc {
     /// The TLS session with a reachable store could not be set up (certificate not trusted,
     /// name mismatch, CA file unreadable): a setting to fix, not an outage.
     tls_failed,
+
+    /// durability replicated: fewer replicas than required acknowledged a write within
+    /// wait_timeout (WAIT). The write stands on the master but may be lost in a failover.
+    not_replicated,
 };
 
 namespace detail {
@@ -56,6 +60,8 @@ public:
             return "store script missing";
         case errc::tls_failed:
             return "store TLS setup failed";
+        case errc::not_replicated:
+            return "store write not acknowledged by enough replicas";
         }
         return "onceproxy.store error";
     }

@@ -27,14 +27,28 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 namespace onceproxy::store {
 
+/// Where to connect, as an address source yields it (see redis_client_options::address_source).
+struct redis_address {
+    boost::system::error_code ec; ///< set: no address (the attempt fails with it and `message`)
+    std::string message;
+    std::string host;
+    std::uint16_t port = 0;
+};
+
 struct redis_client_options {
     redis_url url;
+    /// When set, asked at every connection attempt for the host and port to connect to (they
+    /// replace url.host and url.port; the other url fields stay), e.g. a Sentinel discovery.
+    /// The connection must then be to a master: ROLE is checked after AUTH, and a -READONLY
+    /// reply closes the connection, so the next attempt asks the source again.
+    std::function<boost::asio::awaitable<redis_address>()> address_source;
     std::string tls_ca_file; ///< rediss://: CA bundle (PEM); empty = system default paths
     std::chrono::milliseconds connect_timeout{500};         ///< whole connect + TLS + AUTH + SELECT
     std::chrono::milliseconds command_timeout{250};         ///< each command, from issue to reply
@@ -88,6 +102,10 @@ public:
 
     /// Closes the connection, fails pending commands with errc::unavailable and ends the loop.
     void stop();
+
+    /// Closes the open connection (pending commands fail with errc::unavailable); a started
+    /// client reconnects (asking its address_source again). Call on the client's executor.
+    void drop_connection();
 
     /// The password of the next connections (AUTH); the open one stays. Call on the client's
     /// executor.

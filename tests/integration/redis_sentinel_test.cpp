@@ -1,0 +1,291 @@
+// The Redis store behind Sentinel (SPEC §5): a real master, two replicas and three sentinels on
+// loopback ports (tests/support/redis_sentinel_set). The store contract suite runs against it;
+// failovers (SIGKILL of the master) are followed by the store and by a running onceproxy
+// without a restart; durability: replicated waits for replicas.
+
+#include "onceproxy/store/redis_store.hpp"
+
+#include "conformance/store_suite.hpp"
+#include "onceproxy/store/error.hpp"
+#include "onceproxy/store/redis_client.hpp"
+#include "support/http_client.hpp"
+#include "support/problem_check.hpp"
+#include "support/process.hpp"
+#include "support/proxy_fixture.hpp"
+#include "support/redis_sentinel_set.hpp"
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/io_context.hpp>
+
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+namespace net = boost::asio;
+using namespace std::chrono_literals;
+using onceproxy::store::claim_status;
+using onceproxy::store::redis_store;
+using onceproxy::test::redis_sentinel_set;
+namespace store = onceproxy::store;
+namespace test = onceproxy::test;
+using clock_type = std::chrono::steady_clock;
+
+redis_sentinel_set& shared_set() {
+    static redis_sentinel_set set;
+    return set;
+}
+
+onceproxy::config::redis_config sentinel_config(const redis_sentinel_set& set) {
+    onceproxy::config::redis_config cfg;
+    onceproxy::config::redis_sentinel_config s;
+    s.master = set.master_name();
+    for (const auto& n : set.sentinel_nodes()) {
+        s.nodes.push_back({"127.0.0.1", static_cast<std::uint16_t>(std::stoi(n.substr(10)))});
+    }
+    cfg.sentinel = s;
+    cfg.key_prefix = "sentinel-test:";
+    cfg.connect_timeout = 2'000ms;
+    cfg.command_timeout = 2'000ms;
+    cfg.health_check_interval = 60'000ms;
+    return cfg;
+}
+
+/// Runs `op` on `ioc` until it finishes (the context is stopped then, although the clients keep
+/// background work: reader, writer, health timer) or `limit` passes (test failure).
+template <class T>
+T run(net::io_context& ioc, net::awaitable<T> op, std::chrono::milliseconds limit = 15s) {
+    struct state {
+        bool done = false;
+        std::exception_ptr error;
+        std::optional<T> value;
+    };
+    auto st = std::make_shared<state>();
+    net::co_spawn(ioc, std::move(op), [st, &ioc](std::exception_ptr e, T v) {
+        st->done = true;
+        st->error = e;
+        if (!e) {
+            st->value.emplace(std::move(v));
+        }
+        ioc.stop();
+    });
+    ioc.restart();
+    ioc.run_for(limit);
+    REQUIRE_MESSAGE(st->done, "operation did not finish within the time limit");
+    if (st->error) {
+        std::rethrow_exception(st->error);
+    }
+    return std::move(*st->value);
+}
+
+/// A started redis_store on one io_context, found through the sentinels.
+struct store_env {
+    explicit store_env(onceproxy::config::redis_config c) : cfg(std::move(c)) {
+        store = std::make_unique<redis_store>(
+            cfg, std::vector<net::any_io_executor>{ioc.get_executor()});
+        store->start();
+        auto& client = *store->client_for(ioc.get_executor());
+        REQUIRE_MESSAGE(run(ioc, client.async_wait_ready(10s)),
+                        "no connection: " << client.last_failure().message);
+    }
+    ~store_env() {
+        store->stop();
+        ioc.restart();
+        ioc.run_for(100ms);
+    }
+    store::result<store::claim_result> claim(const std::string& key, const std::string& owner) {
+        return run(ioc, store->async_claim({key, "fp", owner, 30'000ms}));
+    }
+
+    onceproxy::config::redis_config cfg;
+    net::io_context ioc;
+    std::unique_ptr<redis_store> store;
+};
+
+class sentinel_fixture {
+public:
+    sentinel_fixture() : env_(sentinel_config(shared_set())) {}
+    store::store& store() { return *env_.store; }
+    template <class T>
+    T run(net::awaitable<T> op) {
+        return ::run(env_.ioc, std::move(op), 10s);
+    }
+    void advance(std::chrono::milliseconds d) { std::this_thread::sleep_for(d); }
+    std::string unique_key() { return test::unique_key("sentinel", "conformance"); }
+
+private:
+    store_env env_;
+};
+
+} // namespace
+
+ONCEPROXY_STORE_SUITE(sentinel_fixture);
+
+TEST_SUITE("redis sentinel") {
+    TEST_CASE("the record lands on the master the sentinels name, and reaches the replicas") {
+        auto& set = shared_set();
+        store_env env(sentinel_config(set));
+        const auto key = test::unique_key("sentinel", "where");
+        const auto r = env.claim(key, "owner-1");
+        REQUIRE(r.has_value());
+        CHECK(r->status == claim_status::acquired);
+        CHECK(set.master().cli({"HGET", "sentinel-test:" + key, "ow"}) == "owner-1\n");
+    }
+
+    TEST_CASE("a failover is followed: errors (never a hang) while it happens, then the new "
+              "master") {
+        auto& set = shared_set();
+        store_env env(sentinel_config(set));
+        const auto before = test::unique_key("sentinel", "before");
+        REQUIRE(env.claim(before, "o").has_value());
+        const auto old_port = set.master_port();
+
+        const auto killed = clock_type::now();
+        const auto now_port = set.fail_over();
+        CHECK(now_port != old_port);
+
+        // Operations during and after: each answers (bounded by run's limit), some fail with a
+        // store error until the client has found the new master.
+        std::size_t failed = 0;
+        bool back = false;
+        std::string key;
+        while (!back && clock_type::now() - killed < 30s) {
+            key = test::unique_key("sentinel", "after");
+            const auto r = env.claim(key, "o");
+            if (r.has_value() && r->status == claim_status::acquired) {
+                back = true;
+            } else {
+                ++failed;
+                std::this_thread::sleep_for(50ms);
+            }
+        }
+        CAPTURE(failed);
+        REQUIRE(back);
+        CHECK(set.node(now_port).cli({"HGET", "sentinel-test:" + key, "ow"}) == "o\n");
+    }
+
+    TEST_CASE("the sentinels' own password; a wrong one is a clear start-up error") {
+        test::redis_sentinel_set_options o;
+        o.sentinel_password = "watch-secret";
+        redis_sentinel_set set(o);
+        auto cfg = sentinel_config(set);
+        cfg.sentinel->password = "watch-secret";
+        {
+            store_env env(cfg);
+            const auto r = env.claim(test::unique_key("sentinel", "auth"), "o");
+            REQUIRE(r.has_value());
+            CHECK(r->status == claim_status::acquired);
+        }
+        cfg.sentinel->password = "wrong";
+        net::io_context ioc;
+        redis_store s(cfg, {ioc.get_executor()});
+        const auto report = run(ioc, s.async_check_startup());
+        CHECK(report.ec == store::errc::auth_failed);
+        CHECK(report.message.find("no sentinel gave the address of master 'onceproxy-test'") !=
+              std::string::npos);
+        CHECK(report.message.find("127.0.0.1:") != std::string::npos);
+    }
+
+    TEST_CASE("durability replicated: WAIT behind each claim and completion; too few replicas is "
+              "a store error") {
+        auto& set = shared_set();
+        auto cfg = sentinel_config(set);
+        cfg.durability = onceproxy::config::redis_durability::replicated;
+        cfg.replicas = 2;
+        cfg.wait_timeout = 500ms;
+        const auto waits_before = set.master().command_calls("wait");
+        {
+            store_env env(cfg);
+            const auto key = test::unique_key("sentinel", "durable");
+            const auto r = env.claim(key, "o");
+            REQUIRE_MESSAGE(r.has_value(), r.error().message());
+            CHECK(r->status == claim_status::acquired);
+            const auto done = run(env.ioc, env.store->async_complete(key, "o", "payload", 60s));
+            REQUIRE(done.has_value());
+            CHECK(*done == store::fence_status::ok);
+            // Every node, replicas included, has the completed record at once (WAIT 2).
+            for (const std::uint16_t p : set.node_ports()) {
+                CAPTURE(p);
+                CHECK(set.node(p).cli({"HGET", "sentinel-test:" + key, "st"}) == "c\n");
+            }
+        }
+        CHECK(set.master().command_calls("wait") == waits_before + 2);
+
+        cfg.replicas = 3; // only two exist
+        cfg.wait_timeout = 100ms;
+        store_env env(cfg);
+        const auto started = clock_type::now();
+        const auto r = env.claim(test::unique_key("sentinel", "short"), "o");
+        const auto took = clock_type::now() - started;
+        REQUIRE_FALSE(r.has_value());
+        CHECK(r.error() == store::errc::not_replicated);
+        CHECK(took >= 100ms);
+        CHECK(took < 2s);
+    }
+
+    TEST_CASE("onceproxy follows a failover without a restart") {
+        auto& set = shared_set();
+        test::upstream_process up(2);
+        test::proxy_config c;
+        c.upstream_port = up.port;
+        c.store = {"type: redis",
+                   "redis:",
+                   "  connect_timeout: 500ms",
+                   "  command_timeout: 250ms",
+                   "  sentinel:",
+                   "    master: " + set.master_name(),
+                   "    nodes:"};
+        for (const auto& n : set.sentinel_nodes()) {
+            c.store.push_back("      - \"" + n + "\"");
+        }
+        c.routes = "  - name: pay\n    match: { prefix: /pay }\n    upstream: app\n"
+                   "    idempotency: { mode: required, on_store_error: fail_closed }\n";
+        test::proxy_process proxy(c.yaml());
+        const auto post = [&](const std::string& key) {
+            return test::fetch(proxy.port, "POST", "/pay",
+                               {{"Idempotency-Key", key}, {"Content-Type", "application/json"}},
+                               R"({"amount":1})");
+        };
+        REQUIRE(test::eventually(
+            [&] { return post(test::unique_key("sentinel", "warm")).status == 200; }, 10s, 50ms));
+        const auto stored = test::unique_key("sentinel", "stored");
+        REQUIRE(post(stored).status == 200);
+
+        const auto killed = clock_type::now();
+        set.fail_over();
+        // Refused (503, never executed) until the proxy has found the new master, then served:
+        // a run of 10 stored answers within the bound.
+        std::size_t run_of = 0;
+        std::size_t refused = 0;
+        while (run_of < 10 && clock_type::now() - killed < 30s) {
+            const auto k = test::unique_key("sentinel", "back");
+            const auto r = post(k);
+            if (r.status == 200 && r.header("Idempotency-Status") == "stored") {
+                ++run_of;
+                CHECK(up.count(k) == 1);
+                continue;
+            }
+            run_of = 0;
+            ++refused;
+            onceproxy::test::check_problem(r, 503, "idempotency.store_unavailable");
+            CHECK(up.count(k) == 0);
+            std::this_thread::sleep_for(50ms);
+        }
+        CAPTURE(refused);
+        CAPTURE(proxy.log());
+        REQUIRE(run_of == 10);
+        CHECK(proxy.proc.running());
+        // The record made before the failover was replicated (idle master): still replayed.
+        const auto again = post(stored);
+        CHECK(again.status == 200);
+        CHECK(again.header("Idempotency-Status") == "replayed");
+        CHECK(up.count(stored) == 1);
+    }
+}
