@@ -113,11 +113,20 @@ write_proxy_config() {
     redis) store_block="{ type: redis, redis: { url: \"redis://127.0.0.1:$redis_port/0\"${redis_extra:+, $redis_extra} } }" ;;
     *) die "unknown store '$store' (memory|redis)" ;;
     esac
+    # A self-signed ECDSA P-256 certificate for the TLS rows (nginx serves the same pair).
+    if [ ! -f "$work_dir/tls.crt" ]; then
+        openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 \
+            -subj /CN=localhost -addext subjectAltName=IP:127.0.0.1,DNS:localhost \
+            -keyout "$work_dir/tls.key" -out "$work_dir/tls.crt" >/dev/null 2>&1 ||
+            die "openssl could not make the bench certificate"
+    fi
     sed -e "s|@WORKERS@|$workers|" -e "s|@UPSTREAM_PORT@|$upstream_port|" \
-        -e "s|@STORE@|$store_block|" "$bench_dir/onceproxy.yaml.in" >"$work_dir/onceproxy.yaml"
+        -e "s|@STORE@|$store_block|" -e "s|@DIR@|$work_dir|g" \
+        "$bench_dir/onceproxy.yaml.in" >"$work_dir/onceproxy.yaml"
 }
 
-# start_proxy: starts onceproxy on $work_dir/onceproxy.yaml; sets proxy_port, admin_port, proxy_pid.
+# start_proxy: starts onceproxy on $work_dir/onceproxy.yaml; sets proxy_port, admin_port,
+# proxy_tls_port, proxy_pid.
 start_proxy() {
     "$onceproxy_bin" --config "$work_dir/onceproxy.yaml" --port-file "$work_dir/onceproxy.port" \
         >"$work_dir/onceproxy.log" 2>&1 &
@@ -125,7 +134,7 @@ start_proxy() {
     started_pids+=("$proxy_pid")
     started_names[$proxy_pid]="onceproxy"
     wait_file "$work_dir/onceproxy.port" $proxy_pid "onceproxy"
-    read -r proxy_port admin_port <"$work_dir/onceproxy.port"
+    read -r proxy_port admin_port proxy_tls_port <"$work_dir/onceproxy.port"
     wait_tcp "$proxy_port" $proxy_pid "onceproxy"
 }
 

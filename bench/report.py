@@ -20,6 +20,8 @@ SCENARIOS = [
     ("direct", "upstream directly, GET"),
     ("nginx", "nginx proxy_pass, GET"),
     ("proxy", "onceproxy plain route, GET"),
+    ("nginx_tls", "nginx terminating TLS, GET"),
+    ("proxy_tls", "onceproxy terminating TLS, GET"),
     ("proxy_post", "onceproxy plain route, POST+key (Lua)"),
     ("replay", "onceproxy guarded, replay"),
     ("first", "onceproxy guarded, first execution"),
@@ -257,6 +259,14 @@ def main() -> int:
         fig["plain_cpu_per_request_vs_nginx"] = r
         print(f"  plain proxying CPU time per request onceproxy/nginx {r:5.2f}x  (lower is better; "
               f"steadier than req/s on a shared machine)")
+    r = ratio("proxy_tls", "nginx_tls", "rps")
+    if r is not None:
+        fig["tls_rps_vs_nginx"] = r
+        print(f"  TLS termination throughput onceproxy/nginx   {r:6.2f}x  [>= 1.0x]")
+    r = ratio("proxy_tls", "nginx_tls", "cpu_us")
+    if r is not None:
+        fig["tls_cpu_per_request_vs_nginx"] = r
+        print(f"  TLS termination CPU time per request onceproxy/nginx {r:5.2f}x  (lower is better)")
     r = ratio("proxy", "nginx", "p99")
     if r is not None:
         fig["plain_p99_vs_nginx"] = r

@@ -4,8 +4,8 @@
 #
 #   bench/run.sh [--duration 10s] [--connections 64] [--rounds 2] [--workers 1]
 #                [--upstream-threads 1] [--store redis|memory] [--keys 1000]
-#                [--scenarios direct,nginx,proxy,proxy_post,replay,first,observe,half,upload,
-#                             download]
+#                [--scenarios direct,nginx,proxy,nginx_tls,proxy_tls,proxy_post,replay,first,
+#                             observe,half,upload,download]
 #                [--bulk-bytes 1073741824] [--commandstats] [--commandstats-requests 1000]
 #                [--warmup 1]
 #                [--build-dir build/rel] [--out DIR]
@@ -24,7 +24,7 @@ workers=${BENCH_WORKERS:-1}
 upstream_threads=${BENCH_UPSTREAM_THREADS:-1}
 store=${BENCH_STORE:-redis}
 keys=${BENCH_KEYS:-1000}
-scenarios=${BENCH_SCENARIOS:-direct,nginx,proxy,proxy_post,replay,first,observe,half,upload,download}
+scenarios=${BENCH_SCENARIOS:-direct,nginx,proxy,nginx_tls,proxy_tls,proxy_post,replay,first,observe,half,upload,download}
 bulk_bytes=${BENCH_BULK_BYTES:-1073741824}
 build_dir=${BENCH_BUILD_DIR:-$repo_dir/build/rel}
 commandstats=0
@@ -69,7 +69,7 @@ case "$store" in memory | redis) ;; *) die "--store must be memory or redis" ;; 
 if [ "$commandstats" -eq 1 ] && [ "$store" != redis ]; then
     die "--commandstats counts Redis commands: use it with --store redis"
 fi
-for tool in wrk nginx curl python3; do
+for tool in wrk nginx curl python3 openssl; do
     command -v "$tool" >/dev/null || die "$tool is not installed (scripts/install-deps.sh)"
 done
 find_binaries "$build_dir"
@@ -101,11 +101,13 @@ start_proxy
 log "onceproxy on 127.0.0.1:$proxy_port (admin $admin_port), workers=$workers, store=$store"
 
 nginx_port=$(free_port)
+nginx_tls_port=$(free_port)
 user_line=""
 # As root, nginx workers would switch to `nobody`, which cannot enter the private work dir.
 [ "$(id -u)" -eq 0 ] && user_line="user root root;"
 sed -e "s|@USER@|$user_line|" -e "s|@WORKERS@|$nginx_workers|" -e "s|@DIR@|$work_dir|g" \
     -e "s|@UPSTREAM_PORT@|$upstream_port|" -e "s|@PORT@|$nginx_port|" \
+    -e "s|@TLS_PORT@|$nginx_tls_port|" \
     "$bench_dir/nginx.conf.in" >"$work_dir/nginx.conf"
 nginx -c "$work_dir/nginx.conf" -p "$work_dir" -e "$work_dir/nginx-error.log" \
     >"$work_dir/nginx.log" 2>&1 &
@@ -118,8 +120,10 @@ log "nginx on 127.0.0.1:$nginx_port (worker_processes $nginx_workers)"
 direct_url="http://127.0.0.1:$upstream_port/bench"
 nginx_url="http://127.0.0.1:$nginx_port/bench"
 proxy_url="http://127.0.0.1:$proxy_port/bench"
-for url in "$direct_url" "$nginx_url" "$proxy_url"; do
-    code=$(curl -s -o /dev/null -w '%{http_code}' --max-time 5 "$url" || true)
+nginx_tls_url="https://127.0.0.1:$nginx_tls_port/bench"
+proxy_tls_url="https://127.0.0.1:$proxy_tls_port/bench"
+for url in "$direct_url" "$nginx_url" "$proxy_url" "$nginx_tls_url" "$proxy_tls_url"; do
+    code=$(curl -s -o /dev/null -w '%{http_code}' --cacert "$work_dir/tls.crt" --max-time 5 "$url" || true)
     [ "$code" = 200 ] || die "GET $url answered '$code', expected 200"
 done
 
@@ -170,7 +174,7 @@ cpu_ticks() {
 }
 measured_pids() {
     case "$1" in
-    nginx) echo "$nginx_pid" $(pgrep -P "$nginx_pid" || true) ;;
+    nginx | nginx_tls) echo "$nginx_pid" $(pgrep -P "$nginx_pid" || true) ;;
     direct | half_direct) echo "$upstream_pid" ;;
     *) echo "$proxy_pid" ;;
     esac
@@ -235,6 +239,8 @@ run_scenario() {
     direct) run_wrk "$round" direct "$connections" "$direct_url" ;;
     nginx) run_wrk "$round" nginx "$connections" "$nginx_url" ;;
     proxy) run_wrk "$round" proxy "$connections" "$proxy_url" ;;
+    nginx_tls) run_wrk "$round" nginx_tls "$connections" "$nginx_tls_url" ;;
+    proxy_tls) run_wrk "$round" proxy_tls "$connections" "$proxy_tls_url" ;;
     proxy_post)
         run_wrk "$round" proxy_post "$connections" "http://127.0.0.1:$proxy_port/plain" \
             fresh.lua "pp-$run_id-$round" ;;
@@ -264,8 +270,8 @@ run_scenario() {
 
 IFS=, read -r -a scenario_list <<<"$scenarios"
 for s in "${scenario_list[@]}"; do
-    case "$s" in direct | nginx | proxy | proxy_post | replay | first | observe | half | upload | download) ;;
-    *) die "unknown scenario '$s' (direct,nginx,proxy,proxy_post,replay,first,observe,half,upload,download)" ;; esac
+    case "$s" in direct | nginx | proxy | nginx_tls | proxy_tls | proxy_post | replay | first | observe | half | upload | download) ;;
+    *) die "unknown scenario '$s' (direct,nginx,proxy,nginx_tls,proxy_tls,proxy_post,replay,first,observe,half,upload,download)" ;; esac
 done
 
 # Half of peak load: a short closed-loop run of onceproxy gives its peak; each of the
@@ -286,7 +292,7 @@ n_warm=0
 if [ "$warmup" -gt 0 ]; then
     saved=$seconds
     seconds=$warmup
-    for url in "$direct_url" "$nginx_url" "$proxy_url"; do
+    for url in "$direct_url" "$nginx_url" "$proxy_url" "$nginx_tls_url" "$proxy_tls_url"; do
         run_wrk warmup "w$((++n_warm))" "$connections" "$url"
     done
     seconds=$saved

@@ -33,6 +33,7 @@ the same idempotency key takes effect at most once and every retry gets the firs
   --config FILE        configuration to serve with (default: conf/example.yaml)
   --check-config FILE  validate one or more files, print every error, and exit
   --port-file PATH     write "LISTEN_PORT ADMIN_PORT" to PATH once the listeners are bound
+                       (then TLS_PORT when tls is configured)
   --watch-config SECONDS
                        check the config file every SECONDS (1 to 3600) and reload it when it
                        changed, as SIGHUP does (a ConfigMap update swaps a symlink); default off

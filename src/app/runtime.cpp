@@ -53,11 +53,12 @@ struct event_loop : net::io_context {
 /// One event loop with everything a connection needs; a connection never leaves its worker.
 struct worker {
     worker(net::io_context& c, const std::shared_ptr<const config::config>& cfg,
-           std::shared_ptr<store::store> st, metrics::registry& reg)
+           std::shared_ptr<store::store> st, metrics::registry& reg,
+           std::shared_ptr<http::tls_source> tls)
         : ioc(c), guard(net::make_work_guard(ioc)), watch(ioc.get_executor()),
           fwd(std::make_shared<upstream::forwarder>(ioc.get_executor(), cfg, watch)),
           srv(ioc, cfg, std::make_shared<http::handler>(cfg, fwd, std::move(st), reg, tracker), reg,
-              watch, tracker) {}
+              watch, tracker, std::move(tls)) {}
 
     /// A reload, run on this worker's loop: requests read from now on use `next`; those in
     /// flight keep the handler (config, forwarder) they started with until they end.
@@ -237,11 +238,22 @@ public:
     /// Makes the workers and binds every listener (each worker its own socket on one port,
     /// SO_REUSEPORT; then the admin address). False: do not start.
     bool bind() {
+        if (current_->tls) {
+            try {
+                tls_ = std::make_shared<http::tls_source>(*current_->tls);
+            } catch (const std::exception& e) {
+                log::error("tls", "cannot load the certificate", {{"error", e.what()}});
+                return false;
+            }
+            tls_stamps_ = tls_stamps_of(*current_->tls);
+            reg_.tls_certificate_expiry = tls_->not_after();
+        }
         try {
             for (auto& l : loops_) {
-                workers_.push_back(std::make_unique<worker>(*l, current_, st_, reg_));
-                workers_.back()->srv.listen(port_);
+                workers_.push_back(std::make_unique<worker>(*l, current_, st_, reg_, tls_));
+                workers_.back()->srv.listen(port_, tls_port_);
                 port_ = workers_.back()->srv.port();
+                tls_port_ = workers_.back()->srv.tls_port();
             }
         } catch (const std::exception& e) {
             log::error("app", "cannot listen",
@@ -275,11 +287,18 @@ public:
             {{"host", current_->listen.host},
              {"port", port_},
              {"admin_port", admin_port_},
+             {"tls_port", tls_port_},
              {"workers", workers_.size()},
              {"store", current_->store.type == config::store_type::memory ? "memory" : "redis"}});
         if (!opts_.port_file.empty()) {
             const auto tmp = opts_.port_file + ".tmp";
-            std::ofstream(tmp) << port_ << ' ' << admin_port_ << '\n';
+            std::ofstream out(tmp);
+            out << port_ << ' ' << admin_port_;
+            if (tls_port_ != 0) {
+                out << ' ' << tls_port_; // the TLS port (tls.listen, or listen itself)
+            }
+            out << '\n';
+            out.close();
             std::rename(tmp.c_str(), opts_.port_file.c_str());
         }
     }
@@ -291,6 +310,9 @@ public:
         if (opts_.watch_interval.count() > 0) {
             watched_ = file_stamp_of(current_->source_file);
             watch_config();
+        }
+        if (tls_) {
+            watch_tls();
         }
         http::run_guarded(main_ioc_, "admin event loop", reg_.internal_errors);
     }
@@ -441,6 +463,54 @@ private:
         });
     }
 
+    /// The stamps of a tls block's files, in the order cert, key, client CA.
+    static std::array<file_stamp, 3> tls_stamps_of(const config::tls_files& t) {
+        return {file_stamp_of(t.cert_file), file_stamp_of(t.key_file),
+                t.client_ca_file.empty() ? file_stamp{} : file_stamp_of(t.client_ca_file)};
+    }
+
+    /// Certificate rotation: every tls.reload_interval, the stamps of the cert, key and CA
+    /// files (a Secret update swaps a symlink: a new inode); a change loads the pair for new
+    /// connections (reload_tls).
+    void watch_tls() {
+        const auto every = current_->tls ? current_->tls->reload_interval : config::duration{};
+        // 0: SIGHUP only; the timer still runs so that a reload may set an interval.
+        tls_timer_.expires_after(every.count() > 0 ? every : std::chrono::seconds(5));
+        tls_timer_.async_wait([this, every](const boost::system::error_code& ec) {
+            if (ec || signalled_) {
+                return;
+            }
+            if (every.count() > 0 && current_->tls) {
+                const auto now = tls_stamps_of(*current_->tls);
+                if (now != tls_stamps_ && now[0] != file_stamp{} && now[1] != file_stamp{}) {
+                    reload_tls("certificate files changed");
+                }
+            }
+            watch_tls();
+        });
+    }
+
+    /// Loads the current config's TLS files for new connections; open connections keep theirs.
+    /// A pair that does not load (a half-written file, a key that does not match) is logged
+    /// and counted, and the pair in use stays; the next change of the files is tried again.
+    void reload_tls(const char* why) {
+        if (!tls_ || !current_->tls) {
+            return;
+        }
+        const auto& t = *current_->tls;
+        tls_stamps_ = tls_stamps_of(t);
+        if (auto error = tls_->reload(t)) {
+            reg_.tls_reloads_failure.fetch_add(1, std::memory_order_relaxed);
+            log::error("tls", "certificate reload failed; the certificate in use stays",
+                       {{"cause", why}, {"error", *error}});
+            return;
+        }
+        reg_.tls_reloads_success.fetch_add(1, std::memory_order_relaxed);
+        reg_.tls_certificate_expiry = tls_->not_after();
+        log::info("tls", "certificate reloaded; new connections use it",
+                  {{"cause", why}, {"cert_file", t.cert_file}, {"not_after", tls_->not_after()}});
+    }
+
     /// SIGHUP (issue 9 item 5), on the main loop: re-reads the file with the start-up loader. A
     /// file that does not load, or that changes settings bound at start, is refused as a whole
     /// and the running config stays. Otherwise every worker installs the new config on its own
@@ -485,6 +555,7 @@ private:
         if (next->limits.max_connections != current_->limits.max_connections) {
             reg_.connection_limit = connection_limit(*next);
         }
+        const bool tls_changed = next->tls && current_->tls && !(*next->tls == *current_->tls);
         const auto digest = config_digest(*next);
         auto pending = std::make_shared<std::atomic<std::size_t>>(workers_.size());
         for (const auto& w : workers_) {
@@ -502,6 +573,9 @@ private:
             });
         }
         current_ = std::move(next);
+        if (tls_ && (tls_changed || tls_stamps_of(*current_->tls) != tls_stamps_)) {
+            reload_tls(why);
+        }
     }
 
     /// The config new requests get; a reload replaces it (main loop only). Shutdown reads its
@@ -516,6 +590,10 @@ private:
     std::shared_ptr<store::store> st_;
     std::unique_ptr<admin_server> admin_;
     unsigned short port_ = 0;
+    unsigned short tls_port_ = 0;
+    std::shared_ptr<http::tls_source> tls_;  ///< null: no TLS
+    std::array<file_stamp, 3> tls_stamps_{}; ///< the TLS files as last loaded
+    net::steady_timer tls_timer_{main_ioc_}; ///< certificate rotation polling
     unsigned short admin_port_ = 0;
     net::signal_set signals_{main_ioc_, SIGTERM, SIGINT};
     net::signal_set hup_{main_ioc_, SIGHUP};

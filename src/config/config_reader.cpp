@@ -3,6 +3,7 @@
 #include "config/idempotency_block.hpp"
 #include "config/yaml_walker.hpp"
 #include "onceproxy/config/cidr.hpp"
+#include "onceproxy/config/tls_material.hpp"
 
 #include <algorithm>
 #include <cctype>
@@ -173,6 +174,15 @@ public:
             cfg.admin.listen->host == cfg.listen.host) {
             w_.error(admin_listen_mark_, "admin.listen must differ from listen");
         }
+        if (cfg.tls && cfg.tls->listen) {
+            const auto& tl = *cfg.tls->listen;
+            if (tl.port != 0 && tl == cfg.listen) {
+                w_.error(tls_listen_mark_, "tls.listen must differ from listen (omit tls.listen "
+                                           "to serve TLS on listen itself)");
+            } else if (tl.port != 0 && cfg.admin.listen && tl == *cfg.admin.listen) {
+                w_.error(tls_listen_mark_, "tls.listen must differ from admin.listen");
+            }
+        }
         return cfg;
     }
 
@@ -190,19 +200,50 @@ private:
         return ep;
     }
 
+    /// tls: the files are loaded as the running proxy loads them, so that a file that would
+    /// not serve is an error here, blamed on its key.
     void read_tls(const yaml_field& f, config& cfg) {
-        if (!f.present() || !w_.mapping(f, {"cert_file", "key_file"})) {
+        if (!f.present() || !w_.mapping(f, {"listen", "cert_file", "key_file", "client_ca_file",
+                                            "require_client_cert", "reload_interval"})) {
             return;
         }
-        // Parsed for the day it is served; refused here so that --check-config and a start
-        // (or a reload) agree, with the place to blame.
-        w_.error(f, "inbound TLS termination is not supported by this version; terminate TLS "
-                    "in front of onceproxy");
-        auto cert = w_.string(w_.require(f, "cert_file"));
-        auto key = w_.string(w_.require(f, "key_file"));
-        if (cert && key) {
-            cfg.tls = tls_files{std::move(*cert), std::move(*key)};
+        tls_files t;
+        const yaml_field listen = w_.get(f, "listen");
+        tls_listen_mark_ = listen;
+        if (listen.present()) {
+            t.listen = read_endpoint(listen);
         }
+        const yaml_field cert = w_.require(f, "cert_file");
+        const yaml_field key = w_.require(f, "key_file");
+        const yaml_field ca = w_.get(f, "client_ca_file");
+        const yaml_field require = w_.get(f, "require_client_cert");
+        auto cert_path = w_.string(cert);
+        auto key_path = w_.string(key);
+        set(t.client_ca_file, w_.string(ca));
+        if (auto b = w_.boolean(require)) {
+            t.require_client_cert = *b;
+            if (*b && !ca.present()) {
+                w_.error(require, "require_client_cert needs client_ca_file (the CAs that "
+                                  "client certificates are verified against)");
+            }
+        }
+        set(t.reload_interval, w_.duration_or_zero(w_.get(f, "reload_interval")));
+        if (!cert_path || !key_path) {
+            return;
+        }
+        t.cert_file = std::move(*cert_path);
+        t.key_file = std::move(*key_path);
+        if (ca.present() && t.client_ca_file.empty()) {
+            return; // blamed already
+        }
+        const auto material = load_server_tls(t);
+        if (material.error) {
+            const auto& at = material.error->file == tls_file_kind::cert  ? cert
+                             : material.error->file == tls_file_kind::key ? key
+                                                                          : ca;
+            w_.error(at, material.error->message);
+        }
+        cfg.tls = std::move(t);
     }
 
     void read_admin(const yaml_field& f, config& cfg) {
@@ -775,8 +816,11 @@ private:
         b.methods = read_methods(w_.get(f, "methods"), true);
         read_key(w_.get(f, "key"), b);
         const yaml_field scope = w_.get(f, "scope");
-        if (scope.present() && w_.mapping(scope, {"headers"})) {
+        if (scope.present() && w_.mapping(scope, {"headers", "principal"})) {
             b.scope_headers = read_header_list(w_.get(scope, "headers"));
+            b.principal = w_.enumeration<principal_source>(
+                w_.get(scope, "principal"), {{"headers", principal_source::headers},
+                                             {"client_cert", principal_source::client_cert}});
         }
         const yaml_field fp = w_.get(f, "fingerprint");
         if (fp.present() && w_.mapping(fp, {"headers", "json_canonical"})) {
@@ -1044,6 +1088,7 @@ private:
 
     yaml_walker w_;
     yaml_field admin_listen_mark_;
+    yaml_field tls_listen_mark_;
     yaml_field drain_timeout_mark_;
     bool drain_timeout_given_ = false; ///< a default yaml_field counts as present: track it here
     std::vector<yaml_field> upstream_timeout_marks_; ///< one per upstream, in order

@@ -32,6 +32,7 @@ idempotency_block merge(const idempotency_block& parent, const idempotency_block
     inherit(out.key_syntax_value, parent.key_syntax_value, child.key_syntax_value);
     inherit(out.key_forward, parent.key_forward, child.key_forward);
     inherit(out.scope_headers, parent.scope_headers, child.scope_headers);
+    inherit(out.principal, parent.principal, child.principal);
     inherit(out.fingerprint_headers, parent.fingerprint_headers, child.fingerprint_headers);
     inherit(out.json_canonical, parent.json_canonical, child.json_canonical);
     inherit(out.ttl, parent.ttl, child.ttl);
@@ -60,6 +61,7 @@ idempotency_config resolve(const idempotency_block& block) {
     apply(out.key.syntax, block.key_syntax_value);
     apply(out.key.forward, block.key_forward);
     apply(out.scope_headers, block.scope_headers);
+    apply(out.principal, block.principal);
     apply(out.fingerprint_headers, block.fingerprint_headers);
     apply(out.json_canonical, block.json_canonical);
     apply(out.ttl, block.ttl);

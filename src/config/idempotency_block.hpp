@@ -24,6 +24,7 @@ struct idempotency_block {
     std::optional<key_syntax> key_syntax_value;
     std::optional<bool> key_forward;
     std::optional<std::vector<std::string>> scope_headers;
+    std::optional<principal_source> principal;
     std::optional<std::vector<std::string>> fingerprint_headers;
     std::optional<bool> json_canonical;
     std::optional<duration> ttl;

@@ -4,11 +4,13 @@ namespace onceproxy::config {
 
 namespace {
 
+/// What is bound at start: whether TLS is served, and where. The files, the client CAs and the
+/// polling interval apply live (new connections get them; open ones keep theirs).
 bool same_tls(const std::optional<tls_files>& a, const std::optional<tls_files>& b) {
     if (a.has_value() != b.has_value()) {
         return false;
     }
-    return !a || (a->cert_file == b->cert_file && a->key_file == b->key_file);
+    return !a || a->listen == b->listen;
 }
 
 /// The readiness settings as written: the index of the checked upstream is left out (a reorder
@@ -44,7 +46,7 @@ std::vector<std::string> changes_needing_restart(const config& running, const co
         }
     };
     changed(running.listen != next.listen, "listen");
-    changed(!same_tls(running.tls, next.tls), "tls");
+    changed(!same_tls(running.tls, next.tls), "tls (on or off, tls.listen)");
     changed(running.admin.listen != next.admin.listen, "admin.listen");
     changed(!same_readiness(running.admin.readiness, next.admin.readiness), "admin.readiness");
     const auto* checked_before = checked_upstream(running);

@@ -70,7 +70,11 @@ derived_request derive_request_facts(const config::idempotency_config& policy,
     if (policy.key.json_pointer.empty() && !policy.key.forward) {
         skip = policy.key.header;
     }
-    const auto scope = collect(req, policy.scope_headers, skip);
+    auto scope = collect(req, policy.scope_headers, skip);
+    if (policy.principal == config::principal_source::client_cert) {
+        // A name no header can have: a header cannot pose as the certificate.
+        scope.emplace_back(":client-certificate", req.client_cert_subject);
+    }
     out.store_key = store_key("", route_name, principal_hash(scope), *key);
     fingerprint_input fi;
     fi.method = req.method;

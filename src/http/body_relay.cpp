@@ -90,14 +90,31 @@ gather::gather(std::string_view head, std::string_view piece, bool chunked, std:
              net::buffer(tail.data(), tail.size())};
 }
 
-net::awaitable<bool> write_piece(net::ip::tcp::socket& sock, wire::deadline_watch::slot& dl,
-                                 std::chrono::steady_clock::duration timeout, std::string_view data,
-                                 bool chunked) {
+namespace {
+
+template <class Stream>
+net::awaitable<bool> write_piece_to(Stream& sock, wire::deadline_watch::slot& dl,
+                                    std::chrono::steady_clock::duration timeout,
+                                    std::string_view data, bool chunked) {
     const gather g({}, data, chunked, {});
     dl.expires_after(timeout);
     auto [ec, n] = co_await net::async_write(sock, g.buffers(), use_tuple);
     (void)n;
     co_return !ec;
+}
+
+} // namespace
+
+net::awaitable<bool> write_piece(net::ip::tcp::socket& sock, wire::deadline_watch::slot& dl,
+                                 std::chrono::steady_clock::duration timeout, std::string_view data,
+                                 bool chunked) {
+    return write_piece_to(sock, dl, timeout, data, chunked);
+}
+
+net::awaitable<bool> write_piece(wire::client_stream& sock, wire::deadline_watch::slot& dl,
+                                 std::chrono::steady_clock::duration timeout, std::string_view data,
+                                 bool chunked) {
+    return write_piece_to(sock, dl, timeout, data, chunked);
 }
 
 net::awaitable<body_end> relay_body(wire::response_parser& rp, body_source from, body_sink to,

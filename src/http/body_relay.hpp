@@ -6,6 +6,7 @@
 // each piece written before the next is read (back-pressure: a slow client slows the upstream).
 
 #include "onceproxy/upstream/forwarder.hpp"
+#include "onceproxy/wire/client_stream.hpp"
 #include "onceproxy/wire/deadline_watch.hpp"
 #include "onceproxy/wire/message_parser.hpp"
 
@@ -31,7 +32,7 @@ inline constexpr std::size_t relay_chunk = 64 * 1024;
 
 /// The client side of one session, lent for one request to whatever streams its answer.
 struct client_side {
-    boost::asio::ip::tcp::socket& sock;
+    wire::client_stream& sock;         ///< plain or TLS
     boost::beast::flat_buffer& buffer; ///< may hold the start of the next (pipelined) request
     wire::deadline_watch::slot& dl;
     std::string& scratch; ///< a reusable buffer for serialised heads
@@ -83,9 +84,12 @@ private:
 };
 
 /// Writes `data` as one piece of a body (a chunk when `chunked`) within `timeout`; false when
-/// the write failed.
+/// the write failed. (To an upstream connection or to the client.)
 boost::asio::awaitable<bool> write_piece(boost::asio::ip::tcp::socket& sock,
                                          wire::deadline_watch::slot& dl,
+                                         std::chrono::steady_clock::duration timeout,
+                                         std::string_view data, bool chunked);
+boost::asio::awaitable<bool> write_piece(wire::client_stream& sock, wire::deadline_watch::slot& dl,
                                          std::chrono::steady_clock::duration timeout,
                                          std::string_view data, bool chunked);
 
@@ -123,7 +127,7 @@ struct body_source {
 
 /// The client side of a body relay.
 struct body_sink {
-    boost::asio::ip::tcp::socket& sock;
+    wire::client_stream& sock;
     wire::deadline_watch::slot& dl;
     std::chrono::steady_clock::duration timeout; ///< for each write
     bool rechunk = false;                        ///< send each piece as a chunk, then the end

@@ -450,7 +450,7 @@ core::request_view view_of(const request& req, std::vector<core::header_view>& l
     for (const auto& f : req) {
         lines.emplace_back(f.name_string(), f.value());
     }
-    return {req.method_string(), req.target(), lines, req.body()};
+    return {req.method_string(), req.target(), lines, req.body(), {}};
 }
 
 } // namespace
@@ -477,7 +477,13 @@ net::awaitable<response> async_run_exchange(std::shared_ptr<exchange_env> env,
 
     // Request facts: the key (header or natural), scope and fingerprint (SPEC §3.1, 3.3-3.5).
     std::vector<core::header_view> lines;
-    auto derived = core::derive_request_facts(pol, route.name, view_of(s->req, lines));
+    auto view = view_of(s->req, lines);
+    std::string subject;
+    if (pol.principal == config::principal_source::client_cert) {
+        subject = target.client.sock.verified_client_subject();
+        view.client_cert_subject = subject;
+    }
+    auto derived = core::derive_request_facts(pol, route.name, view);
     lines.clear(); // the views point into s->req, which the erase below may change
     if (pol.key.json_pointer.empty() && !pol.key.forward) {
         s->req.erase(pol.key.header);

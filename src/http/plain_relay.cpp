@@ -74,7 +74,8 @@ bool wants_upgrade(const request& req) {
 }
 
 /// Copies `from` to `to` until either fails or stays idle past its deadline.
-net::awaitable<void> pump(tcp::socket& from, wire::deadline_watch::slot& from_dl, tcp::socket& to,
+template <class From, class To>
+net::awaitable<void> pump(From& from, wire::deadline_watch::slot& from_dl, To& to,
                           wire::deadline_watch::slot& to_dl, clock::duration idle) {
     std::array<char, 16 * 1024> buf{};
     for (;;) {
@@ -92,10 +93,10 @@ net::awaitable<void> pump(tcp::socket& from, wire::deadline_watch::slot& from_dl
     }
     // Closed together: whichever side ends, the other direction ends too.
     boost::system::error_code ignored;
-    from.shutdown(tcp::socket::shutdown_both, ignored);
-    to.shutdown(tcp::socket::shutdown_both, ignored);
-    from.cancel(ignored);
-    to.cancel(ignored);
+    from.lowest_layer().shutdown(tcp::socket::shutdown_both, ignored);
+    to.lowest_layer().shutdown(tcp::socket::shutdown_both, ignored);
+    from.lowest_layer().cancel(ignored);
+    to.lowest_layer().cancel(ignored);
 }
 
 } // namespace

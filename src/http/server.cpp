@@ -6,6 +6,8 @@
 #include "onceproxy/http/loop_guard.hpp"
 #include "onceproxy/http/problem.hpp"
 #include "onceproxy/http/request_target.hpp"
+#include "onceproxy/http/tls_source.hpp"
+#include "onceproxy/wire/client_stream.hpp"
 #include "onceproxy/wire/deadline_watch.hpp"
 #include "onceproxy/wire/head_writer.hpp"
 #include "onceproxy/wire/message_parser.hpp"
@@ -74,16 +76,20 @@ struct server::impl : std::enable_shared_from_this<impl> {
     };
 
     impl(net::io_context& c, std::shared_ptr<const config::config> cf, std::shared_ptr<handler> hd,
-         metrics::registry& r, wire::deadline_watch& w, task_tracker& t)
-        : ioc(c), cfg(std::move(cf)), h(std::move(hd)), reg(r), watch(w), tracker(t), acceptor(c) {}
+         metrics::registry& r, wire::deadline_watch& w, task_tracker& t,
+         std::shared_ptr<tls_source> ts)
+        : ioc(c), cfg(std::move(cf)), h(std::move(hd)), reg(r), watch(w), tracker(t), acceptor(c),
+          tls_acceptor(c), tls(std::move(ts)) {}
 
     net::io_context& ioc;
     std::shared_ptr<const config::config> cfg; ///< the start config: the listen address
     std::shared_ptr<handler> h;                ///< the current config's request path
     metrics::registry& reg;
     wire::deadline_watch& watch;
-    task_tracker& tracker; ///< every session is joined by the worker's drain
-    tcp::acceptor acceptor;
+    task_tracker& tracker;           ///< every session is joined by the worker's drain
+    tcp::acceptor acceptor;          ///< `listen`: plain, or TLS when tls.listen is unset
+    tcp::acceptor tls_acceptor;      ///< tls.listen, when set
+    std::shared_ptr<tls_source> tls; ///< the certificate new TLS connections get; null: no TLS
     bool draining = false;
     std::list<session_entry> sessions;
 
@@ -96,13 +102,14 @@ struct server::impl : std::enable_shared_from_this<impl> {
         };
     }
 
-    net::awaitable<void> accept_loop() {
+    /// Accepts on `from` (a TLS listener when `with_tls`).
+    net::awaitable<void> accept_loop(tcp::acceptor& from, bool with_tls) {
         auto self = shared_from_this();
         accept_backoff backoff;
-        while (acceptor.is_open()) {
-            auto [ec, sock] = co_await acceptor.async_accept(use_tuple);
+        while (from.is_open()) {
+            auto [ec, sock] = co_await from.async_accept(use_tuple);
             if (ec) {
-                if (ec == net::error::operation_aborted || !acceptor.is_open()) {
+                if (ec == net::error::operation_aborted || !from.is_open()) {
                     co_return;
                 }
                 // Out of descriptors or a transient error: back off instead of spinning, and
@@ -116,11 +123,19 @@ struct server::impl : std::enable_shared_from_this<impl> {
             if (static_cast<std::uint64_t>(reg.open_connections.load(std::memory_order_relaxed)) >=
                 reg.connection_limit.load(std::memory_order_relaxed)) {
                 reg.connections_refused.fetch_add(1, std::memory_order_relaxed);
+                if (with_tls) {
+                    // No handshake for a connection that is not served: it is closed.
+                    boost::system::error_code ignored;
+                    sock.close(ignored);
+                    continue;
+                }
                 net::co_spawn(ioc, refuse(std::move(sock), tracker.enter()),
                               log_failure("refused connection"));
                 continue;
             }
-            net::co_spawn(ioc, session(std::move(sock), tracker.enter()), log_failure("session"));
+            net::co_spawn(
+                ioc, session(std::move(sock), with_tls ? tls->current() : nullptr, tracker.enter()),
+                log_failure("session"));
         }
     }
 
@@ -150,27 +165,31 @@ struct server::impl : std::enable_shared_from_this<impl> {
         sock.close(ignored);
     }
 
-    net::awaitable<void> session(tcp::socket sock, [[maybe_unused]] task_tracker::token held);
+    /// `tls_ctx`: the connection is TLS, served with this context; null: plain.
+    net::awaitable<void> session(tcp::socket sock, std::shared_ptr<net::ssl::context> tls_ctx,
+                                 [[maybe_unused]] task_tracker::token held);
 };
 
 /// One client connection: its socket, read buffer and deadline, and the steps of its loop.
 struct server::impl::connection {
-    connection(impl& s, tcp::socket sock)
-        : srv(s), stream(std::move(sock)), dl(s.watch, stream),
+    connection(impl& s, tcp::socket sock, std::shared_ptr<net::ssl::context> tls_ctx)
+        : srv(s), stream(tls_ctx ? wire::client_stream(std::move(sock), std::move(tls_ctx))
+                                 : wire::client_stream(std::move(sock))),
+          dl(s.watch, stream.socket()),
           // Bounded: a header, a chunk-size line or a trailer section that does not fit is a
           // read error (buffer_overflow), never unbounded memory (see message_parser.hpp).
           buffer(wire::read_buffer_limit(s.h->config().limits.max_header_bytes)),
-          entry(s.sessions.insert(s.sessions.end(), session_entry{&stream, false})) {
+          entry(s.sessions.insert(s.sessions.end(), session_entry{&stream.socket(), false})) {
         srv.reg.open_connections.fetch_add(1, std::memory_order_relaxed);
         boost::system::error_code ec;
-        auto ep = stream.remote_endpoint(ec);
+        auto ep = stream.socket().remote_endpoint(ec);
         ctx.client_ip = ec ? "unknown" : ep.address().to_string();
-        ctx.tls = false;
-        stream.set_option(tcp::no_delay(true), ec);
+        ctx.tls = stream.tls();
+        stream.socket().set_option(tcp::no_delay(true), ec);
     }
     ~connection() {
         boost::system::error_code ignored;
-        stream.shutdown(tcp::socket::shutdown_send, ignored);
+        stream.socket().shutdown(tcp::socket::shutdown_send, ignored);
         srv.sessions.erase(entry);
         srv.reg.open_connections.fetch_sub(1, std::memory_order_relaxed);
     }
@@ -178,7 +197,7 @@ struct server::impl::connection {
     connection& operator=(const connection&) = delete;
 
     impl& srv;
-    tcp::socket stream;
+    wire::client_stream stream;
     wire::deadline_watch::slot dl;
     beast::flat_buffer buffer;
     std::list<session_entry>::iterator entry;
@@ -362,9 +381,20 @@ struct server::impl::connection {
 };
 
 net::awaitable<void> server::impl::session(tcp::socket sock,
+                                           std::shared_ptr<net::ssl::context> tls_ctx,
                                            [[maybe_unused]] task_tracker::token held) {
     auto self = shared_from_this();
-    connection c(*this, std::move(sock));
+    connection c(*this, std::move(sock), std::move(tls_ctx));
+    if (c.stream.tls()) {
+        // The handshake is part of the first request's head: within header_timeout.
+        c.dl.expires_after(c.limits().header_timeout);
+        const auto ec = co_await c.stream.async_handshake();
+        if (ec) {
+            reg.tls_handshake_failures.fetch_add(1, std::memory_order_relaxed);
+            co_return;
+        }
+        c.ctx.client_cert_subject = c.stream.verified_client_subject();
+    }
     while (!draining) {
         auto verdict = co_await c.read_request();
         if (!verdict.accepted) {
@@ -379,14 +409,15 @@ net::awaitable<void> server::impl::session(tcp::socket sock,
 
 server::server(net::io_context& ioc, std::shared_ptr<const config::config> cfg,
                std::shared_ptr<handler> h, metrics::registry& reg, wire::deadline_watch& watch,
-               task_tracker& tracker)
-    : impl_(std::make_shared<impl>(ioc, std::move(cfg), std::move(h), reg, watch, tracker)) {}
+               task_tracker& tracker, std::shared_ptr<tls_source> tls)
+    : impl_(std::make_shared<impl>(ioc, std::move(cfg), std::move(h), reg, watch, tracker,
+                                   std::move(tls))) {}
 
 server::~server() = default;
 
-void server::listen(unsigned short port_override) {
-    auto& a = impl_->acceptor;
-    const auto& l = impl_->cfg->listen;
+namespace {
+
+void open_listener(tcp::acceptor& a, const config::endpoint& l, unsigned short port_override) {
     tcp::endpoint ep(net::ip::make_address(l.host), port_override ? port_override : l.port);
     a.open(ep.protocol());
     a.set_option(tcp::acceptor::reuse_address(true));
@@ -396,18 +427,42 @@ void server::listen(unsigned short port_override) {
     a.listen(net::socket_base::max_listen_connections);
 }
 
+} // namespace
+
+void server::listen(unsigned short port_override, unsigned short tls_port_override) {
+    const auto& cfg = *impl_->cfg;
+    open_listener(impl_->acceptor, cfg.listen, port_override);
+    if (cfg.tls && cfg.tls->listen && impl_->tls) {
+        open_listener(impl_->tls_acceptor, *cfg.tls->listen, tls_port_override);
+    }
+}
+
 unsigned short server::port() const {
     return impl_->acceptor.local_endpoint().port();
 }
 
+unsigned short server::tls_port() const {
+    if (impl_->tls_acceptor.is_open()) {
+        return impl_->tls_acceptor.local_endpoint().port();
+    }
+    return impl_->tls ? port() : 0;
+}
+
 void server::start() {
-    net::co_spawn(impl_->ioc, impl_->accept_loop(), impl_->log_failure("accept loop"));
+    const bool listen_is_tls = impl_->tls && !impl_->tls_acceptor.is_open();
+    net::co_spawn(impl_->ioc, impl_->accept_loop(impl_->acceptor, listen_is_tls),
+                  impl_->log_failure("accept loop"));
+    if (impl_->tls_acceptor.is_open()) {
+        net::co_spawn(impl_->ioc, impl_->accept_loop(impl_->tls_acceptor, true),
+                      impl_->log_failure("TLS accept loop"));
+    }
 }
 
 void server::drain() {
     impl_->draining = true;
     boost::system::error_code ec;
     impl_->acceptor.close(ec);
+    impl_->tls_acceptor.close(ec);
     for (auto& s : impl_->sessions) {
         if (!s.busy) {
             s.stream->cancel(ec); // idle keep-alive connection: close it now

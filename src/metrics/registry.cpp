@@ -206,6 +206,22 @@ std::string registry::render() const {
            "When the config serving new requests was loaded (start or the last successful "
            "reload), in seconds since the epoch.",
            {{"", static_cast<std::uint64_t>(config_loaded_at_.load(std::memory_order_relaxed))}});
+    if (const auto expiry = tls_certificate_expiry.load(std::memory_order_relaxed); expiry != 0) {
+        family("onceproxy_tls_certificate_reloads_total", "counter",
+               "Inbound TLS certificate reloads (a changed cert/key/CA file, or SIGHUP) by "
+               "result: success (new connections get the new pair) or failure (logged; the "
+               "pair in use stays).",
+               {{"{result=\"success\"}", get(tls_reloads_success)},
+                {"{result=\"failure\"}", get(tls_reloads_failure)}});
+        family("onceproxy_tls_certificate_expiry_timestamp_seconds", "gauge",
+               "When the certificate served to new TLS connections expires, in seconds since "
+               "the epoch.",
+               {{"", static_cast<std::uint64_t>(expiry)}});
+        family("onceproxy_tls_handshake_failures_total", "counter",
+               "Inbound TLS handshakes that failed (bad client hello, no common cipher, a "
+               "client certificate refused, or no handshake within limits.header_timeout).",
+               {{"", get(tls_handshake_failures)}});
+    }
     return out;
 }
 

@@ -1,5 +1,7 @@
 #include "onceproxy/wire/message_reader.hpp"
 
+#include "onceproxy/wire/client_stream.hpp"
+
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/core/read_size.hpp>
@@ -63,8 +65,8 @@ bool has_obs_fold(std::string_view head) {
 
 } // namespace
 
-template <bool isRequest>
-net::awaitable<error_code> async_read(net::ip::tcp::socket& sock, boost::beast::flat_buffer& buffer,
+template <bool isRequest, class Stream>
+net::awaitable<error_code> async_read(Stream& sock, boost::beast::flat_buffer& buffer,
                                       message_parser<isRequest>& parser, read_until until) {
     if (until != read_until::some && reached(parser, until)) {
         co_return error_code{};
@@ -116,6 +118,10 @@ template net::awaitable<error_code> async_read<true>(net::ip::tcp::socket&,
                                                      message_parser<true>&, read_until);
 template net::awaitable<error_code> async_read<false>(net::ip::tcp::socket&,
                                                       boost::beast::flat_buffer&,
+                                                      message_parser<false>&, read_until);
+template net::awaitable<error_code> async_read<true>(client_stream&, boost::beast::flat_buffer&,
+                                                     message_parser<true>&, read_until);
+template net::awaitable<error_code> async_read<false>(client_stream&, boost::beast::flat_buffer&,
                                                       message_parser<false>&, read_until);
 
 } // namespace onceproxy::wire

@@ -135,7 +135,9 @@ proxy_process::proxy_process(const std::string& yaml, unsigned short upstream_po
     std::istringstream in(ports);
     unsigned listen = 0;
     unsigned admin_listen = 0;
-    in >> listen >> admin_listen;
+    unsigned tls_listen = 0;
+    in >> listen >> admin_listen >> tls_listen;
+    tls_port = static_cast<unsigned short>(tls_listen);
     port = static_cast<unsigned short>(listen);
     admin_port = static_cast<unsigned short>(admin_listen);
 }

@@ -45,6 +45,7 @@ struct proxy_process {
     process proc;
     unsigned short port = 0;       ///< the proxy listener
     unsigned short admin_port = 0; ///< 0 when the config has no admin listener
+    unsigned short tls_port = 0;   ///< the TLS port (config `tls`); 0 without TLS
     std::string config_file;
 
     /// Writes `yaml` (a full config; "{UPSTREAM_PORT}" replaced by `upstream_port`, then each

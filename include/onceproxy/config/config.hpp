@@ -24,10 +24,21 @@ struct endpoint {
     friend bool operator==(const endpoint&, const endpoint&) = default;
 };
 
-/// Inbound TLS termination (cert and key are PEM files).
+/// Inbound TLS termination (README "TLS: inbound"). Files are PEM; the certificate file holds
+/// the leaf first, then its chain.
 struct tls_files {
+    /// Set: a TLS listener at this address, next to the plain `listen`. Unset: `listen` itself
+    /// serves TLS (and no plain listener exists).
+    std::optional<endpoint> listen;
     std::string cert_file;
     std::string key_file;
+    /// Set: clients are asked for a certificate, verified against these CAs (mTLS).
+    std::string client_ca_file;
+    bool require_client_cert = false; ///< no verified client certificate: handshake refused
+    /// How often the files are checked for a change (inode, size, mtime); 0: on SIGHUP only.
+    duration reload_interval{5'000};
+
+    friend bool operator==(const tls_files&, const tls_files&) = default;
 };
 
 /// /readyz also checks that the app behind the proxy answers (issue 9 item 7).
@@ -196,6 +207,12 @@ enum class uncertain_policy {
     fail,    ///< record 502 upstream.outcome_unknown; the key is consumed
 };
 
+/// Who a key belongs to, besides the scope headers (SPEC §3.3).
+enum class principal_source {
+    headers,     ///< the scope headers alone
+    client_cert, ///< also the subject of the verified TLS client certificate (mTLS)
+};
+
 enum class store_error_policy {
     fail_closed, ///< 503 idempotency.store_unavailable
     fail_open,   ///< forward unprotected, logged and counted
@@ -246,6 +263,7 @@ struct idempotency_config {
     // Cookie too: an app that authenticates with a session cookie must not put every user in one
     // scope, where user B's retry of A's key and body would replay A's answer (and its cookie).
     std::vector<std::string> scope_headers{"Authorization", "Cookie"};
+    principal_source principal = principal_source::headers;
     std::vector<std::string> fingerprint_headers{"Content-Type"};
     bool json_canonical = true;
     duration ttl{24LL * 3600 * 1000};

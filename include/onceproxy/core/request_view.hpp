@@ -19,6 +19,8 @@ struct request_view {
     /// Every header line in arrival order (name, value); names compare case-insensitively.
     std::span<const header_view> headers;
     std::string_view body; ///< the whole body, already de-chunked
+    /// The subject of the client's verified TLS certificate; empty when there is none.
+    std::string_view client_cert_subject;
 
     /// Values of every line named `name`, in arrival order.
     [[nodiscard]] std::vector<std::string_view> values(std::string_view name) const;

@@ -28,6 +28,8 @@ struct client_side;
 struct request_context {
     std::string client_ip;
     bool tls = false;
+    /// TLS with a verified client certificate: its subject (RFC 2253); else empty.
+    std::string client_cert_subject;
     std::chrono::steady_clock::time_point received{};
 };
 

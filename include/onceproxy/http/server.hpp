@@ -5,6 +5,7 @@
 #include "onceproxy/config/config.hpp"
 #include "onceproxy/http/handler.hpp"
 #include "onceproxy/http/task_tracker.hpp"
+#include "onceproxy/http/tls_source.hpp"
 #include "onceproxy/metrics/registry.hpp"
 #include "onceproxy/wire/deadline_watch.hpp"
 
@@ -21,18 +22,23 @@ public:
     /// `cfg`: the start config (listen). `h`: the request path of the config to serve.
     /// `watch`: the worker's coarse deadline clock (client read and write deadlines).
     /// `tracker`: the worker's tracked coroutines; each session holds a token of it.
+    /// `tls`: the certificate TLS connections are served with (config `tls`); null: no TLS.
     server(boost::asio::io_context& ioc, std::shared_ptr<const config::config> cfg,
            std::shared_ptr<handler> h, metrics::registry& reg, wire::deadline_watch& watch,
-           task_tracker& tracker);
+           task_tracker& tracker, std::shared_ptr<tls_source> tls = nullptr);
     ~server();
 
     /// Opens the listening socket (SO_REUSEPORT, so every worker binds the same port and the
     /// kernel spreads connections; a connection then stays on its worker). Throws on failure.
-    /// `port_override` replaces the configured port (the port worker 0 got for port 0).
-    void listen(unsigned short port_override = 0);
+    /// `port_override` replaces the configured port (the port worker 0 got for port 0);
+    /// `tls_port_override` the same for tls.listen. With TLS on `listen` itself (tls.listen
+    /// unset), the one listener serves TLS.
+    void listen(unsigned short port_override = 0, unsigned short tls_port_override = 0);
 
     /// The bound port (useful when the config says port 0).
     unsigned short port() const;
+    /// The port TLS is served on: tls.listen's, or port() when `listen` serves TLS; 0: no TLS.
+    unsigned short tls_port() const;
 
     /// Starts accepting. Call once, after listen().
     void start();

@@ -126,6 +126,12 @@ public:
     std::atomic<std::uint64_t> access_log_dropped{0};  ///< lines the log writer had no room for
     std::atomic<std::uint64_t> header_timeouts{0};     ///< connections cut at limits.header_timeout
     std::atomic<std::uint64_t> body_timeouts{0};       ///< request bodies cut (408 request.timeout)
+    /// Inbound TLS (README "TLS: inbound"): handshakes that failed (the connection closed),
+    /// certificate reloads by result, and the served certificate's expiry (0: no TLS).
+    std::atomic<std::uint64_t> tls_handshake_failures{0};
+    std::atomic<std::uint64_t> tls_reloads_success{0};
+    std::atomic<std::uint64_t> tls_reloads_failure{0};
+    std::atomic<std::int64_t> tls_certificate_expiry{0};
 
     /// Prometheus text exposition format 0.0.4.
     std::string render() const;

@@ -15,6 +15,8 @@
 
 namespace onceproxy::wire {
 
+class client_stream;
+
 /// How far async_read goes.
 enum class read_until {
     some,    ///< one step of progress (Beast's async_read_some): a read, or what was buffered
@@ -29,10 +31,11 @@ enum class read_until {
 /// error: drain it and read on), parser errors, and socket errors (`operation_aborted` when a
 /// deadline cancelled the read). The bytes parsed are consumed from `buffer`; any left belong
 /// to what follows (a pipelined request). Runs on the socket's executor.
-template <bool isRequest>
+/// `Stream`: boost::asio::ip::tcp::socket or client_stream (instantiated for those two).
+template <bool isRequest, class Stream>
 boost::asio::awaitable<boost::system::error_code>
-async_read(boost::asio::ip::tcp::socket& sock, boost::beast::flat_buffer& buffer,
-           message_parser<isRequest>& parser, read_until until);
+async_read(Stream& sock, boost::beast::flat_buffer& buffer, message_parser<isRequest>& parser,
+           read_until until);
 
 extern template boost::asio::awaitable<boost::system::error_code>
 async_read<true>(boost::asio::ip::tcp::socket&, boost::beast::flat_buffer&, message_parser<true>&,
@@ -40,5 +43,9 @@ async_read<true>(boost::asio::ip::tcp::socket&, boost::beast::flat_buffer&, mess
 extern template boost::asio::awaitable<boost::system::error_code>
 async_read<false>(boost::asio::ip::tcp::socket&, boost::beast::flat_buffer&, message_parser<false>&,
                   read_until);
+extern template boost::asio::awaitable<boost::system::error_code>
+async_read<true>(client_stream&, boost::beast::flat_buffer&, message_parser<true>&, read_until);
+extern template boost::asio::awaitable<boost::system::error_code>
+async_read<false>(client_stream&, boost::beast::flat_buffer&, message_parser<false>&, read_until);
 
 } // namespace onceproxy::wire

@@ -529,9 +529,9 @@ TEST_CASE("per-route limits: defaults from limits:, own sizes, none on plain rou
 
 // What this binary cannot serve is a config error, with its place: --check-config, a start and a
 // reload all refuse it the same way.
-TEST_CASE("inbound TLS and https:// upstreams are refused with file:line:column") {
+TEST_CASE("https:// upstreams are refused with file:line:column; unreadable TLS files too") {
     const auto errors = errors_of([] {
-        return cfg::load_string("tls: { cert_file: c.pem, key_file: k.pem }\n"
+        return cfg::load_string("tls: { cert_file: /nonexistent/c.pem, key_file: k.pem }\n"
                                 "upstreams:\n"
                                 "  app: { url: \"http://127.0.0.1:3000\" }\n"
                                 "  billing: { url: \"https://billing.example.com\" }\n"
@@ -540,9 +540,9 @@ TEST_CASE("inbound TLS and https:// upstreams are refused with file:line:column"
     });
     REQUIRE(errors.size() == 2);
     CHECK(errors[0].line == 1);
-    CHECK(errors[0].column == 6);
-    CHECK(errors[0].path == "tls");
-    CHECK(errors[0].message.find("inbound TLS termination is not supported") == 0);
+    CHECK(errors[0].column == 19);
+    CHECK(errors[0].path == "tls.cert_file");
+    CHECK(errors[0].message == "cannot read cert_file '/nonexistent/c.pem'");
     CHECK(errors[1].line == 4);
     CHECK(errors[1].path == "upstreams.billing.url");
     CHECK(errors[1].message.find("https:// upstreams are not supported") == 0);

@@ -26,8 +26,9 @@ struct test_request {
     std::string body = R"({"amount":10,"id":"order-7"})";
     std::string target = "/v1/payments?x=1";
     std::string method = "POST";
+    std::string subject; ///< the verified client certificate's subject
 
-    core::request_view view() const { return {method, target, headers, body}; }
+    core::request_view view() const { return {method, target, headers, body, subject}; }
 };
 
 core::derived_request derive(const config::idempotency_config& p, const test_request& r,
@@ -109,6 +110,29 @@ TEST_SUITE("request facts") {
         CHECK(ka == core::store_key("", "payments", core::principal_hash(scope), "k"));
         // The principal does not change what the request is.
         CHECK(derive(p, a).fingerprint == derive(p, b).fingerprint);
+    }
+
+    TEST_CASE("principal client_cert: the certificate subject scopes the key, headers too") {
+        auto p = policy();
+        test_request alice;
+        alice.headers = {{"Idempotency-Key", "k"}};
+        alice.subject = "CN=alice";
+        test_request bob = alice;
+        bob.subject = "CN=bob";
+        // Without principal: client_cert the subject plays no part.
+        CHECK(derive(p, alice).store_key == derive(p, bob).store_key);
+        p.principal = config::principal_source::client_cert;
+        CHECK(derive(p, alice).store_key != derive(p, bob).store_key);
+        CHECK(derive(p, alice).store_key == derive(p, alice).store_key);
+        test_request alice_token = alice;
+        alice_token.headers.emplace_back("Authorization", "Bearer t");
+        CHECK(derive(p, alice).store_key != derive(p, alice_token).store_key);
+        // A header cannot pose as the certificate.
+        test_request forged = alice;
+        forged.subject.clear();
+        forged.headers.emplace_back(":client-certificate", "CN=alice");
+        CHECK(derive(p, alice).store_key != derive(p, forged).store_key);
+        CHECK(derive(p, alice).fingerprint == derive(p, bob).fingerprint);
     }
 
     TEST_CASE("the fingerprint covers method, target, fingerprint headers and body") {

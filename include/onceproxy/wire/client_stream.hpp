@@ -1,0 +1,135 @@
+#pragma once
+// A client connection, plain TCP or TLS over it, as one Asio stream type (AsyncReadStream and
+// AsyncWriteStream), so the session code and Beast's algorithms serve both. On a plain
+// connection each operation goes straight to the socket (one branch more, nothing else); on a
+// TLS connection it goes through OpenSSL in client_stream.cpp (the TLS code is compiled once,
+// behind a type-erased handler). The TCP socket stays reachable for deadlines and shutdown:
+// closing or cancelling it ends the TLS operations too.
+
+#include <boost/asio/any_completion_handler.hpp>
+#include <boost/asio/async_result.hpp>
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/buffer.hpp>
+#include <boost/asio/ip/tcp.hpp>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstring>
+#include <memory>
+#include <string>
+
+namespace boost::asio::ssl {
+class context;
+}
+
+namespace onceproxy::wire {
+
+class client_stream {
+public:
+    using executor_type = boost::asio::ip::tcp::socket::executor_type;
+    using lowest_layer_type = boost::asio::ip::tcp::socket;
+    using read_handler =
+        boost::asio::any_completion_handler<void(boost::system::error_code, std::size_t)>;
+    using write_handler = read_handler;
+
+    /// A plain connection.
+    explicit client_stream(boost::asio::ip::tcp::socket sock);
+    /// A TLS connection (server side) with `ctx`, which the stream keeps alive; call
+    /// async_handshake before anything else.
+    client_stream(boost::asio::ip::tcp::socket sock,
+                  std::shared_ptr<boost::asio::ssl::context> ctx);
+    ~client_stream();
+    client_stream(const client_stream&) = delete;
+    client_stream& operator=(const client_stream&) = delete;
+
+    executor_type get_executor() noexcept { return sock_.get_executor(); }
+    boost::asio::ip::tcp::socket& socket() noexcept { return sock_; }
+    lowest_layer_type& lowest_layer() noexcept { return sock_; }
+    bool tls() const noexcept { return tls_ != nullptr; }
+
+    /// TLS: the server handshake. Plain: nothing to do.
+    boost::asio::awaitable<boost::system::error_code> async_handshake();
+    /// TLS: the subject of the client certificate the handshake verified (RFC 2253 form);
+    /// empty when there is none (or the connection is plain).
+    std::string verified_client_subject() const;
+
+    template <class MutableBuffers, class Token>
+    auto async_read_some(const MutableBuffers& buffers, Token&& token) {
+        return boost::asio::async_initiate<Token, void(boost::system::error_code, std::size_t)>(
+            [this](auto handler, const MutableBuffers& b) {
+                if (tls_ == nullptr) {
+                    sock_.async_read_some(b, std::move(handler));
+                    return;
+                }
+                tls_read_some(first_buffer(b), read_handler(std::move(handler)));
+            },
+            token, buffers);
+    }
+
+    template <class ConstBuffers, class Token>
+    auto async_write_some(const ConstBuffers& buffers, Token&& token) {
+        return boost::asio::async_initiate<Token, void(boost::system::error_code, std::size_t)>(
+            [this](auto handler, const ConstBuffers& b) {
+                if (tls_ == nullptr) {
+                    sock_.async_write_some(b, std::move(handler));
+                    return;
+                }
+                tls_write_some(gather(b), write_handler(std::move(handler)));
+            },
+            token, buffers);
+    }
+
+private:
+    struct tls_state;
+
+    template <class MutableBuffers>
+    static boost::asio::mutable_buffer first_buffer(const MutableBuffers& b) {
+        for (auto it = boost::asio::buffer_sequence_begin(b);
+             it != boost::asio::buffer_sequence_end(b); ++it) {
+            boost::asio::mutable_buffer m(*it);
+            if (m.size() != 0) {
+                return m;
+            }
+        }
+        return {};
+    }
+
+    /// Up to `max_gather` bytes of `b` as one buffer (one TLS record per write): copied into
+    /// the stream's own buffer when `b` is made of several pieces.
+    template <class ConstBuffers>
+    boost::asio::const_buffer gather(const ConstBuffers& b) {
+        const auto begin = boost::asio::buffer_sequence_begin(b);
+        const auto end = boost::asio::buffer_sequence_end(b);
+        std::size_t pieces = 0;
+        boost::asio::const_buffer only;
+        for (auto it = begin; it != end; ++it) {
+            boost::asio::const_buffer c(*it);
+            if (c.size() != 0) {
+                ++pieces;
+                only = c;
+            }
+        }
+        if (pieces <= 1) {
+            return only;
+        }
+        char* out = gather_buffer();
+        std::size_t n = 0;
+        for (auto it = begin; it != end && n < max_gather; ++it) {
+            boost::asio::const_buffer c(*it);
+            const auto take = std::min(c.size(), max_gather - n);
+            std::memcpy(out + n, c.data(), take);
+            n += take;
+        }
+        return boost::asio::const_buffer(out, n);
+    }
+
+    char* gather_buffer() noexcept; ///< max_gather bytes, TLS connections only
+    void tls_read_some(boost::asio::mutable_buffer b, read_handler h);
+    void tls_write_some(boost::asio::const_buffer b, write_handler h);
+
+    static constexpr std::size_t max_gather = 16 * 1024; ///< one TLS record's plaintext
+    boost::asio::ip::tcp::socket sock_;
+    std::unique_ptr<tls_state> tls_;
+};
+
+} // namespace onceproxy::wire

@@ -1,0 +1,81 @@
+#include "onceproxy/wire/client_stream.hpp"
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/ssl/context.hpp>
+#include <boost/asio/ssl/stream.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+#include <openssl/bio.h>
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
+
+#include <array>
+
+namespace onceproxy::wire {
+
+namespace net = boost::asio;
+namespace ssl = net::ssl;
+
+struct client_stream::tls_state {
+    tls_state(net::ip::tcp::socket& sock, std::shared_ptr<ssl::context> c)
+        : ctx(std::move(c)), stream(sock, *ctx) {}
+
+    std::shared_ptr<ssl::context> ctx; ///< outlives the stream: a rotation replaces the current one
+    ssl::stream<net::ip::tcp::socket&> stream;
+    std::array<char, max_gather> gather{};
+};
+
+client_stream::client_stream(net::ip::tcp::socket sock) : sock_(std::move(sock)) {}
+
+client_stream::client_stream(net::ip::tcp::socket sock, std::shared_ptr<ssl::context> ctx)
+    : sock_(std::move(sock)), tls_(std::make_unique<tls_state>(sock_, std::move(ctx))) {}
+
+client_stream::~client_stream() = default;
+
+net::awaitable<boost::system::error_code> client_stream::async_handshake() {
+    if (tls_ == nullptr) {
+        co_return boost::system::error_code{};
+    }
+    auto [ec] = co_await tls_->stream.async_handshake(ssl::stream_base::server,
+                                                      net::as_tuple(net::use_awaitable));
+    co_return ec;
+}
+
+std::string client_stream::verified_client_subject() const {
+    if (tls_ == nullptr) {
+        return {};
+    }
+    SSL* ssl = const_cast<ssl::stream<net::ip::tcp::socket&>&>(tls_->stream).native_handle();
+    X509* peer = SSL_get0_peer_certificate(ssl);
+    if (peer == nullptr || SSL_get_verify_result(ssl) != X509_V_OK) {
+        return {};
+    }
+    BIO* bio = BIO_new(BIO_s_mem());
+    if (bio == nullptr) {
+        return {};
+    }
+    std::string out;
+    if (X509_NAME_print_ex(bio, X509_get_subject_name(peer), 0, XN_FLAG_RFC2253) >= 0) {
+        char* data = nullptr;
+        const long n = BIO_get_mem_data(bio, &data);
+        if (n > 0 && data != nullptr) {
+            out.assign(data, static_cast<std::size_t>(n));
+        }
+    }
+    BIO_free(bio);
+    return out;
+}
+
+char* client_stream::gather_buffer() noexcept {
+    return tls_->gather.data();
+}
+
+void client_stream::tls_read_some(net::mutable_buffer b, read_handler h) {
+    tls_->stream.async_read_some(b, std::move(h));
+}
+
+void client_stream::tls_write_some(net::const_buffer b, write_handler h) {
+    tls_->stream.async_write_some(b, std::move(h));
+}
+
+} // namespace onceproxy::wire

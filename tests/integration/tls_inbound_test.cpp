@@ -1,0 +1,403 @@
+// Inbound TLS (README "TLS: inbound") with real handshakes: curl and `openssl s_client` against
+// the real binary, certificates from a throw-away CA (test_pki). Server certificate checks,
+// mTLS, keys scoped by the client certificate, rotation by a Secret-style symlink swap under
+// load, the rotation metrics, and --check-config agreeing with a start.
+
+#include "support/http_client.hpp"
+#include "support/process.hpp"
+#include "support/proxy_fixture.hpp"
+#include "support/test_pki.hpp"
+
+#include <doctest/doctest.h>
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+using namespace onceproxy::test;
+using namespace std::chrono_literals;
+
+namespace {
+
+struct command_result {
+    int status = -1; ///< exit status, -1 when it did not exit normally
+    std::string output;
+};
+
+std::string quote(const std::string& s) {
+    std::string out = "'";
+    for (char c : s) {
+        out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    }
+    return out + "'";
+}
+
+/// Runs `argv` through the shell (stdin from /dev/null), stdout and stderr captured.
+command_result run(const std::vector<std::string>& argv) {
+    std::string cmd;
+    for (const auto& a : argv) {
+        cmd += quote(a) + ' ';
+    }
+    cmd += "</dev/null 2>&1";
+    FILE* pipe = ::popen(cmd.c_str(), "r");
+    REQUIRE(pipe != nullptr);
+    command_result r;
+    std::array<char, 4096> buf{};
+    while (std::size_t n = std::fread(buf.data(), 1, buf.size(), pipe)) {
+        r.output.append(buf.data(), n);
+    }
+    const int st = ::pclose(pipe);
+    r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    return r;
+}
+
+/// curl over TLS to 127.0.0.1:`port` (bounded at 5 s); prints the body, then "|" and the status.
+command_result curl(unsigned short port, const std::string& path, const std::string& ca,
+                    std::vector<std::string> extra = {}) {
+    std::vector<std::string> argv{
+        "curl", "-sS",           "-m",
+        "5",    "--cacert",      ca,
+        "-w",   "|%{http_code}", "https://127.0.0.1:" + std::to_string(port) + path};
+    argv.insert(argv.end() - 1, extra.begin(), extra.end());
+    return run(argv);
+}
+
+/// The subject line of the certificate the server at `port` presents.
+std::string served_subject(unsigned short port) {
+    const auto r = run({"openssl", "s_client", "-connect", "127.0.0.1:" + std::to_string(port),
+                        "-servername", "localhost"});
+    const auto at = r.output.find("subject=");
+    if (at == std::string::npos) {
+        return "(none)\n" + r.output;
+    }
+    return r.output.substr(at, r.output.find('\n', at) - at);
+}
+
+/// The value of the metric line starting with `series`, or -1.
+long long metric(const proxy_process& p, const std::string& series) {
+    const auto text = p.admin("/metrics").body;
+    const auto at = text.find("\n" + series + " ");
+    if (at == std::string::npos) {
+        return -1;
+    }
+    return std::stoll(text.substr(at + series.size() + 2));
+}
+
+/// notAfter of a PEM certificate, seconds since the epoch (via openssl x509 -enddate).
+long long not_after(const std::string& cert) {
+    const auto out =
+        run_openssl({"x509", "-noout", "-enddate", "-dateopt", "iso_8601", "-in", cert});
+    // notAfter=2026-12-23 17:50:00Z
+    std::tm tm{};
+    const auto at = out.find('=');
+    REQUIRE(at != std::string::npos);
+    REQUIRE(strptime(out.c_str() + at + 1, "%Y-%m-%d %H:%M:%S", &tm) != nullptr);
+    return static_cast<long long>(timegm(&tm));
+}
+
+/// A mounted Secret as the kubelet writes it: <dir>/tls.crt -> ..data/tls.crt, and ..data a
+/// symlink to a versioned directory, swapped in one rename.
+struct secret_dir {
+    std::string dir;
+    int version = 0;
+
+    explicit secret_dir(std::string d) : dir(std::move(d)) {}
+
+    std::string cert() const { return dir + "/tls.crt"; }
+    std::string key() const { return dir + "/tls.key"; }
+
+    void publish(const cert_pair& pair) {
+        namespace fs = std::filesystem;
+        const auto v = "..v" + std::to_string(++version);
+        fs::create_directories(dir + "/" + v);
+        fs::copy_file(pair.cert_file, dir + "/" + v + "/tls.crt");
+        fs::copy_file(pair.key_file, dir + "/" + v + "/tls.key");
+        fs::create_symlink(v, dir + "/..data_tmp");
+        fs::rename(dir + "/..data_tmp", dir + "/..data");
+        if (version == 1) {
+            fs::create_symlink("..data/tls.crt", cert());
+            fs::create_symlink("..data/tls.key", key());
+        }
+    }
+};
+
+proxy_config config_for(unsigned short upstream_port) {
+    proxy_config c;
+    c.upstream_port = upstream_port;
+    return c;
+}
+
+std::string tls_block(const std::string& cert, const std::string& key, std::string more = "") {
+    return "tls:\n  cert_file: " + cert + "\n  key_file: " + key + "\n" + more;
+}
+
+struct pki_fixture {
+    temp_dir dir;
+    test_pki ca{dir.path(), "test-ca"};
+    cert_pair server = ca.issue("server");
+    upstream_process upstream;
+};
+
+} // namespace
+
+TEST_CASE("TLS on the listener: curl verifies the chain, speaks HTTP/1.1 over TLS 1.3") {
+    pki_fixture f;
+    auto c = config_for(f.upstream.port);
+    c.top = tls_block(f.server.cert_file, f.server.key_file);
+    proxy_process p(c.yaml());
+    REQUIRE(p.tls_port == p.port); // tls.listen unset: `listen` itself serves TLS
+
+    const auto ok = curl(p.tls_port, "/hello", f.ca.ca_file(),
+                         {"-w", "|%{http_code}|%{http_version}|%{ssl_verify_result}"});
+    CHECK(ok.status == 0);
+    CHECK(ok.output.find("|200|1.1|0") != std::string::npos);
+
+    // ALPN http/1.1, TLS 1.3 by default, TLS 1.2 accepted.
+    const auto s13 =
+        run({"openssl", "s_client", "-connect", "127.0.0.1:" + std::to_string(p.tls_port), "-alpn",
+             "h2,http/1.1", "-CAfile", f.ca.ca_file()});
+    CHECK(s13.output.find("New, TLSv1.3") != std::string::npos);
+    CHECK(s13.output.find("ALPN protocol: http/1.1") != std::string::npos);
+    const auto s12 =
+        run({"openssl", "s_client", "-connect", "127.0.0.1:" + std::to_string(p.tls_port),
+             "-tls1_2", "-CAfile", f.ca.ca_file(), "-brief"});
+    CHECK(s12.output.find("Protocol version: TLSv1.2") != std::string::npos);
+    CHECK(s12.output.find("Verification: OK") != std::string::npos);
+
+    // A plain HTTP request to the TLS port is not answered as HTTP.
+    const auto plain = run({"curl", "-sS", "-m", "5", "-o", "/dev/null", "-w", "%{http_code}",
+                            "http://127.0.0.1:" + std::to_string(p.tls_port) + "/"});
+    CHECK(plain.output.find("200") == std::string::npos);
+    CHECK(metric(p, "onceproxy_tls_handshake_failures_total") >= 1);
+}
+
+TEST_CASE("TLS session resumption: a second connection resumes the first one's session") {
+    pki_fixture f;
+    auto c = config_for(f.upstream.port);
+    c.top = tls_block(f.server.cert_file, f.server.key_file);
+    proxy_process p(c.yaml());
+    const auto session = f.dir.file("session.pem");
+    for (const char* version : {"-tls1_2", "-tls1_3"}) {
+        CAPTURE(version);
+        const auto target = "127.0.0.1:" + std::to_string(p.tls_port);
+        const auto first = run({"openssl", "s_client", "-connect", target, version, "-CAfile",
+                                f.ca.ca_file(), "-sess_out", session, "-ign_eof"});
+        CHECK(first.output.find("New, TLSv1") != std::string::npos);
+        const auto second = run({"openssl", "s_client", "-connect", target, version, "-CAfile",
+                                 f.ca.ca_file(), "-sess_in", session});
+        CHECK(second.output.find("Reused, TLSv1") != std::string::npos);
+    }
+}
+
+TEST_CASE("plain and TLS listeners side by side; a wrong CA or an expired certificate is refused "
+          "by the client") {
+    pki_fixture f;
+    temp_dir other_dir;
+    test_pki other(other_dir.path(), "other-ca");
+    auto c = config_for(f.upstream.port);
+    c.top = tls_block(f.server.cert_file, f.server.key_file, "  listen: 127.0.0.1:0\n");
+    proxy_process p(c.yaml());
+    REQUIRE(p.tls_port != 0);
+    REQUIRE(p.tls_port != p.port);
+
+    CHECK(fetch(p.port, "GET", "/plain").status == 200);
+    CHECK(curl(p.tls_port, "/tls", f.ca.ca_file()).output.find("|200") != std::string::npos);
+
+    const auto wrong = curl(p.tls_port, "/tls", other.ca_file());
+    CHECK(wrong.status == 60); // peer certificate cannot be authenticated
+    CHECK(wrong.output.find("|200") == std::string::npos);
+
+    leaf_options expired;
+    expired.days = -1;
+    const auto old = f.ca.issue("expired", expired);
+    auto e = config_for(f.upstream.port);
+    e.top = tls_block(old.cert_file, old.key_file);
+    proxy_process q(e.yaml());
+    const auto r = curl(q.tls_port, "/tls", f.ca.ca_file());
+    CHECK(r.status == 60);
+    CHECK(r.output.find("expired") != std::string::npos);
+    CHECK(metric(q, "onceproxy_tls_certificate_expiry_timestamp_seconds") ==
+          not_after(old.leaf_file));
+}
+
+TEST_CASE("mTLS: require_client_cert refuses a client without a certificate or with one from "
+          "another CA") {
+    pki_fixture f;
+    temp_dir other_dir;
+    test_pki other(other_dir.path(), "other-ca");
+    leaf_options client;
+    client.client = true;
+    client.common_name = "alice";
+    const auto alice = f.ca.issue("alice", client);
+    const auto mallory = other.issue("mallory", client);
+    auto c = config_for(f.upstream.port);
+    c.top = tls_block(f.server.cert_file, f.server.key_file,
+                      "  client_ca_file: " + f.ca.ca_file() + "\n  require_client_cert: true\n");
+    proxy_process p(c.yaml());
+
+    const auto none = curl(p.tls_port, "/x", f.ca.ca_file());
+    CHECK(none.status != 0);
+    CHECK(none.output.find("|200") == std::string::npos);
+    const auto foreign = curl(p.tls_port, "/x", f.ca.ca_file(),
+                              {"--cert", mallory.cert_file, "--key", mallory.key_file});
+    CHECK(foreign.status != 0);
+    CHECK(foreign.output.find("|200") == std::string::npos);
+    const auto good = curl(p.tls_port, "/x", f.ca.ca_file(),
+                           {"--cert", alice.cert_file, "--key", alice.key_file});
+    CHECK(good.status == 0);
+    CHECK(good.output.find("|200") != std::string::npos);
+}
+
+TEST_CASE("principal: client_cert scopes keys by the verified client certificate") {
+    pki_fixture f;
+    leaf_options client;
+    client.client = true;
+    client.common_name = "alice";
+    const auto alice = f.ca.issue("alice", client);
+    client.common_name = "bob";
+    const auto bob = f.ca.issue("bob", client);
+    auto c = config_for(f.upstream.port);
+    c.routes = "  - name: payments\n"
+               "    match: { path: /v1/payments }\n"
+               "    upstream: app\n"
+               "    idempotency: { mode: required, scope: { principal: client_cert } }\n";
+    c.top = tls_block(f.server.cert_file, f.server.key_file,
+                      "  client_ca_file: " + f.ca.ca_file() + "\n  require_client_cert: true\n");
+    proxy_process p(c.yaml());
+    const std::string key = "tls-principal-key";
+    const auto post = [&](const cert_pair& who) {
+        return curl(p.tls_port, "/v1/payments", f.ca.ca_file(),
+                    {"--cert", who.cert_file, "--key", who.key_file, "-X", "POST", "-H",
+                     "Idempotency-Key: " + key, "-H", "Content-Type: application/json", "-d",
+                     "{\"amount\":1}", "-D", "-"});
+    };
+    const auto a1 = post(alice);
+    CHECK(a1.output.find("|200") != std::string::npos);
+    CHECK(f.upstream.count(key) == 1);
+    const auto b1 = post(bob); // same key, same body, another certificate: its own execution
+    CHECK(b1.output.find("|200") != std::string::npos);
+    CHECK(b1.output.find("Idempotency-Status: stored") != std::string::npos);
+    CHECK(f.upstream.count(key) == 2);
+    const auto a2 = post(alice); // alice's retry: replayed
+    CHECK(a2.output.find("Idempotency-Status: replayed") != std::string::npos);
+    CHECK(f.upstream.count(key) == 2);
+}
+
+TEST_CASE("certificate rotation: a symlink swap serves the new pair to new connections, with no "
+          "failed request; a broken pair is refused and the old one stays") {
+    pki_fixture f;
+    leaf_options second;
+    second.common_name = "rotated";
+    second.days = 90;
+    const auto next = f.ca.issue("rotated", second);
+    secret_dir secret(f.dir.file("secret"));
+    secret.publish(f.server);
+    auto c = config_for(f.upstream.port);
+    c.top = tls_block(secret.cert(), secret.key(), "  reload_interval: 200ms\n");
+    proxy_process p(c.yaml());
+    CHECK(served_subject(p.tls_port).find("CN = localhost") != std::string::npos);
+    CHECK(metric(p, "onceproxy_tls_certificate_expiry_timestamp_seconds") ==
+          not_after(f.server.leaf_file));
+
+    // Requests on fresh connections all through the swap.
+    std::atomic<bool> stop{false};
+    std::atomic<int> sent{0};
+    std::vector<std::string> failures;
+    std::thread load([&] {
+        while (!stop) {
+            const auto r = curl(p.tls_port, "/load", f.ca.ca_file());
+            ++sent;
+            if (r.status != 0 || r.output.find("|200") == std::string::npos) {
+                failures.push_back(r.output);
+            }
+        }
+    });
+    std::this_thread::sleep_for(500ms);
+    secret.publish(next);
+    CHECK(eventually(
+        [&] { return served_subject(p.tls_port).find("CN = rotated") != std::string::npos; }));
+    std::this_thread::sleep_for(500ms);
+    stop = true;
+    load.join();
+    CHECK(sent > 5);
+    CHECK(failures.empty());
+    if (!failures.empty()) {
+        MESSAGE(failures.front());
+    }
+    CHECK(metric(p, "onceproxy_tls_certificate_reloads_total{result=\"success\"}") == 1);
+    CHECK(metric(p, "onceproxy_tls_certificate_reloads_total{result=\"failure\"}") == 0);
+    CHECK(metric(p, "onceproxy_tls_certificate_expiry_timestamp_seconds") ==
+          not_after(next.leaf_file));
+
+    // A broken pair (the key of another certificate): logged, counted, the rotated one stays.
+    cert_pair broken{next.cert_file, f.server.key_file, next.leaf_file};
+    secret.publish(broken);
+    CHECK(eventually([&] {
+        return metric(p, "onceproxy_tls_certificate_reloads_total{result=\"failure\"}") == 1;
+    }));
+    CHECK(p.log().find("certificate reload failed") != std::string::npos);
+    CHECK(served_subject(p.tls_port).find("CN = rotated") != std::string::npos);
+    CHECK(curl(p.tls_port, "/after", f.ca.ca_file()).output.find("|200") != std::string::npos);
+
+    // SIGHUP reloads a changed pair too (polling aside: the first pair again).
+    secret.publish(f.server);
+    p.proc.signal(SIGHUP);
+    CHECK(eventually(
+        [&] { return served_subject(p.tls_port).find("CN = localhost") != std::string::npos; }));
+    CHECK(metric(p, "onceproxy_tls_certificate_reloads_total{result=\"success\"}") == 2);
+}
+
+TEST_CASE("--check-config and a start refuse missing or unparsable TLS files at their key") {
+    pki_fixture f;
+    const auto garbage = f.dir.write("garbage.pem", "not a certificate\n");
+    const auto check = [&](const std::string& tls) {
+        auto c = config_for(f.upstream.port);
+        c.top = tls;
+        const auto file = f.dir.write("check.yaml", c.yaml());
+        const auto r = run({ONCEPROXY_BIN, "--check-config", file});
+        return std::make_pair(r, file);
+    };
+    {
+        const auto [r, file] = check(tls_block(f.dir.file("missing.pem"), f.server.key_file));
+        CHECK(r.status != 0);
+        CHECK(r.output.find(file + ":") != std::string::npos);
+        CHECK(r.output.find("tls.cert_file: cannot read cert_file") != std::string::npos);
+    }
+    {
+        const auto [r, file] = check(tls_block(f.server.cert_file, garbage));
+        CHECK(r.status != 0);
+        CHECK(r.output.find("tls.key_file: key_file '" + garbage + "' holds no usable PEM") !=
+              std::string::npos);
+    }
+    {
+        const auto [r, file] =
+            check(tls_block(f.server.cert_file, f.server.key_file,
+                            "  client_ca_file: " + garbage + "\n  require_client_cert: true\n"));
+        CHECK(r.status != 0);
+        CHECK(r.output.find("tls.client_ca_file: client_ca_file") != std::string::npos);
+    }
+    {
+        const auto other = f.ca.issue("other");
+        const auto [r, file] = check(tls_block(f.server.cert_file, other.key_file));
+        CHECK(r.status != 0);
+        CHECK(r.output.find("does not match the certificate") != std::string::npos);
+        // A start with the same file fails the same way.
+        const auto start = run({ONCEPROXY_BIN, "--config", file});
+        CHECK(start.status != 0);
+        CHECK(start.output.find("does not match the certificate") != std::string::npos);
+    }
+    {
+        const auto [r, file] = check(tls_block(f.server.cert_file, f.server.key_file));
+        CHECK(r.status == 0);
+    }
+}
