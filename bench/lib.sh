@@ -112,6 +112,11 @@ write_proxy_config() {
     redis) store_block="{ type: redis, redis: { url: \"redis://127.0.0.1:$redis_port/0\" } }" ;;
     *) die "unknown store '$store' (memory|redis)" ;;
     esac
+    if [ "${BENCH_ENCRYPT:-0}" = 1 ]; then
+        # Encryption at rest with one key (a fixed one: the bench measures cost, not secrecy).
+        printf '%064d\n' 0 | tr 0 7 >"$work_dir/bench.key"
+        store_block="${store_block%\}}, encryption: { keys: [ { id: bench, file: $work_dir/bench.key } ] } }"
+    fi
     sed -e "s|@WORKERS@|$workers|" -e "s|@UPSTREAM_PORT@|$upstream_port|" \
         -e "s|@STORE@|$store_block|" "$bench_dir/onceproxy.yaml.in" >"$work_dir/onceproxy.yaml"
 }

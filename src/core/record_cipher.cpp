@@ -19,6 +19,16 @@ struct ctx_free {
 };
 using ctx_ptr = std::unique_ptr<EVP_CIPHER_CTX, ctx_free>;
 
+/// AES-256-GCM fetched once: EVP_aes_256_gcm() makes OpenSSL 3 look the implementation up at
+/// every init, a cost larger than sealing a small record.
+const EVP_CIPHER* aes_256_gcm() {
+    static EVP_CIPHER* const cipher = [] {
+        EVP_CIPHER* c = EVP_CIPHER_fetch(nullptr, "AES-256-GCM", nullptr);
+        return c != nullptr ? c : const_cast<EVP_CIPHER*>(EVP_aes_256_gcm());
+    }();
+    return cipher;
+}
+
 const unsigned char* bytes_of(std::string_view s) noexcept {
     return reinterpret_cast<const unsigned char*>(s.data());
 }
@@ -148,7 +158,7 @@ std::string record_cipher::seal(std::string_view plain, std::string_view aad) co
     int n = 0;
     const bool ok =
         c &&
-        EVP_EncryptInit_ex(c.get(), EVP_aes_256_gcm(), nullptr, bytes_of(key.bytes),
+        EVP_EncryptInit_ex(c.get(), aes_256_gcm(), nullptr, bytes_of(key.bytes),
                            bytes_of(out, 2 + key.id.size())) == 1 &&
         feed_aad(c.get(), true, std::string_view(out).substr(0, head)) &&
         feed_aad(c.get(), true, aad) && feed_data(c.get(), true, plain, out, head) &&
@@ -186,7 +196,7 @@ std::optional<std::string> record_cipher::open(std::string_view sealed, std::str
     const ctx_ptr c(EVP_CIPHER_CTX_new());
     int n = 0;
     const bool ok = c &&
-                    EVP_DecryptInit_ex(c.get(), EVP_aes_256_gcm(), nullptr, bytes_of(key->bytes),
+                    EVP_DecryptInit_ex(c.get(), aes_256_gcm(), nullptr, bytes_of(key->bytes),
                                        bytes_of(head->nonce)) == 1 &&
                     feed_aad(c.get(), false, sealed.substr(0, head->size)) &&
                     feed_aad(c.get(), false, aad) && feed_data(c.get(), false, body, plain, 0) &&
