@@ -3,14 +3,15 @@
 # does not move with the noise of a shared machine, so it compares two builds reliably.
 #
 #   bench/callgrind.sh [--build-dir build/release] [--seconds 10] [--connections 8]
-#                      [--binary PATH] [--out DIR]
+#                      [--mode plain|first|replay] [--store memory|redis] [--binary PATH] [--out DIR]
 #
-# Starts the test upstream and onceproxy (one worker, plain route, config of bench/run.sh) with
-# onceproxy under callgrind, sends one warm-up second of wrk load, zeroes the counters, runs
-# wrk for --seconds, dumps, and prints instructions per request (the proxy's whole process:
-# user-space instructions, system calls not included). Build with -g (e.g.
-# -DCMAKE_CXX_FLAGS=-g1) for annotated output; `callgrind_annotate OUT/callgrind.out.*` then
-# shows where they go.
+# Starts the test upstream and onceproxy (one worker, config of bench/run.sh) with onceproxy
+# under callgrind, sends one warm-up second of wrk load, zeroes the counters, runs wrk for
+# --seconds, dumps, and prints instructions per request (the proxy's whole process: user-space
+# instructions, system calls not included). --mode: GETs on the plain route (default), first
+# executions or replays (of a pool of 100 keys) on the guarded route, with --store's store.
+# Build with -g (e.g. -DCMAKE_CXX_FLAGS=-g1) for annotated output;
+# `callgrind_annotate OUT/callgrind.out.*` then shows where they go.
 set -euo pipefail
 bench_dir=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=bench/lib.sh
@@ -19,6 +20,8 @@ bench_dir=$(cd "$(dirname "$0")" && pwd)
 build=${BENCH_BUILD_DIR:-build/release}
 seconds=10
 conns=8
+mode=plain
+store=memory
 binary=
 out=
 keep_work_dir=0
@@ -27,12 +30,16 @@ while [ $# -gt 0 ]; do
     --build-dir) build=$2; shift 2 ;;
     --seconds) seconds=$2; shift 2 ;;
     --connections) conns=$2; shift 2 ;;
+    --mode) mode=$2; shift 2 ;;
+    --store) store=$2; shift 2 ;;
     --binary) binary=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
-    -h | --help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown option $1" ;;
     esac
 done
+case "$mode" in plain | first | replay) ;; *) die "--mode must be plain, first or replay" ;; esac
+case "$store" in memory | redis) ;; *) die "--store must be memory or redis" ;; esac
 command -v valgrind >/dev/null || die "valgrind is not installed"
 find_binaries "$build"
 [ -n "$binary" ] && onceproxy_bin=$binary
@@ -41,7 +48,10 @@ make_work_dir
 mkdir -p "$out"
 
 start_upstream 1
-write_proxy_config 1 memory
+[ "$store" = redis ] && start_redis
+# Under valgrind a command takes far longer than Redis's default 250 ms budget allows.
+redis_extra="command_timeout: 5s"
+write_proxy_config 1 "$store"
 # Under callgrind the proxy starts slowly: wait_file/wait_tcp below are bounded anyway.
 valgrind --tool=callgrind --callgrind-out-file="$out/callgrind.out.%p" \
     "$onceproxy_bin" --config "$work_dir/onceproxy.yaml" \
@@ -58,9 +68,25 @@ read -r proxy_port _ <"$work_dir/onceproxy.port"
 wait_tcp "$proxy_port" $proxy_pid "onceproxy"
 
 url="http://127.0.0.1:$proxy_port/bench"
-timeout 30 wrk -t1 -c"$conns" -d1s "$url" >/dev/null 2>&1 || true
+script=()
+case "$mode" in
+first)
+    url="http://127.0.0.1:$proxy_port/pay/first"
+    script=(-s "$bench_dir/lua/fresh.lua") ;;
+replay)
+    url="http://127.0.0.1:$proxy_port/pay/replay"
+    python3 "$bench_dir/http_loop.py" --port "$proxy_port" --path /pay/replay --prefix "cg-" \
+        --count 100 --expect stored --time-limit 120 >"$work_dir/pool.txt" 2>&1 ||
+        die "recording the replay keys failed: $(tail -n1 "$work_dir/pool.txt")"
+    script=(-s "$bench_dir/lua/replay.lua") ;;
+esac
+args=()
+[ "$mode" = replay ] && args=(-- cg- 100)
+[ "$mode" = first ] && args=(-- "cg-$$")
+timeout 30 wrk -t1 -c"$conns" -d1s "${script[@]}" "$url" "${args[@]}" >/dev/null 2>&1 || true
 callgrind_control -z "$proxy_pid" >/dev/null
-timeout $((seconds + 30)) wrk -t1 -c"$conns" -d"${seconds}s" "$url" >"$work_dir/wrk.txt" 2>&1
+timeout $((seconds + 30)) wrk -t1 -c"$conns" -d"${seconds}s" "${script[@]}" "$url" "${args[@]}" \
+    >"$work_dir/wrk.txt" 2>&1
 callgrind_control -d "$proxy_pid" >/dev/null
 requests=$(awk '/requests in/ {print $1}' "$work_dir/wrk.txt")
 errors=$(awk '/Non-2xx|Socket errors/' "$work_dir/wrk.txt")

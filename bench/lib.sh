@@ -104,12 +104,13 @@ start_redis() {
     wait_tcp "$redis_port" $! "redis-server"
 }
 
-# write_proxy_config WORKERS STORE: writes $work_dir/onceproxy.yaml from the template.
+# write_proxy_config WORKERS STORE: writes $work_dir/onceproxy.yaml from the template
+# ($redis_extra, when set, is added to the store.redis settings).
 write_proxy_config() {
     local workers=$1 store=$2 store_block
     case "$store" in
     memory) store_block="{ type: memory, memory: { max_bytes: 2GiB } }" ;;
-    redis) store_block="{ type: redis, redis: { url: \"redis://127.0.0.1:$redis_port/0\" } }" ;;
+    redis) store_block="{ type: redis, redis: { url: \"redis://127.0.0.1:$redis_port/0\"${redis_extra:+, $redis_extra} } }" ;;
     *) die "unknown store '$store' (memory|redis)" ;;
     esac
     if [ "${BENCH_ENCRYPT:-0}" = 1 ]; then

@@ -113,6 +113,30 @@ def commandstats(d: pathlib.Path, meta: dict, summary: dict) -> None:
 BULK_TARGETS = (("direct", "upstream directly"), ("nginx", "nginx"), ("proxy", "onceproxy"))
 
 
+def proxy_round_trips(d: pathlib.Path, summary: dict) -> None:
+    """Store round trips per request of the guarded route, from onceproxy's own /metrics."""
+    f = d / "metrics.txt"
+    if not f.exists():
+        return
+    series = {}
+    for line in f.read_text().splitlines():
+        m = re.match(r'(onceproxy_(?:requests|store_round_trips)_total)'
+                     r'\{route="guarded",outcome="(\w+)"\} (\d+)$', line)
+        if m:
+            series[(m.group(1), m.group(2))] = int(m.group(3))
+    parts = []
+    for outcome, target in (("replayed", 1), ("stored", 2)):
+        n = series.get(("onceproxy_requests_total", outcome), 0)
+        if n == 0 or ("onceproxy_store_round_trips_total", outcome) not in series:
+            continue  # no such requests, or a onceproxy that does not count its round trips
+        per = series.get(("onceproxy_store_round_trips_total", outcome), 0) / n
+        summary.setdefault("store_round_trips_per_request", {})[outcome] = per
+        parts.append(f"{outcome} {per:.2f} [target {target}] over {n} requests")
+    if parts:
+        print("  store round trips per request (onceproxy_store_round_trips_total / "
+              "onceproxy_requests_total, whole run): " + ", ".join(parts))
+
+
 def bulk(d: pathlib.Path, meta: dict, summary: dict, problems: list) -> None:
     """The upload/download rows: MB/s (median over rounds) and the highest peak RSS seen."""
     runs: dict = {}
@@ -258,6 +282,10 @@ def main() -> int:
         warn = ""
         if bad > 0.01 * max(1.0, med[name]["rps"]):
             warn = f"  WARNING: {bad} non-2xx/errors, figure not meaningful"
+        cpu = ratio("proxy", name, "cpu_us")
+        if cpu is not None:
+            fig[f"{name}_vs_plain_get_cpu"] = cpu
+            extra += f"; by CPU time per request {cpu:.2f}x"
         print(f"  {label:<44} {r:6.2f}x  [>= {target}x, store {meta['store']}]{extra}{warn}")
     if "half_direct" in med and "half_proxy" in med:
         added = med["half_proxy"]["p99"] - med["half_direct"]["p99"]
@@ -265,6 +293,7 @@ def main() -> int:
         print(f"  p99 added at half of peak load (paced, -c{meta['half_connections']}): direct "
               f"{med['half_direct']['p99']:.2f} ms, onceproxy {med['half_proxy']['p99']:.2f} ms, "
               f"added {added:.2f} ms  [<= 1 ms]")
+    proxy_round_trips(d, summary)
     commandstats(d, meta, summary)
     bulk(d, meta, summary, problems)
     for p in problems:

@@ -2,8 +2,8 @@
 # onceproxy end-to-end benchmark: the test upstream, nginx and onceproxy side by side on this
 # machine, under the same wrk load, in one run. See bench/README.md for what each figure means.
 #
-#   bench/run.sh [--duration 10s] [--connections 64] [--rounds 2] [--workers auto]
-#                [--upstream-threads 1] [--store memory|redis] [--keys 1000]
+#   bench/run.sh [--duration 10s] [--connections 64] [--rounds 2] [--workers 1]
+#                [--upstream-threads 1] [--store redis|memory] [--keys 1000]
 #                [--scenarios direct,nginx,proxy,proxy_post,replay,first,half,upload,download]
 #                [--bulk-bytes 1073741824] [--commandstats] [--commandstats-requests 1000]
 #                [--warmup 1] [--encrypt]
@@ -20,9 +20,9 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 duration=${BENCH_DURATION:-10s}
 connections=${BENCH_CONNECTIONS:-64}
 rounds=${BENCH_ROUNDS:-2}
-workers=${BENCH_WORKERS:-auto}
+workers=${BENCH_WORKERS:-1}
 upstream_threads=${BENCH_UPSTREAM_THREADS:-1}
-store=${BENCH_STORE:-memory}
+store=${BENCH_STORE:-redis}
 keys=${BENCH_KEYS:-1000}
 scenarios=${BENCH_SCENARIOS:-direct,nginx,proxy,proxy_post,replay,first,half,upload,download}
 bulk_bytes=${BENCH_BULK_BYTES:-1073741824}
@@ -296,6 +296,9 @@ for ((round = 1; round <= rounds; round++)); do
     fi
     for s in "${order[@]}"; do run_scenario "$round" "$s"; done
 done
+
+# onceproxy's own count of store round trips per guarded request, over the whole run.
+curl -s --max-time 5 "http://127.0.0.1:$admin_port/metrics" >"$results/metrics.txt" || true
 
 # ---- Redis commands per request ---------------------------------------------------------
 if [ "$commandstats" -eq 1 ]; then

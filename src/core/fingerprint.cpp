@@ -128,12 +128,12 @@ std::string sha256(std::string_view data) {
 
 std::string to_hex(std::string_view bytes) {
     static constexpr char digits[] = "0123456789abcdef";
-    std::string out;
-    out.reserve(bytes.size() * 2);
+    std::string out(bytes.size() * 2, '\0');
+    char* p = out.data();
     for (const char c : bytes) {
         const auto u = static_cast<unsigned char>(c);
-        out.push_back(digits[u >> 4]);
-        out.push_back(digits[u & 0xfU]);
+        *p++ = digits[u >> 4];
+        *p++ = digits[u & 0xfU];
     }
     return out;
 }

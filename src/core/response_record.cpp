@@ -90,7 +90,7 @@ std::string encode_record(const response_record& record) {
     return out;
 }
 
-std::optional<response_record> decode_record(std::string_view data) {
+std::optional<response_record_view> decode_record_view(std::string_view data) {
     reader in(data);
     const auto version = in.uint(1);
     const auto flags = in.uint(1);
@@ -106,7 +106,7 @@ std::optional<response_record> decode_record(std::string_view data) {
     if (*header_count > in.remaining() / 8) {
         return std::nullopt;
     }
-    response_record record;
+    response_record_view record;
     record.status = static_cast<unsigned>(*status);
     record.replayable = (*flags & flag_replayable) != 0;
     record.headers.reserve(static_cast<std::size_t>(*header_count));
@@ -119,7 +119,7 @@ std::optional<response_record> decode_record(std::string_view data) {
         if (!value) {
             return std::nullopt;
         }
-        record.headers.emplace_back(std::string(*name), std::string(*value));
+        record.headers.emplace_back(*name, *value);
     }
     const auto body_size = in.uint(8);
     if (!body_size) {
@@ -129,7 +129,23 @@ std::optional<response_record> decode_record(std::string_view data) {
     if (!body || in.remaining() != 0 || (!record.replayable && !body->empty())) {
         return std::nullopt;
     }
-    record.body.assign(*body);
+    record.body = *body;
+    return record;
+}
+
+std::optional<response_record> decode_record(std::string_view data) {
+    const auto view = decode_record_view(data);
+    if (!view) {
+        return std::nullopt;
+    }
+    response_record record;
+    record.status = view->status;
+    record.replayable = view->replayable;
+    record.headers.reserve(view->headers.size());
+    for (const auto& [name, value] : view->headers) {
+        record.headers.emplace_back(std::string(name), std::string(value));
+    }
+    record.body.assign(view->body);
     return record;
 }
 

@@ -61,6 +61,9 @@ struct exchange_state {
     std::string expires;
     clock::time_point upstream_started{};
     exchange_report report;
+    /// Store operations issued (claim, complete, release; one Redis round trip each), lease
+    /// renewals aside: onceproxy_store_round_trips_total.
+    std::uint64_t round_trips = 0;
 
     metrics::route_metrics& metrics() { return *env.route_series[route_index]; }
     std::optional<upstream::forward_status> upstream_status() const {
@@ -94,6 +97,7 @@ net::awaitable<core::action> do_claim(exchange_state& s, core::action a) {
     // Named, then moved: g++ 12 destroys a braced temporary argument of a coroutine twice
     // inside a co_await expression.
     store::claim_request creq{s.store_key, s.fingerprint, s.owner, a.lease};
+    ++s.round_trips;
     auto r = co_await s.env.st->async_claim(std::move(creq));
     auto t = to_claim_event(std::move(r), s.env.cipher.get(), s.store_key);
     op.done(t.store_error || t.unreadable);
@@ -282,6 +286,7 @@ net::awaitable<core::action> do_complete(exchange_state& s, core::action a) {
     std::string k = s.store_key;
     std::string o = s.owner;
     std::string payload = *s.payload;
+    ++s.round_trips;
     auto r =
         co_await s.env.st->async_complete(std::move(k), std::move(o), std::move(payload), a.ttl);
     op.done(!r);
@@ -292,6 +297,7 @@ net::awaitable<core::action> do_release(exchange_state& s) {
     store_op op(s);
     std::string k = s.store_key;
     std::string o = s.owner;
+    ++s.round_trips;
     auto r = co_await s.env.st->async_release(std::move(k), std::move(o));
     op.done(!r);
     co_return s.fsm.on_release(to_fence_event(r), clock::now());
@@ -332,9 +338,21 @@ response reject_with_expiry(exchange_state& s, const core::action& a) {
     return res;
 }
 
+/// The Date of a replay, formatted once a second per worker thread rather than per replay.
+std::string_view replay_date() {
+    thread_local std::time_t formatted_at = -1;
+    thread_local std::string text;
+    const std::time_t now = std::time(nullptr);
+    if (now != formatted_at) {
+        text = http_date(static_cast<std::int64_t>(now));
+        formatted_at = now;
+    }
+    return text;
+}
+
 response do_replay(exchange_state& s) {
-    return replay_response(s.claimed_record, s.route.idempotency.stripe_compat,
-                           http_date(static_cast<std::int64_t>(std::time(nullptr))));
+    return replay_response(std::move(s.claimed_record), s.route.idempotency.stripe_compat,
+                           replay_date());
 }
 
 /// passthrough (fail-open, or an optional route without a key): forward unprotected.
@@ -398,6 +416,7 @@ void finish(exchange_state& s) {
     if (auto o = s.fsm.outcome()) {
         s.report.outcome = *o;
         s.metrics().count(*o);
+        s.metrics().count_round_trips(*o, s.round_trips);
     }
 }
 

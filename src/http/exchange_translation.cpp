@@ -71,7 +71,7 @@ claim_translation to_claim_event(store::result<store::claim_result>&& r,
             }
             r->record = std::move(*plain);
         }
-        const auto rec = core::decode_record(r->record);
+        const auto rec = core::decode_record_view(r->record);
         if (!rec) {
             // The request did run (the record exists) but this version cannot read what was
             // kept: never fail open into a second execution.
@@ -154,13 +154,26 @@ std::string record_payload(const core::action& a, const response* upstream,
     return core::encode_stored_record(rec, cipher, store_key);
 }
 
-std::string_view record_expires(const core::response_record& rec) noexcept {
-    for (const auto& [name, value] : rec.headers) {
+namespace {
+
+template <class Headers>
+std::string_view expires_in(const Headers& headers) noexcept {
+    for (const auto& [name, value] : headers) {
         if (boost::beast::iequals(name, idempotency_expires)) {
             return value;
         }
     }
     return {};
+}
+
+} // namespace
+
+std::string_view record_expires(const core::response_record& rec) noexcept {
+    return expires_in(rec.headers);
+}
+
+std::string_view record_expires(const core::response_record_view& rec) noexcept {
+    return expires_in(rec.headers);
 }
 
 void set_idempotency_expires(response& res, std::string_view expires) {
@@ -177,14 +190,14 @@ void set_idempotency_status(response& res, core::idempotency_status st) {
     }
 }
 
-response replay_response(std::string_view encoded, bool stripe_compat, std::string_view date) {
-    auto rec = core::decode_record(encoded);
+response replay_response(std::string encoded, bool stripe_compat, std::string_view date) {
+    const auto rec = core::decode_record_view(encoded);
     if (!rec) {
         return make_problem(problem_code::store_unavailable, "stored record is unreadable", 11,
                             std::nullopt, 1u);
     }
     response res{static_cast<bhttp::status>(rec->status), 11};
-    for (auto& [n, v] : rec->headers) {
+    for (const auto& [n, v] : rec->headers) {
         res.insert(n, v);
     }
     res.set(bhttp::field::date, date);
@@ -192,7 +205,12 @@ response replay_response(std::string_view encoded, bool stripe_compat, std::stri
     if (stripe_compat) {
         res.set("Idempotent-Replayed", "true");
     }
-    res.body() = std::move(rec->body);
+    // The body is the encoding's tail: moved to the front of the same buffer, which becomes the
+    // answer's body (no allocation, no second buffer). `rec` points into `encoded`: not used
+    // after this.
+    const auto body_at = static_cast<std::size_t>(rec->body.data() - encoded.data());
+    encoded.erase(0, rec->body.empty() ? encoded.size() : body_at);
+    res.body() = std::move(encoded);
     res.prepare_payload();
     return res;
 }

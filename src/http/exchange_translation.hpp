@@ -78,6 +78,7 @@ record_of(const response& res, const config::idempotency_config& policy, bool re
 
 /// The Idempotency-Expires a record carries ("" for a record written before it existed).
 [[nodiscard]] std::string_view record_expires(const core::response_record& rec) noexcept;
+[[nodiscard]] std::string_view record_expires(const core::response_record_view& rec) noexcept;
 
 /// Sets Idempotency-Expires to `expires`, or removes it when empty (an upstream's own header
 /// must not pass for the proxy's on an answer that left no record).
@@ -88,8 +89,9 @@ void set_idempotency_status(response& res, core::idempotency_status st);
 
 /// The replay of an encoded record with a fresh `date`, Idempotency-Status: replayed (and
 /// Idempotent-Replayed: true with `stripe_compat`). A record that cannot be decoded gives a 503
-/// store_unavailable problem (the engine only replays records decoded at claim time).
-[[nodiscard]] response replay_response(std::string_view encoded, bool stripe_compat,
+/// store_unavailable problem (the engine only replays records decoded at claim time). The
+/// answer's body reuses `encoded`'s buffer (the body is the encoding's tail): no copy of it.
+[[nodiscard]] response replay_response(std::string encoded, bool stripe_compat,
                                        std::string_view date);
 
 /// The problem answer of a reject action. `upstream`: how the upstream call ended, when there

@@ -111,6 +111,20 @@ std::string registry::render() const {
                    "\n";
         }
     }
+    out += "# HELP onceproxy_store_round_trips_total Store round trips (on Redis, one per store "
+           "operation: claim, complete, release) of the requests counted in "
+           "onceproxy_requests_total, by route and final outcome; lease renewals are not "
+           "included.\n"
+           "# TYPE onceproxy_store_round_trips_total counter\n";
+    for (const auto* r : routes_now) {
+        for (std::size_t i = 0; i < outcome_count; ++i) {
+            const auto o = static_cast<outcome>(i);
+            if (const auto n = r->round_trips(o); n != 0 || r->counted(o) != 0) {
+                out += "onceproxy_store_round_trips_total{route=\"" + r->name + "\",outcome=\"" +
+                       std::string(outcome_name(o)) + "\"} " + std::to_string(n) + "\n";
+            }
+        }
+    }
     const std::pair<const char*, histogram route_metrics::*> hists[] = {
         {"onceproxy_request_duration_seconds", &route_metrics::request_duration},
         {"onceproxy_upstream_duration_seconds", &route_metrics::upstream_duration},

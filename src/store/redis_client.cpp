@@ -16,8 +16,6 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
 
-#include <hiredis/hiredis.h>
-
 #include <openssl/ssl.h>
 
 #include <algorithm>
@@ -42,25 +40,36 @@ namespace {
 
 constexpr auto use_tuple = net::as_tuple(net::use_awaitable);
 
-// RESP encoding of one command through hiredis; false only if hiredis cannot allocate.
-bool append_command(std::string& out, const std::vector<std::string>& args) {
-    std::vector<const char*> argv;
-    std::vector<std::size_t> lens;
-    argv.reserve(args.size());
-    lens.reserve(args.size());
+// `n` in decimal, as RESP writes lengths and counts.
+void append_decimal(std::string& out, std::size_t n) {
+    char digits[20];
+    char* const end = digits + sizeof digits;
+    char* p = end;
+    do {
+        *--p = static_cast<char>('0' + n % 10);
+        n /= 10;
+    } while (n != 0);
+    out.append(p, end);
+}
+
+// RESP encoding of one command (an array of bulk strings, binary-safe), appended to `out` in
+// one pass: sized once, no intermediate buffer, no formatted printing.
+void append_command(std::string& out, const std::vector<std::string>& args) {
+    std::size_t size = 16;
     for (const auto& a : args) {
-        argv.push_back(a.data());
-        lens.push_back(a.size());
+        size += a.size() + 26; // "$" + up to 20 digits + 2 CRLFs
     }
-    char* cmd = nullptr;
-    const int len =
-        redisFormatCommandArgv(&cmd, static_cast<int>(args.size()), argv.data(), lens.data());
-    if (len < 0 || cmd == nullptr) {
-        return false;
+    out.reserve(out.size() + size);
+    out.push_back('*');
+    append_decimal(out, args.size());
+    out.append("\r\n");
+    for (const auto& a : args) {
+        out.push_back('$');
+        append_decimal(out, a.size());
+        out.append("\r\n");
+        out.append(a);
+        out.append("\r\n");
     }
-    out.append(cmd, static_cast<std::size_t>(len));
-    redisFreeCommand(cmd);
-    return true;
 }
 
 std::chrono::milliseconds jittered(std::chrono::milliseconds cap) {
@@ -249,10 +258,7 @@ struct redis_client::impl : std::enable_shared_from_this<redis_client::impl> {
             co_return out;
         }
         std::string encoded;
-        if (!append_command(encoded, args)) {
-            out.ec = errc::protocol;
-            co_return out;
-        }
+        append_command(encoded, args);
         auto p = std::make_shared<pending>(ex);
         p->timer.expires_after(options.command_timeout);
         l->enqueue(p, encoded);

@@ -167,6 +167,21 @@ void shell(const std::string& cmd) {
     }
 }
 
+/// The series `name{route="ROUTE",outcome="OUTCOME"}` of the proxy's /metrics, as a number
+/// (-1: absent).
+long long route_series(const proxy_process& p, const std::string& name, const std::string& route,
+                       const std::string& outcome) {
+    const auto r = p.admin("/metrics");
+    REQUIRE(r.status == 200);
+    const std::string needle =
+        "\n" + name + "{route=\"" + route + "\",outcome=\"" + outcome + "\"} ";
+    const auto pos = r.body.find(needle);
+    if (pos == std::string::npos) {
+        return -1;
+    }
+    return std::stoll(r.body.substr(pos + needle.size()));
+}
+
 /// A self-signed CA (`name`.crt, `name`.key) in `dir`.
 std::string make_ca(const temp_dir& dir, const std::string& name) {
     shell("openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2"
@@ -673,7 +688,8 @@ TEST_SUITE("redis proxy") {
         CHECK_FALSE(missing.has_header("Idempotency-Expires"));
     }
 
-    TEST_CASE("round trips: one EVALSHA per claim and per completion, none else") {
+    TEST_CASE("round trips: one EVALSHA per claim and per completion, none else, as /metrics "
+              "counts them") {
         redis_server redis;
         upstream_process up;
         // Health checks every 50 ms, so PINGs certainly run while the requests are counted.
@@ -698,6 +714,9 @@ TEST_SUITE("redis proxy") {
             bodies.push_back(r.body);
         }
         CHECK(redis.command_calls("evalsha") == 2 * n); // claim + complete
+        // The proxy counts the same round trips per request: two per first execution.
+        CHECK(route_series(proxy, "onceproxy_requests_total", "pay", "stored") == n);
+        CHECK(route_series(proxy, "onceproxy_store_round_trips_total", "pay", "stored") == 2 * n);
 
         for (long long i = 0; i < n; ++i) {
             const auto r = post(proxy.port, "/v1/pay", keys[static_cast<std::size_t>(i)]);
@@ -705,8 +724,11 @@ TEST_SUITE("redis proxy") {
             CHECK(r.body == bodies[static_cast<std::size_t>(i)]);
         }
         CHECK(redis.command_calls("evalsha") == 3 * n); // + one claim per replay
-        CHECK(redis.command_calls("eval") == 0);        // no NOSCRIPT fallback
-        CHECK(redis.command_calls("ping") > 0);         // there were PINGs, not counted above
+        CHECK(route_series(proxy, "onceproxy_requests_total", "pay", "replayed") == n);
+        CHECK(route_series(proxy, "onceproxy_store_round_trips_total", "pay", "replayed") == n);
+        CHECK(route_series(proxy, "onceproxy_store_round_trips_total", "pay", "stored") == 2 * n);
+        CHECK(redis.command_calls("eval") == 0); // no NOSCRIPT fallback
+        CHECK(redis.command_calls("ping") > 0);  // there were PINGs, not counted above
         CHECK(up.total() == static_cast<std::uint64_t>(n));
     }
 

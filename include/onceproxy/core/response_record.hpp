@@ -24,6 +24,15 @@ struct response_record {
     bool replayable = true;
 };
 
+/// A decoded record whose header names, values and body point into the encoding it was decoded
+/// from (valid while that buffer lives and is unchanged): reading a record costs no copy.
+struct response_record_view {
+    unsigned status = 0;
+    std::vector<std::pair<std::string_view, std::string_view>> headers;
+    std::string_view body; ///< the tail of the encoding; empty when !replayable
+    bool replayable = true;
+};
+
 /// Format version written as the first byte of every encoding.
 inline constexpr unsigned char record_format_version = 1;
 
@@ -59,5 +68,8 @@ inline constexpr unsigned char record_format_version = 1;
 [[nodiscard]] std::optional<response_record>
 decode_stored_record(std::string_view stored, const record_cipher* cipher,
                      std::string_view store_key, record_open_failure* why = nullptr);
+
+/// decode_record without copies: the same checks, the result pointing into `data`.
+[[nodiscard]] std::optional<response_record_view> decode_record_view(std::string_view data);
 
 } // namespace onceproxy::core

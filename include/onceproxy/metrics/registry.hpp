@@ -57,6 +57,15 @@ struct route_metrics {
     void count_decrypt_failure(core::record_open_failure why) noexcept {
         decrypt_failures[static_cast<std::size_t>(why)].fetch_add(1, std::memory_order_relaxed);
     }
+    /// Store round trips of the requests counted, by their final outcome (lease renewals not
+    /// included): divided by the request count of the same outcome, the round trips per request.
+    std::array<std::atomic<std::uint64_t>, outcome_count> store_round_trips{};
+    void count_round_trips(outcome o, std::uint64_t n) noexcept {
+        store_round_trips[static_cast<std::size_t>(o)].fetch_add(n, std::memory_order_relaxed);
+    }
+    std::uint64_t round_trips(outcome o) const noexcept {
+        return store_round_trips[static_cast<std::size_t>(o)].load(std::memory_order_relaxed);
+    }
     histogram request_duration;
     histogram upstream_duration;
     histogram store_duration;

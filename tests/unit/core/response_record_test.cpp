@@ -123,3 +123,25 @@ TEST_CASE("garbage is rejected without reading out of bounds") {
     CHECK_FALSE(core::decode_record(""));
     CHECK_FALSE(core::decode_record("garbage that is not a record"));
 }
+
+TEST_CASE("the view decoder reads the same record, pointing into the encoding") {
+    const auto r = sample();
+    const auto encoded = core::encode_record(r);
+    const auto view = core::decode_record_view(encoded);
+    REQUIRE(view);
+    CHECK(view->status == r.status);
+    CHECK(view->replayable);
+    REQUIRE(view->headers.size() == r.headers.size());
+    for (std::size_t i = 0; i < r.headers.size(); ++i) {
+        CHECK(view->headers[i].first == r.headers[i].first);
+        CHECK(view->headers[i].second == r.headers[i].second);
+    }
+    CHECK(view->body == r.body);
+    // No copy: the body is the encoding's tail.
+    CHECK(view->body.data() == encoded.data() + encoded.size() - r.body.size());
+    // And it refuses what decode_record refuses.
+    for (std::size_t n = 0; n < encoded.size(); ++n) {
+        CHECK_FALSE(core::decode_record_view(std::string_view(encoded).substr(0, n)));
+    }
+    CHECK_FALSE(core::decode_record_view(encoded + "x"));
+}

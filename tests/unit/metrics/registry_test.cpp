@@ -33,6 +33,7 @@ TEST_CASE("metrics: the exposed metric families are stable") {
     CHECK(type_lines(text) == std::vector<std::string>{
                                   "# TYPE onceproxy_requests_total counter",
                                   "# TYPE onceproxy_record_decrypt_failures_total counter",
+                                  "# TYPE onceproxy_store_round_trips_total counter",
                                   "# TYPE onceproxy_request_duration_seconds histogram",
                                   "# TYPE onceproxy_upstream_duration_seconds histogram",
                                   "# TYPE onceproxy_store_duration_seconds histogram",
@@ -105,6 +106,25 @@ TEST_CASE("metrics: counters and histograms render what was recorded") {
     CHECK(text.find("onceproxy_request_duration_seconds_count{route=\"payments\"} 2\n") !=
           std::string::npos);
     CHECK(text.find("onceproxy_store_errors_total 2\n") != std::string::npos);
+}
+
+TEST_CASE("metrics: store round trips by route and outcome, beside the request counts") {
+    registry reg({"payments", "orders"});
+    reg.route(0).count(outcome::stored);
+    reg.route(0).count_round_trips(outcome::stored, 2);
+    reg.route(0).count(outcome::replayed);
+    reg.route(0).count_round_trips(outcome::replayed, 1);
+    reg.route(0).count(outcome::replayed);
+    reg.route(0).count_round_trips(outcome::replayed, 1);
+    const auto text = reg.render();
+    CHECK(text.find("onceproxy_store_round_trips_total{route=\"payments\",outcome=\"stored\"} "
+                    "2\n") != std::string::npos);
+    CHECK(text.find("onceproxy_store_round_trips_total{route=\"payments\",outcome=\"replayed\"} "
+                    "2\n") != std::string::npos);
+    // Only outcomes that happened have a series; a route without requests has none.
+    CHECK(text.find("onceproxy_store_round_trips_total{route=\"payments\",outcome=\"mismatch\"}") ==
+          std::string::npos);
+    CHECK(text.find("onceproxy_store_round_trips_total{route=\"orders\"") == std::string::npos);
 }
 
 TEST_CASE("metrics: a route added by a reload gets its series; existing counts are kept") {
