@@ -120,6 +120,11 @@ write_proxy_config() {
             -keyout "$work_dir/tls.key" -out "$work_dir/tls.crt" >/dev/null 2>&1 ||
             die "openssl could not make the bench certificate"
     fi
+    if [ "${BENCH_ENCRYPT:-0}" = 1 ]; then
+        # Encryption at rest with one key (a fixed one: the bench measures cost, not secrecy).
+        printf '%064d\n' 0 | tr 0 7 >"$work_dir/bench.key"
+        store_block="${store_block%\}}, encryption: { keys: [ { id: bench, file: $work_dir/bench.key } ] } }"
+    fi
     sed -e "s|@WORKERS@|$workers|" -e "s|@UPSTREAM_PORT@|$upstream_port|" \
         -e "s|@STORE@|$store_block|" -e "s|@DIR@|$work_dir|g" \
         "$bench_dir/onceproxy.yaml.in" >"$work_dir/onceproxy.yaml"

@@ -7,12 +7,13 @@
 #                [--scenarios direct,nginx,proxy,nginx_tls,proxy_tls,proxy_post,replay,first,
 #                             observe,half,upload,download]
 #                [--bulk-bytes 1073741824] [--commandstats] [--commandstats-requests 1000]
-#                [--warmup 1]
+#                [--warmup 1] [--encrypt]
 #                [--build-dir build/rel] [--out DIR]
 #
 # Every option also reads an environment variable (BENCH_DURATION, BENCH_CONNECTIONS,
 # BENCH_ROUNDS, BENCH_WORKERS, BENCH_UPSTREAM_THREADS, BENCH_STORE, BENCH_KEYS, BENCH_SCENARIOS,
-# BENCH_BULK_BYTES, BENCH_BUILD_DIR). Exits non-zero when a component fails to start or dies during the run.
+# BENCH_BULK_BYTES, BENCH_BUILD_DIR, BENCH_ENCRYPT=1). --encrypt turns on store.encryption (one
+# AES-256-GCM key) to compare against a run without it. Exits non-zero when a component fails to start or dies during the run.
 set -euo pipefail
 # shellcheck source=bench/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -47,6 +48,7 @@ while [ $# -gt 0 ]; do
     --commandstats) commandstats=1; shift ;;
     --commandstats-requests) commandstats_requests=$2; shift 2 ;;
     --warmup) warmup=$2; shift 2 ;;
+    --encrypt) BENCH_ENCRYPT=1; shift ;;
     --build-dir) build_dir=$2; shift 2 ;;
     --out) out_dir=$2; shift 2 ;;
     -h | --help) usage 0 ;;

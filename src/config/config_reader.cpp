@@ -499,9 +499,10 @@ private:
     }
 
     void read_store(const yaml_field& f, store_config& store) {
-        if (!f.present() || !w_.mapping(f, {"type", "memory", "redis"})) {
+        if (!f.present() || !w_.mapping(f, {"type", "memory", "redis", "encryption"})) {
             return;
         }
+        read_encryption(w_.get(f, "encryption"), store.encryption);
         set(store.type,
             w_.enumeration<store_type>(
                 w_.get(f, "type"), {{"memory", store_type::memory}, {"redis", store_type::redis}}));
@@ -627,6 +628,118 @@ private:
                          " ms) must be below command_timeout (" +
                          std::to_string(r.command_timeout.count()) + " ms)");
         }
+    }
+
+    /// store.encryption: {keys: [{id, file}, ...]}, the first key encrypts. Each file holds
+    /// the key as 32 raw bytes or 64 hexadecimal digits (one trailing line break allowed).
+    void read_encryption(const yaml_field& f, encryption_config& enc) {
+        if (!f.present() || !w_.mapping(f, {"keys"})) {
+            return;
+        }
+        const yaml_field keys = w_.require(f, "keys");
+        if (!keys.present() || !w_.sequence(keys)) {
+            return;
+        }
+        if (keys.node.size() == 0) {
+            w_.error(keys, "expected at least one key (remove encryption to store plaintext)");
+            return;
+        }
+        for (std::size_t i = 0; i < keys.node.size(); ++i) {
+            const yaml_field item = w_.item(keys, i);
+            if (!w_.mapping(item, {"id", "file"})) {
+                continue;
+            }
+            encryption_key k;
+            const yaml_field id = w_.require(item, "id");
+            const yaml_field file = w_.require(item, "file");
+            if (auto text = w_.string(id)) {
+                if (!valid_key_id(*text)) {
+                    w_.error(id, "invalid key id '" + *text +
+                                     "'; expected 1 to 64 of A-Z a-z 0-9 . _ -");
+                    continue;
+                }
+                for (const auto& other : enc.keys) {
+                    if (other.id == *text) {
+                        w_.error(id, "key id '" + *text + "' is used twice");
+                    }
+                }
+                k.id = *text;
+            }
+            if (auto path = w_.string(file)) {
+                k.file = *path;
+                read_key_file(file, k);
+            }
+            if (!k.id.empty() && !k.bytes.empty()) {
+                enc.keys.push_back(std::move(k));
+            }
+        }
+    }
+
+    static bool valid_key_id(std::string_view id) {
+        if (id.empty() || id.size() > 64) {
+            return false;
+        }
+        for (const char c : id) {
+            const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                            (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-';
+            if (!ok) {
+                return false;
+            }
+        }
+        return true;
+    }
+
+    /// 32 raw bytes, or 64 hex digits with at most one trailing line break. The content is
+    /// never echoed: it is a secret.
+    void read_key_file(const yaml_field& f, encryption_key& k) {
+        std::ifstream in(k.file, std::ios::binary);
+        if (!in) {
+            w_.error(f, "cannot read key file '" + k.file + "'");
+            return;
+        }
+        std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+        const auto file_size = text.size();
+        if (file_size == 32) {
+            k.bytes = std::move(text);
+            return;
+        }
+        if (text.ends_with("\n")) {
+            text.pop_back();
+            if (text.ends_with("\r")) {
+                text.pop_back();
+            }
+        }
+        const auto hex = [](char c) -> int {
+            if (c >= '0' && c <= '9') {
+                return c - '0';
+            }
+            if (c >= 'a' && c <= 'f') {
+                return c - 'a' + 10;
+            }
+            if (c >= 'A' && c <= 'F') {
+                return c - 'A' + 10;
+            }
+            return -1;
+        };
+        if (text.size() == 64) {
+            std::string bytes;
+            for (std::size_t i = 0; i < 64; i += 2) {
+                const int hi = hex(text[i]);
+                const int lo = hex(text[i + 1]);
+                if (hi < 0 || lo < 0) {
+                    bytes.clear();
+                    break;
+                }
+                bytes.push_back(static_cast<char>((hi << 4) | lo));
+            }
+            if (bytes.size() == 32) {
+                k.bytes = std::move(bytes);
+                return;
+            }
+        }
+        w_.error(f, "key file '" + k.file + "' holds " + std::to_string(file_size) +
+                        " bytes; expected 32 raw bytes or 64 hexadecimal digits (e.g. "
+                        "openssl rand -hex 32)");
     }
 
     /// key_prefix starts every Redis key of this proxy; services that share one Redis tell their

@@ -149,4 +149,45 @@ std::optional<response_record> decode_record(std::string_view data) {
     return record;
 }
 
+std::string encode_stored_record(const response_record& record, const record_cipher* cipher,
+                                 std::string_view store_key) {
+    auto encoded = encode_record(record);
+    if (cipher == nullptr) {
+        return encoded;
+    }
+    return cipher->seal(encoded, store_key);
+}
+
+std::optional<std::string> open_stored_record(std::string stored, const record_cipher* cipher,
+                                              std::string_view store_key,
+                                              record_open_failure* why) {
+    if (cipher != nullptr) {
+        return cipher->open(stored, store_key, why);
+    }
+    if (is_sealed(stored)) {
+        if (why != nullptr) {
+            *why = record_open_failure::unknown_key;
+        }
+        return std::nullopt;
+    }
+    return stored;
+}
+
+std::optional<response_record> decode_stored_record(std::string_view stored,
+                                                    const record_cipher* cipher,
+                                                    std::string_view store_key,
+                                                    record_open_failure* why) {
+    if (cipher != nullptr) {
+        const auto plain = cipher->open(stored, store_key, why);
+        return plain ? decode_record(*plain) : std::nullopt;
+    }
+    if (is_sealed(stored)) {
+        if (why != nullptr) {
+            *why = record_open_failure::unknown_key;
+        }
+        return std::nullopt;
+    }
+    return decode_record(stored);
+}
+
 } // namespace onceproxy::core

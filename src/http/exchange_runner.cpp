@@ -100,8 +100,11 @@ net::awaitable<core::action> do_claim(exchange_state& s, core::action a) {
     store::claim_request creq{s.store_key, s.fingerprint, s.owner, a.lease};
     ++s.round_trips;
     auto r = co_await s.env.st->async_claim(std::move(creq));
-    auto t = to_claim_event(std::move(r));
+    auto t = to_claim_event(std::move(r), s.env.cipher.get(), s.store_key);
     op.done(t.store_error || t.unreadable);
+    if (t.open_failure) {
+        s.metrics().count_decrypt_failure(*t.open_failure);
+    }
     s.claimed_record = std::move(t.record);
     s.expires = std::move(t.expires);
     co_return s.fsm.on_claim(t.event, clock::now());
@@ -277,7 +280,8 @@ net::awaitable<core::action> do_extend(exchange_state& s, core::action a) {
 net::awaitable<core::action> do_complete(exchange_state& s, core::action a) {
     if (!s.payload) {
         const response* res = s.upstream_result ? &s.upstream_result->res : nullptr;
-        s.payload = record_payload(a, res, s.route.idempotency, record_expiry(s));
+        s.payload = record_payload(a, res, s.route.idempotency, record_expiry(s),
+                                   s.env.cipher.get(), s.store_key);
     }
     store_op op(s);
     std::string k = s.store_key;

@@ -8,6 +8,7 @@
 
 #include "http/body_relay.hpp"
 #include "onceproxy/config/config.hpp"
+#include "onceproxy/core/record_cipher.hpp"
 #include "onceproxy/http/handler.hpp"
 #include "onceproxy/metrics/registry.hpp"
 #include "onceproxy/store/store.hpp"
@@ -31,6 +32,8 @@ struct exchange_env {
     metrics::registry& reg;
     task_tracker& tracker; ///< the worker's: background completions hold a token
     std::vector<metrics::route_metrics*> route_series; ///< index = route index in `cfg`
+    /// Encryption at rest of records, from cfg->store.encryption; null when off.
+    std::shared_ptr<const core::record_cipher> cipher = nullptr;
 };
 
 /// The client connection an answer too large to hold is streamed to, and what its request

@@ -37,7 +37,8 @@ core::upstream_event to_upstream_event(const upstream::forward_result& r) noexce
     return ev;
 }
 
-claim_translation to_claim_event(store::result<store::claim_result>&& r) {
+claim_translation to_claim_event(store::result<store::claim_result>&& r,
+                                 const core::record_cipher* cipher, std::string_view store_key) {
     claim_translation out;
     if (!r) {
         out.store_error = true;
@@ -57,6 +58,19 @@ claim_translation to_claim_event(store::result<store::claim_result>&& r) {
         break;
     case store::claim_status::completed: {
         out.event.kind = core::claim_result_kind::completed;
+        if (cipher != nullptr || core::is_sealed(r->record)) {
+            core::record_open_failure why{};
+            auto plain = core::open_stored_record(std::move(r->record), cipher, store_key, &why);
+            if (!plain) {
+                // Not replayed (it may be another key's record, or altered) and not executed
+                // again (the request may have run): answered as a record kept without its body.
+                out.unreadable = true;
+                out.open_failure = why;
+                out.event.replayable = false;
+                break;
+            }
+            r->record = std::move(*plain);
+        }
         const auto rec = core::decode_record_view(r->record);
         if (!rec) {
             // The request did run (the record exists) but this version cannot read what was
@@ -118,7 +132,8 @@ core::response_record record_of(const response& res, const config::idempotency_c
 }
 
 std::string record_payload(const core::action& a, const response* upstream,
-                           const config::idempotency_config& policy, std::string_view expires) {
+                           const config::idempotency_config& policy, std::string_view expires,
+                           const core::record_cipher* cipher, std::string_view store_key) {
     auto rec = [&] {
         if (a.record == core::record_kind::outcome_unknown_problem) {
             return record_of(make_problem(problem_code::upstream_outcome_unknown), policy, true);
@@ -136,7 +151,7 @@ std::string record_payload(const core::action& a, const response* upstream,
         // 409) replays it too, so a rolling upgrade changes no answer.
         rec.headers.emplace_back(std::string(idempotency_expires), std::string(expires));
     }
-    return core::encode_record(rec);
+    return core::encode_stored_record(rec, cipher, store_key);
 }
 
 namespace {

@@ -38,11 +38,18 @@ struct claim_translation {
     std::string expires;      ///< completed and readable: its Idempotency-Expires ("" if none)
     bool store_error = false; ///< the store failed (count it)
     bool unreadable = false;  ///< a record exists but cannot be decoded (count as store error)
+    /// Set when the record exists but does not open (encryption at rest): why, for
+    /// onceproxy_record_decrypt_failures_total. `unreadable` is set too.
+    std::optional<core::record_open_failure> open_failure;
 };
 
-/// Translates a claim result. A completed record that cannot be decoded is reported as
-/// completed and not replayable: the request did run, so it must never run again.
-[[nodiscard]] claim_translation to_claim_event(store::result<store::claim_result>&& r);
+/// Translates a claim result. A completed record is opened with `cipher` (encryption at rest;
+/// null: off) under `store_key`; `record` is then the encoded record in plaintext. A completed
+/// record that cannot be opened or decoded is reported as completed and not replayable: the
+/// request did run, so it must never run again, and what cannot be read is never replayed.
+[[nodiscard]] claim_translation to_claim_event(store::result<store::claim_result>&& r,
+                                               const core::record_cipher* cipher = nullptr,
+                                               std::string_view store_key = {});
 
 /// Result of a fenced store operation (extend, complete, release) as the engine event.
 [[nodiscard]] core::fence_event
@@ -61,10 +68,13 @@ record_of(const response& res, const config::idempotency_config& policy, bool re
 
 /// The encoded payload of a complete action: the upstream response (`upstream`, required for
 /// record_kind::upstream_response) or the upstream.outcome_unknown problem, with `expires` (an
-/// IMF-fixdate; none when empty) recorded as its Idempotency-Expires header.
+/// IMF-fixdate; none when empty) recorded as its Idempotency-Expires header; sealed by
+/// `cipher` under `store_key` when encryption at rest is on.
 [[nodiscard]] std::string record_payload(const core::action& a, const response* upstream,
                                          const config::idempotency_config& policy,
-                                         std::string_view expires);
+                                         std::string_view expires,
+                                         const core::record_cipher* cipher = nullptr,
+                                         std::string_view store_key = {});
 
 /// The Idempotency-Expires a record carries ("" for a record written before it existed).
 [[nodiscard]] std::string_view record_expires(const core::response_record& rec) noexcept;

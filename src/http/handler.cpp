@@ -23,6 +23,13 @@ struct handler::impl {
          std::shared_ptr<store::store> s, metrics::registry& r, task_tracker& t)
         : cfg(c), reg(r), env(std::make_shared<exchange_env>(
                               exchange_env{std::move(c), std::move(f), std::move(s), r, t, {}})) {
+        if (const auto& keys = cfg->store.encryption.keys; !keys.empty()) {
+            std::vector<core::record_key> ck;
+            for (const auto& k : keys) {
+                ck.push_back({k.id, k.bytes});
+            }
+            env->cipher = std::make_shared<const core::record_cipher>(std::move(ck));
+        }
         for (const auto& route : cfg->routes) {
             env->route_series.push_back(&reg.route_named(route.name));
             fields_in_use.push_back(request_fields_in_use(route.idempotency));

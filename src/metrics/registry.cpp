@@ -100,6 +100,17 @@ std::string registry::render() const {
                    std::to_string(r->counted(static_cast<outcome>(i))) + "\n";
         }
     }
+    out += "# HELP onceproxy_record_decrypt_failures_total Stored records that did not decrypt "
+           "(not replayed, not executed again), by route and reason.\n"
+           "# TYPE onceproxy_record_decrypt_failures_total counter\n";
+    for (const auto* r : routes_now) {
+        for (std::size_t i = 0; i < core::record_open_failure_count; ++i) {
+            out += "onceproxy_record_decrypt_failures_total{route=\"" + r->name + "\",reason=\"" +
+                   std::string(core::to_string(static_cast<core::record_open_failure>(i))) +
+                   "\"} " + std::to_string(r->decrypt_failures[i].load(std::memory_order_relaxed)) +
+                   "\n";
+        }
+    }
     out += "# HELP onceproxy_store_round_trips_total Store round trips (on Redis, one per store "
            "operation: claim, complete, release) of the requests counted in "
            "onceproxy_requests_total, by route and final outcome; lease renewals are not "

@@ -173,10 +173,28 @@ struct memory_store_config {
     friend bool operator==(const memory_store_config&, const memory_store_config&) = default;
 };
 
+/// One key of store.encryption: its id (stored in every record it seals) and its 32 bytes,
+/// read from `file` at load (and again at each reload).
+struct encryption_key {
+    std::string id;
+    std::string file;
+    std::string bytes;
+
+    friend bool operator==(const encryption_key&, const encryption_key&) = default;
+};
+
+/// Encryption at rest of records (AES-256-GCM). No keys: records are stored in plaintext.
+struct encryption_config {
+    std::vector<encryption_key> keys; ///< the first encrypts, every one decrypts
+
+    friend bool operator==(const encryption_config&, const encryption_config&) = default;
+};
+
 struct store_config {
     store_type type = store_type::memory;
     memory_store_config memory;
     redis_config redis;
+    encryption_config encryption;
 
     friend bool operator==(const store_config&, const store_config&) = default;
 };

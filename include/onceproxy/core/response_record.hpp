@@ -3,6 +3,8 @@
 // encoding (SPEC §5: "a versioned, binary-safe format"). The request fingerprint is not part
 // of the record: the store keeps it beside the record.
 
+#include "onceproxy/core/record_cipher.hpp"
+
 #include <optional>
 #include <string>
 #include <string_view>
@@ -44,6 +46,28 @@ inline constexpr unsigned char record_format_version = 1;
 /// or flags, status outside 100..999, truncated input, trailing bytes, a body on a
 /// not-replayable record. Never reads outside `data`; allocation is bounded by its size.
 [[nodiscard]] std::optional<response_record> decode_record(std::string_view data);
+
+/// The record as the store keeps it: encode_record's bytes, sealed by `cipher` (bound to
+/// `store_key`, the hashed key as stored) when encryption is on (`cipher` not null).
+[[nodiscard]] std::string encode_stored_record(const response_record& record,
+                                               const record_cipher* cipher,
+                                               std::string_view store_key);
+
+/// The encoded record (encode_record's bytes) of what the store keeps under `store_key`. With
+/// `cipher`, only a record it seals under that store key opens; a plaintext record, an unknown
+/// key id or a failed authentication gives nullopt and the reason in `why`. Without `cipher`, a
+/// plaintext record is returned as it is and a sealed one fails as unknown_key. The bytes are
+/// not decoded: decode_record does that.
+[[nodiscard]] std::optional<std::string> open_stored_record(std::string stored,
+                                                            const record_cipher* cipher,
+                                                            std::string_view store_key,
+                                                            record_open_failure* why = nullptr);
+
+/// open_stored_record then decode_record. nullopt when either fails; `why` is set only when
+/// opening failed (a record that opens but does not decode leaves it untouched).
+[[nodiscard]] std::optional<response_record>
+decode_stored_record(std::string_view stored, const record_cipher* cipher,
+                     std::string_view store_key, record_open_failure* why = nullptr);
 
 /// decode_record without copies: the same checks, the result pointing into `data`.
 [[nodiscard]] std::optional<response_record_view> decode_record_view(std::string_view data);

@@ -3,6 +3,7 @@
 // from any worker; exposition renders the Prometheus text format on the admin listener.
 
 #include "onceproxy/core/outcome.hpp"
+#include "onceproxy/core/record_cipher.hpp"
 
 #include <array>
 #include <atomic>
@@ -50,6 +51,11 @@ struct route_metrics {
     }
     std::uint64_t counted(outcome o) const noexcept {
         return outcomes[static_cast<std::size_t>(o)].load(std::memory_order_relaxed);
+    }
+    /// Stored records that did not open (encryption at rest), by reason.
+    std::array<std::atomic<std::uint64_t>, core::record_open_failure_count> decrypt_failures{};
+    void count_decrypt_failure(core::record_open_failure why) noexcept {
+        decrypt_failures[static_cast<std::size_t>(why)].fetch_add(1, std::memory_order_relaxed);
     }
     /// Store round trips of the requests counted, by their final outcome (lease renewals not
     /// included): divided by the request count of the same outcome, the round trips per request.

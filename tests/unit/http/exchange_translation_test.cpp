@@ -336,4 +336,56 @@ TEST_SUITE("exchange translation") {
         CHECK(http_date(0) == "Thu, 01 Jan 1970 00:00:00 GMT");
         CHECK(http_date(1700000000) == "Tue, 14 Nov 2023 22:13:20 GMT");
     }
+
+    TEST_CASE("encryption at rest: records sealed on complete, opened on claim, never replayed "
+              "when they do not open") {
+        using core::claim_result_kind;
+        const core::record_cipher k1({{"k1", std::string(32, 'a')}});
+        const core::record_cipher k2_k1(
+            {{"k2", std::string(32, 'b')}, {"k1", std::string(32, 'a')}});
+        const core::record_cipher other({{"k1", std::string(32, 'z')}});
+        config::idempotency_config p;
+        core::action a;
+        a.kind = core::action_kind::complete;
+        a.record = core::record_kind::upstream_response;
+        a.replayable = true;
+        const auto up = upstream_answer();
+
+        const auto sealed = record_payload(a, &up, p, "", &k1, "route:hash-1");
+        CHECK(core::is_sealed(sealed));
+        CHECK(sealed.find(up.body()) == std::string::npos);
+
+        store::claim_result done;
+        done.status = store::claim_status::completed;
+        done.record = sealed;
+        auto t = to_claim_event(done, &k1, "route:hash-1");
+        CHECK(t.event.kind == claim_result_kind::completed);
+        CHECK(t.event.replayable);
+        CHECK_FALSE(t.open_failure);
+        CHECK(t.record == record_payload(a, &up, p, "")); // the plaintext encoding, replayable
+        CHECK(replay_response(t.record, false, "d").body() == up.body());
+
+        // Rotation: the new key set opens what the old one sealed.
+        done.record = sealed;
+        CHECK(to_claim_event(done, &k2_k1, "route:hash-1").event.replayable);
+
+        const auto refused = [&](const core::record_cipher* c, std::string_view key,
+                                 std::string record, core::record_open_failure why) {
+            done.record = std::move(record);
+            const auto r = to_claim_event(done, c, key);
+            CHECK(r.event.kind == claim_result_kind::completed); // it ran: never again
+            CHECK_FALSE(r.event.replayable);                     // and never replayed
+            CHECK(r.unreadable);
+            CHECK(r.record.empty());
+            REQUIRE(r.open_failure);
+            CHECK(*r.open_failure == why);
+        };
+        refused(&k1, "route:hash-2", sealed, core::record_open_failure::authentication);
+        refused(&other, "route:hash-1", sealed, core::record_open_failure::authentication);
+        refused(&k1, "route:hash-1", record_payload(a, &up, p, "", &k2_k1, "route:hash-1"),
+                core::record_open_failure::unknown_key);
+        refused(&k1, "route:hash-1", record_payload(a, &up, p, ""),
+                core::record_open_failure::plaintext);
+        refused(nullptr, "route:hash-1", sealed, core::record_open_failure::unknown_key);
+    }
 }

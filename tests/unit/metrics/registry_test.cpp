@@ -32,6 +32,7 @@ TEST_CASE("metrics: the exposed metric families are stable") {
     const auto text = reg.render();
     CHECK(type_lines(text) == std::vector<std::string>{
                                   "# TYPE onceproxy_requests_total counter",
+                                  "# TYPE onceproxy_record_decrypt_failures_total counter",
                                   "# TYPE onceproxy_store_round_trips_total counter",
                                   "# TYPE onceproxy_observed_total counter",
                                   "# TYPE onceproxy_request_duration_seconds histogram",
@@ -54,6 +55,19 @@ TEST_CASE("metrics: the exposed metric families are stable") {
                                   "# TYPE onceproxy_config_last_reload_success_timestamp_seconds "
                                   "gauge",
                               });
+}
+
+TEST_CASE("metrics: record decrypt failures by route and reason") {
+    registry reg({"payments"});
+    reg.route(0).count_decrypt_failure(onceproxy::core::record_open_failure::unknown_key);
+    reg.route(0).count_decrypt_failure(onceproxy::core::record_open_failure::unknown_key);
+    reg.route(0).count_decrypt_failure(onceproxy::core::record_open_failure::authentication);
+    const auto text = reg.render();
+    const std::string series = "onceproxy_record_decrypt_failures_total{route=\"payments\",reason=";
+    CHECK(text.find(series + "\"unknown_key\"} 2\n") != std::string::npos);
+    CHECK(text.find(series + "\"authentication\"} 1\n") != std::string::npos);
+    CHECK(text.find(series + "\"plaintext\"} 0\n") != std::string::npos);
+    CHECK(text.find(series + "\"malformed\"} 0\n") != std::string::npos);
 }
 
 TEST_CASE("metrics: every outcome of SPEC §6 has a series per route") {

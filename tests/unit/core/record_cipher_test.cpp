@@ -1,0 +1,140 @@
+#include <onceproxy/core/record_cipher.hpp>
+#include <onceproxy/core/response_record.hpp>
+
+#include <doctest/doctest.h>
+
+#include <stdexcept>
+#include <string>
+
+namespace core = onceproxy::core;
+using core::record_cipher;
+using core::record_key;
+using core::record_open_failure;
+
+namespace {
+
+record_key key(const std::string& id, char fill) {
+    return {id, std::string(32, fill)};
+}
+
+core::response_record sample() {
+    return {200, {{"content-type", "text/plain"}, {"x-secret", "header-value"}}, "the body", true};
+}
+
+} // namespace
+
+TEST_CASE("seal then open gives the encoded record back; the body is not in the sealed bytes") {
+    const record_cipher c({key("k1", 'a')});
+    const auto plain = core::encode_record(sample());
+    const auto sealed = c.seal(plain, "scope:key-hash");
+    CHECK(core::is_sealed(sealed));
+    CHECK(sealed.size() == plain.size() + 2 + 2 + 12 + 16);
+    CHECK(sealed.find("the body") == std::string::npos);
+    CHECK(sealed.find("header-value") == std::string::npos);
+    REQUIRE(core::sealed_key_id(sealed));
+    CHECK(*core::sealed_key_id(sealed) == "k1");
+    const auto opened = c.open(sealed, "scope:key-hash");
+    REQUIRE(opened);
+    CHECK(*opened == plain);
+}
+
+TEST_CASE("each seal uses a fresh nonce") {
+    const record_cipher c({key("k1", 'a')});
+    const auto a = c.seal("same bytes", "aad");
+    const auto b = c.seal("same bytes", "aad");
+    CHECK(a != b);
+    CHECK(c.open(a, "aad") == c.open(b, "aad"));
+}
+
+TEST_CASE("another store key (aad) does not open") {
+    const record_cipher c({key("k1", 'a')});
+    const auto sealed = c.seal("record", "key-a");
+    record_open_failure why{};
+    CHECK_FALSE(c.open(sealed, "key-b", &why));
+    CHECK(why == record_open_failure::authentication);
+    CHECK_FALSE(c.open(sealed, "", &why));
+    CHECK(c.open(sealed, "key-a"));
+}
+
+TEST_CASE("any altered byte fails authentication or parsing") {
+    const record_cipher c({key("k1", 'a')});
+    const auto sealed = c.seal("a record of some length", "aad");
+    for (std::size_t i = 0; i < sealed.size(); ++i) {
+        auto bad = sealed;
+        bad[i] = static_cast<char>(bad[i] ^ 0x01);
+        CHECK_MESSAGE(!c.open(bad, "aad"), "flipped byte " << i);
+    }
+    for (std::size_t n = 0; n < sealed.size(); ++n) {
+        CHECK_MESSAGE(!c.open(sealed.substr(0, n), "aad"), "truncated to " << n);
+    }
+    CHECK_FALSE(c.open(sealed + "x", "aad"));
+}
+
+TEST_CASE("an unknown key id and a same-id different key fail with their reasons") {
+    const record_cipher one({key("k1", 'a')});
+    const record_cipher other({key("k9", 'b')});
+    const record_cipher same_id({key("k1", 'b')});
+    const auto sealed = one.seal("record", "aad");
+    record_open_failure why{};
+    CHECK_FALSE(other.open(sealed, "aad", &why));
+    CHECK(why == record_open_failure::unknown_key);
+    CHECK_FALSE(same_id.open(sealed, "aad", &why));
+    CHECK(why == record_open_failure::authentication);
+}
+
+TEST_CASE("plaintext is refused when encryption is on") {
+    const record_cipher c({key("k1", 'a')});
+    record_open_failure why{};
+    CHECK_FALSE(c.open(core::encode_record(sample()), "aad", &why));
+    CHECK(why == record_open_failure::plaintext);
+    CHECK_FALSE(c.open("", "aad", &why));
+    CHECK(why == record_open_failure::plaintext);
+}
+
+TEST_CASE("rotation: the first key seals, every key opens") {
+    const record_cipher before({key("k1", 'a')});
+    const record_cipher after({key("k2", 'b'), key("k1", 'a')});
+    const auto old_record = before.seal("old", "aad");
+    const auto new_record = after.seal("new", "aad");
+    CHECK(after.primary_id() == "k2");
+    CHECK(*core::sealed_key_id(new_record) == "k2");
+    CHECK(after.open(old_record, "aad") == std::optional<std::string>("old"));
+    CHECK(after.open(new_record, "aad") == std::optional<std::string>("new"));
+    record_open_failure why{};
+    CHECK_FALSE(before.open(new_record, "aad", &why)); // a replica not yet reloaded
+    CHECK(why == record_open_failure::unknown_key);
+}
+
+TEST_CASE("invalid key sets are refused") {
+    CHECK_THROWS_AS(record_cipher({}), std::invalid_argument);
+    CHECK_THROWS_AS(record_cipher({{"k1", std::string(31, 'a')}}), std::invalid_argument);
+    CHECK_THROWS_AS(record_cipher({{"", std::string(32, 'a')}}), std::invalid_argument);
+    CHECK_THROWS_AS(record_cipher({key(std::string(65, 'i'), 'a')}), std::invalid_argument);
+    CHECK_THROWS_AS(record_cipher({key("k1", 'a'), key("k1", 'b')}), std::invalid_argument);
+}
+
+TEST_CASE("stored records: encode and decode through the codec with and without a cipher") {
+    const record_cipher c({key("k1", 'a')});
+    const auto r = sample();
+    const auto sealed = core::encode_stored_record(r, &c, "sk");
+    const auto plain = core::encode_stored_record(r, nullptr, "sk");
+    CHECK(plain == core::encode_record(r));
+    CHECK(core::is_sealed(sealed));
+
+    const auto back = core::decode_stored_record(sealed, &c, "sk");
+    REQUIRE(back);
+    CHECK(back->body == r.body);
+    CHECK(back->headers == r.headers);
+    CHECK(core::open_stored_record(sealed, &c, "sk") == core::encode_record(r));
+
+    record_open_failure why{};
+    CHECK_FALSE(core::decode_stored_record(sealed, &c, "other", &why));
+    CHECK(why == record_open_failure::authentication);
+    CHECK_FALSE(core::decode_stored_record(plain, &c, "sk", &why));
+    CHECK(why == record_open_failure::plaintext);
+    CHECK_FALSE(core::decode_stored_record(sealed, nullptr, "sk", &why));
+    CHECK(why == record_open_failure::unknown_key);
+    CHECK_FALSE(core::open_stored_record(sealed, nullptr, "sk", &why));
+    CHECK(core::decode_stored_record(plain, nullptr, "sk"));
+    CHECK(core::open_stored_record(plain, nullptr, "sk") == plain);
+}
