@@ -32,6 +32,7 @@ TEST_CASE("metrics: the exposed metric families are stable") {
     const auto text = reg.render();
     CHECK(type_lines(text) == std::vector<std::string>{
                                   "# TYPE onceproxy_requests_total counter",
+                                  "# TYPE onceproxy_keys_purged_total counter",
                                   "# TYPE onceproxy_request_duration_seconds histogram",
                                   "# TYPE onceproxy_upstream_duration_seconds histogram",
                                   "# TYPE onceproxy_store_duration_seconds histogram",
