@@ -1,5 +1,7 @@
 #include "app/admin.hpp"
 
+#include "app/key_admin.hpp"
+#include "onceproxy/core/fingerprint.hpp"
 #include "onceproxy/http/loop_guard.hpp"
 #include "onceproxy/wire/message_parser.hpp"
 
@@ -10,14 +12,22 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/core/string.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
 #include <boost/beast/http/empty_body.hpp>
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/string_body.hpp>
 #include <boost/beast/http/write.hpp>
+#include <boost/json/object.hpp>
+#include <boost/json/serialize.hpp>
+#include <boost/url/parse.hpp>
+
+#include <openssl/crypto.h>
 
 #include <atomic>
+#include <optional>
 #include <string>
+#include <variant>
 
 namespace onceproxy::app {
 
@@ -28,7 +38,53 @@ using tcp = net::ip::tcp;
 
 namespace {
 constexpr auto use_tuple = net::as_tuple(net::use_awaitable);
+
+using admin_response = bhttp::response<bhttp::string_body>;
+
+constexpr std::string_view keys_path = "/admin/v1/keys";
+
+/// An application/problem+json answer of the admin API (RFC 9457, the proxy's shape).
+admin_response admin_problem(unsigned version, bhttp::status status, std::string_view code,
+                             std::string_view title, std::string_view detail) {
+    boost::json::object o;
+    o["type"] = "https://onceproxy.dev/problems/" + std::string(code);
+    o["title"] = title;
+    o["status"] = static_cast<unsigned>(status);
+    o["detail"] = detail;
+    o["code"] = code;
+    admin_response res{status, version};
+    res.set(bhttp::field::content_type, "application/problem+json");
+    res.set(bhttp::field::cache_control, "no-store");
+    res.body() = boost::json::serialize(o);
+    return res;
 }
+
+/// The bearer token against the configured one in constant time (digests of equal length, so
+/// neither the content nor the length of the token leaks through timing).
+bool token_matches(std::string_view given, const std::string& expected) {
+    const std::string a = core::sha256(given);
+    const std::string b = core::sha256(expected);
+    return CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
+}
+
+/// The token of an `Authorization: Bearer TOKEN` header; nullopt when there is none.
+std::optional<std::string_view> bearer_token(const bhttp::request<bhttp::string_body>& req) {
+    const auto it = req.find(bhttp::field::authorization);
+    if (it == req.end()) {
+        return std::nullopt;
+    }
+    std::string_view v = it->value();
+    constexpr std::string_view scheme = "bearer ";
+    if (v.size() <= scheme.size() || !beast::iequals(v.substr(0, scheme.size()), scheme)) {
+        return std::nullopt;
+    }
+    v.remove_prefix(scheme.size());
+    while (!v.empty() && v.front() == ' ') {
+        v.remove_prefix(1);
+    }
+    return v;
+}
+} // namespace
 
 struct admin_server::impl : std::enable_shared_from_this<impl> {
     impl(net::io_context& c, std::vector<net::any_io_executor> w,
@@ -151,6 +207,109 @@ struct admin_server::impl : std::enable_shared_from_this<impl> {
         }
     }
 
+    std::atomic<std::size_t> next_worker{0}; ///< key administration: round robin
+
+    /// GET/DELETE /admin/v1/keys (README "Key administration"); 404 unless keys_api.enabled.
+    net::awaitable<admin_response> answer_keys(const bhttp::request<bhttp::string_body>& req) {
+        const unsigned v = req.version();
+        const auto& api = cfg->admin.keys_api;
+        if (!api.enabled) {
+            admin_response res{bhttp::status::not_found, v};
+            res.set(bhttp::field::content_type, "text/plain; charset=utf-8");
+            res.body() = "not found\n";
+            co_return res;
+        }
+        const auto token = bearer_token(req);
+        if (!token || !token_matches(*token, api.token)) {
+            auto res = admin_problem(v, bhttp::status::unauthorized, "admin.unauthorized",
+                                     "Authentication required",
+                                     token ? "the bearer token is not the one in "
+                                             "admin.keys_api.token_file"
+                                           : "send Authorization: Bearer TOKEN (the content of "
+                                             "admin.keys_api.token_file)");
+            res.set(bhttp::field::www_authenticate, "Bearer realm=\"onceproxy-admin\"");
+            co_return res;
+        }
+        const bool inspect = req.method() == bhttp::verb::get;
+        if (!inspect && req.method() != bhttp::verb::delete_) {
+            auto res = admin_problem(v, bhttp::status::method_not_allowed,
+                                     "admin.method_not_allowed", "Method not allowed",
+                                     "use GET to inspect a key or DELETE to purge it");
+            res.set(bhttp::field::allow, "GET, DELETE");
+            co_return res;
+        }
+        const auto bad = [v](std::string_view detail) {
+            return admin_problem(v, bhttp::status::bad_request, "admin.bad_request",
+                                 "Bad key administration request", detail);
+        };
+        auto url = boost::urls::parse_origin_form(req.target());
+        if (!url) {
+            co_return bad("the request target is not a valid origin-form URL");
+        }
+        key_address address;
+        bool force = false;
+        for (const auto& p : url->params()) {
+            if (p.key == "route") {
+                address.route = p.value;
+            } else if (p.key == "key") {
+                address.key = p.value;
+            } else if (p.key == "principal") {
+                address.principal.push_back(p.value);
+            } else if (p.key == "force") {
+                if (p.value == "true" || p.value == "1") {
+                    force = true;
+                } else if (p.value != "false" && p.value != "0") {
+                    co_return bad("force is true or false");
+                }
+            } else {
+                co_return bad("unknown parameter '" + p.key +
+                              "' (route, key, principal and, for DELETE, force)");
+            }
+        }
+        auto resolved = resolve_key(*cfg, address);
+        if (auto* why = std::get_if<std::string>(&resolved)) {
+            co_return bad(*why);
+        }
+        const auto& k = std::get<resolved_key>(resolved);
+        const auto store_down = [v](const boost::system::error_code& ec) {
+            return admin_problem(v, bhttp::status::service_unavailable, "admin.store_unavailable",
+                                 "Idempotency store unavailable",
+                                 "the store did not answer: " + ec.message());
+        };
+        if (!st) {
+            co_return store_down(
+                boost::system::errc::make_error_code(boost::system::errc::not_supported));
+        }
+        // On a worker: the Redis store keeps its connections there.
+        auto ex = workers[next_worker.fetch_add(1, std::memory_order_relaxed) % workers.size()];
+        admin_response res{bhttp::status::ok, v};
+        res.set(bhttp::field::content_type, "application/json");
+        res.set(bhttp::field::cache_control, "no-store");
+        if (inspect) {
+            auto r = co_await net::co_spawn(ex, st->async_inspect(k.store_key), net::use_awaitable);
+            if (!r) {
+                co_return store_down(r.error());
+            }
+            res.body() = describe_key(k, *r, std::chrono::system_clock::now());
+            co_return res;
+        }
+        auto r =
+            co_await net::co_spawn(ex, st->async_purge(k.store_key, force), net::use_awaitable);
+        if (!r) {
+            co_return store_down(r.error());
+        }
+        note_purge(k, *r, "admin_api", &reg);
+        if (*r == store::purge_status::in_flight) {
+            co_return admin_problem(
+                v, bhttp::status::conflict, "admin.key_in_flight", "The key is in flight",
+                "a request with this key is being processed; purge with force=true to delete "
+                "its lease and fence its owner (its answer will not be recorded, and a retry "
+                "executes again)");
+        }
+        res.body() = describe_purge(k, *r, force);
+        co_return res;
+    }
+
     bhttp::response<bhttp::string_body> answer(const bhttp::request<bhttp::string_body>& req) {
         bhttp::response<bhttp::string_body> res{bhttp::status::ok, req.version()};
         res.set(bhttp::field::content_type, "text/plain; charset=utf-8");
@@ -216,7 +375,16 @@ struct admin_server::impl : std::enable_shared_from_this<impl> {
             if (ec) {
                 co_return;
             }
-            auto res = answer(parser.get());
+            const auto& req = parser.get();
+            const auto target = req.target();
+            admin_response res;
+            if (target.substr(0, target.find('?')) == keys_path) {
+                res = co_await answer_keys(req);
+                res.prepare_payload();
+                res.keep_alive(req.keep_alive());
+            } else {
+                res = answer(req);
+            }
             auto [wec, wn] = co_await bhttp::async_write(stream, res, use_tuple);
             (void)wn;
             if (wec || !res.keep_alive()) {

@@ -247,7 +247,7 @@ private:
     }
 
     void read_admin(const yaml_field& f, config& cfg) {
-        if (!f.present() || !w_.mapping(f, {"listen", "readiness"})) {
+        if (!f.present() || !w_.mapping(f, {"listen", "readiness", "keys_api"})) {
             return;
         }
         const yaml_field listen = w_.get(f, "listen");
@@ -260,6 +260,54 @@ private:
             }
             read_upstream_check(w_.get(readiness, "upstream"), cfg.admin.readiness);
         }
+        read_keys_api(w_.get(f, "keys_api"), cfg.admin.keys_api);
+    }
+
+    /// admin.keys_api: { enabled, token_file }. Enabled needs a readable, non-empty token file
+    /// (read once at start; a change needs a restart).
+    void read_keys_api(const yaml_field& f, keys_api_config& k) {
+        if (!f.present() || !w_.mapping(f, {"enabled", "token_file"})) {
+            return;
+        }
+        const yaml_field enabled = w_.get(f, "enabled");
+        if (auto b = w_.boolean(enabled)) {
+            k.enabled = *b;
+        }
+        const yaml_field token_file = w_.get(f, "token_file");
+        if (token_file.present()) {
+            if (auto path = w_.string(token_file)) {
+                k.token_file = *path;
+            }
+        }
+        if (!k.enabled) {
+            return;
+        }
+        if (!token_file.present()) {
+            w_.error(enabled.present() ? enabled : f,
+                     "admin.keys_api is enabled but has no token_file (the bearer token that "
+                     "protects it)");
+            return;
+        }
+        if (k.token_file.empty()) {
+            return; // not a string: already reported
+        }
+        std::ifstream in(k.token_file, std::ios::binary);
+        if (!in) {
+            w_.error(token_file, "cannot read token_file '" + k.token_file + "'");
+            return;
+        }
+        std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+        if (text.ends_with("\n")) {
+            text.pop_back();
+            if (text.ends_with("\r")) {
+                text.pop_back();
+            }
+        }
+        if (text.empty()) {
+            w_.error(token_file, "token_file '" + k.token_file + "' is empty");
+            return;
+        }
+        k.token = std::move(text);
     }
 
     /// admin.readiness.upstream: { name, http_path, interval, timeout }. The name is resolved

@@ -49,6 +49,7 @@ std::vector<std::string> changes_needing_restart(const config& running, const co
     changed(!same_tls(running.tls, next.tls), "tls (on or off, tls.listen)");
     changed(running.admin.listen != next.admin.listen, "admin.listen");
     changed(!same_readiness(running.admin.readiness, next.admin.readiness), "admin.readiness");
+    changed(running.admin.keys_api != next.admin.keys_api, "admin.keys_api");
     const auto* checked_before = checked_upstream(running);
     const auto* checked_after = checked_upstream(next);
     changed(checked_before != nullptr && checked_after != nullptr &&

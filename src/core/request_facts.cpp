@@ -53,7 +53,27 @@ std::vector<header_view> collect(const request_view& req, const std::vector<std:
     return out;
 }
 
+/// A key header the upstream never sees (key.forward: false) is not part of the request.
+/// (Not a conditional expression: `cond ? header : ""` is a temporary std::string.)
+std::string_view unforwarded_key_header(const config::idempotency_config& policy) {
+    std::string_view skip;
+    if (policy.key.json_pointer.empty() && !policy.key.forward) {
+        skip = policy.key.header;
+    }
+    return skip;
+}
+
 } // namespace
+
+std::string scoped_store_key(const config::idempotency_config& policy, std::string_view route_name,
+                             const request_view& req, std::string_view key) {
+    auto scope = collect(req, policy.scope_headers, unforwarded_key_header(policy));
+    if (policy.principal == config::principal_source::client_cert) {
+        // A name no header can have: a header cannot pose as the certificate.
+        scope.emplace_back(":client-certificate", req.client_cert_subject);
+    }
+    return store_key("", route_name, principal_hash(scope), key);
+}
 
 derived_request derive_request_facts(const config::idempotency_config& policy,
                                      std::string_view route_name, const request_view& req) {
@@ -64,18 +84,8 @@ derived_request derive_request_facts(const config::idempotency_config& policy,
     if (out.facts.key != key_presence::present) {
         return out;
     }
-    // A key header the upstream never sees (key.forward: false) is not part of the request.
-    // (Not a conditional expression: `cond ? header : ""` is a temporary std::string.)
-    std::string_view skip;
-    if (policy.key.json_pointer.empty() && !policy.key.forward) {
-        skip = policy.key.header;
-    }
-    auto scope = collect(req, policy.scope_headers, skip);
-    if (policy.principal == config::principal_source::client_cert) {
-        // A name no header can have: a header cannot pose as the certificate.
-        scope.emplace_back(":client-certificate", req.client_cert_subject);
-    }
-    out.store_key = store_key("", route_name, principal_hash(scope), *key);
+    const std::string_view skip = unforwarded_key_header(policy);
+    out.store_key = scoped_store_key(policy, route_name, req, *key);
     fingerprint_input fi;
     fi.method = req.method;
     fi.target = req.target;

@@ -135,6 +135,16 @@ std::string registry::render() const {
                    std::string(core::to_string(o)) + "\"} " + std::to_string(r->counted(o)) + "\n";
         }
     }
+    out += "# HELP onceproxy_keys_purged_total Idempotency keys purged through key "
+           "administration, by route and whether a held lease was forced.\n"
+           "# TYPE onceproxy_keys_purged_total counter\n";
+    for (const auto* r : routes_now) {
+        for (std::size_t forced = 0; forced < 2; ++forced) {
+            out += "onceproxy_keys_purged_total{route=\"" + r->name + "\",forced=\"" +
+                   (forced ? "true" : "false") + "\"} " +
+                   std::to_string(r->keys_purged[forced].load(std::memory_order_relaxed)) + "\n";
+        }
+    }
     const std::pair<const char*, histogram route_metrics::*> hists[] = {
         {"onceproxy_request_duration_seconds", &route_metrics::request_duration},
         {"onceproxy_upstream_duration_seconds", &route_metrics::upstream_duration},

@@ -115,8 +115,8 @@ result<claim_result> memory_store::claim(const claim_request& req) {
             continue;
         }
         const time_point expiry = now + at_least_1ms(req.lease);
-        s.entries.insert_or_assign(req.key,
-                                   entry{req.fingerprint, req.owner, {}, false, expiry, bytes});
+        s.entries.insert_or_assign(
+            req.key, entry{req.fingerprint, req.owner, {}, false, expiry, now, bytes});
         s.expiries.push(expiry_item{expiry, req.key});
         return claim_result{claim_status::acquired, duration{0}, {}};
     }
@@ -180,6 +180,54 @@ result<fence_status> memory_store::extend(const std::string& key, const std::str
     e->expiry = now + at_least_1ms(lease);
     s.expiries.push(expiry_item{e->expiry, key});
     return fence_status::ok;
+}
+
+result<key_info> memory_store::inspect(const std::string& key) {
+    shard& s = shard_for(key);
+    std::lock_guard lock(s.mutex);
+    const time_point now = now_();
+    reap(s, now, reap_per_operation);
+    key_info info;
+    const entry* e = find_live(s, key, now);
+    if (e == nullptr) {
+        return info;
+    }
+    info.remaining = std::chrono::ceil<duration>(e->expiry - now);
+    if (e->completed) {
+        info.state = key_state::completed;
+        info.record = e->payload;
+    } else {
+        info.state = key_state::in_flight;
+        info.owner_age = std::chrono::floor<duration>(now - e->claimed);
+    }
+    return info;
+}
+
+result<purge_status> memory_store::purge(const std::string& key, bool force) {
+    shard& s = shard_for(key);
+    std::lock_guard lock(s.mutex);
+    const time_point now = now_();
+    reap(s, now, reap_per_operation);
+    const entry* e = find_live(s, key, now);
+    if (e == nullptr) {
+        return purge_status::absent;
+    }
+    if (!e->completed && !force) {
+        return purge_status::in_flight;
+    }
+    const bool lease = !e->completed;
+    // The owner's token goes with the entry: its later complete finds no lease (not_owner).
+    erase(s, s.entries.find(key));
+    return lease ? purge_status::purged_lease : purge_status::purged_record;
+}
+
+boost::asio::awaitable<result<key_info>> memory_store::async_inspect(std::string key) {
+    co_return inspect(key);
+}
+
+boost::asio::awaitable<result<purge_status>> memory_store::async_purge(std::string key,
+                                                                       bool force) {
+    co_return purge(key, force);
 }
 
 boost::asio::awaitable<result<claim_result>> memory_store::async_claim(claim_request req) {

@@ -31,7 +31,9 @@ namespace {
 constexpr const char* claim_lua = R"lua(
 local r = redis.call('HMGET', KEYS[1], 'v', 'st', 'fp', 'pl')
 if not r[1] then
-  redis.call('HSET', KEYS[1], 'v', '1', 'st', 'f', 'ow', ARGV[2], 'fp', ARGV[1])
+  local t = redis.call('TIME')
+  local ct = t[1] .. string.format('%03d', math.floor(tonumber(t[2]) / 1000))
+  redis.call('HSET', KEYS[1], 'v', '1', 'st', 'f', 'ow', ARGV[2], 'fp', ARGV[1], 'ct', ct)
   redis.call('PEXPIRE', KEYS[1], ARGV[3])
   return {0}
 end
@@ -84,6 +86,46 @@ end
 return 0
 )lua";
 
+// inspect (key administration). Returns {0} absent, {1, pttl, owner age ms or -1} in flight,
+// {2, pttl, payload} completed. Changes nothing.
+constexpr const char* inspect_lua = R"lua(
+local r = redis.call('HMGET', KEYS[1], 'v', 'st', 'pl', 'ct')
+if not r[1] then
+  return {0}
+end
+if r[1] ~= '1' then
+  return redis.error_reply('ONCEPROXY unknown record version')
+end
+local ttl = redis.call('PTTL', KEYS[1])
+if r[2] == 'c' then
+  return {2, ttl, r[3] or ''}
+end
+local age = -1
+if r[4] then
+  local t = redis.call('TIME')
+  age = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) - tonumber(r[4])
+end
+return {1, ttl, age}
+)lua";
+
+// purge (key administration). ARGV[1] "1" to delete a held lease too. Returns 0 absent,
+// 1 record deleted, 2 refused (in flight, not forced), 3 lease deleted (forced). Deleting the lease deletes its owner token, so
+// the owner's later complete/extend/release find nothing and answer 0 (fenced).
+constexpr const char* purge_lua = R"lua(
+local st = redis.call('HGET', KEYS[1], 'st')
+if not st then
+  return 0
+end
+if st == 'f' and ARGV[1] ~= '1' then
+  return 2
+end
+redis.call('DEL', KEYS[1])
+if st == 'f' then
+  return 3
+end
+return 1
+)lua";
+
 struct script {
     std::string body;
     std::string sha; // lowercase hex SHA-1, as EVALSHA wants it
@@ -134,6 +176,8 @@ struct redis_store::impl {
     script complete = make_script(complete_lua);
     script release = make_script(release_lua);
     script extend = make_script(extend_lua);
+    script inspect = make_script(inspect_lua);
+    script purge = make_script(purge_lua);
     std::vector<worker> workers;
 
     std::atomic<bool> closed{false};
@@ -263,7 +307,8 @@ redis_store::redis_store(const config::redis_config& cfg,
         o.address_source =
             redis_sentinel::address_source(std::make_shared<redis_sentinel>(std::move(so)));
     }
-    o.scripts = {impl_->claim.body, impl_->complete.body, impl_->release.body, impl_->extend.body};
+    o.scripts = {impl_->claim.body,  impl_->complete.body, impl_->release.body,
+                 impl_->extend.body, impl_->inspect.body,  impl_->purge.body};
     const std::size_t per_worker = std::max<std::size_t>(cfg.connections_per_worker, 1);
     for (auto& ex : executors) {
         impl::worker w;
@@ -525,6 +570,75 @@ net::awaitable<result<fence_status>> redis_store::async_extend(std::string key, 
     std::vector<std::string> args{std::move(owner), millis(lease)};
     auto r = co_await impl_->eval(*c, impl_->extend, redis_key(key), std::move(args));
     co_return to_fence(r);
+}
+
+net::awaitable<result<key_info>> redis_store::async_inspect(std::string key) {
+    auto ex = co_await net::this_coro::executor;
+    redis_client* c = impl_->pick(ex);
+    if (c == nullptr) {
+        co_return error_code(errc::unavailable);
+    }
+    auto r = co_await impl_->eval(*c, impl_->inspect, redis_key(key), {});
+    if (r.ec) {
+        co_return r.ec;
+    }
+    auto& rep = r.reply;
+    using kind = redis_reply::kind;
+    if (rep.type != kind::array || rep.elements.empty() || rep.elements[0].type != kind::integer) {
+        co_return reply_error();
+    }
+    key_info info;
+    const auto state = rep.elements[0].integer;
+    if (state == 0) {
+        co_return info;
+    }
+    if ((state != 1 && state != 2) || rep.elements.size() != 3 ||
+        rep.elements[1].type != kind::integer) {
+        co_return reply_error();
+    }
+    info.remaining = duration{std::max<long long>(rep.elements[1].integer, 0)};
+    if (state == 1) {
+        if (rep.elements[2].type != kind::integer) {
+            co_return reply_error();
+        }
+        info.state = key_state::in_flight;
+        info.owner_age = duration{rep.elements[2].integer < 0 ? -1 : rep.elements[2].integer};
+    } else {
+        if (rep.elements[2].type != kind::string) {
+            co_return reply_error();
+        }
+        info.state = key_state::completed;
+        info.record = std::move(rep.elements[2].str);
+    }
+    co_return info;
+}
+
+net::awaitable<result<purge_status>> redis_store::async_purge(std::string key, bool force) {
+    auto ex = co_await net::this_coro::executor;
+    redis_client* c = impl_->pick(ex);
+    if (c == nullptr) {
+        co_return error_code(errc::unavailable);
+    }
+    std::vector<std::string> args{force ? "1" : "0"};
+    auto r = co_await impl_->eval(*c, impl_->purge, redis_key(key), std::move(args));
+    if (r.ec) {
+        co_return r.ec;
+    }
+    if (r.reply.type != redis_reply::kind::integer) {
+        co_return reply_error();
+    }
+    switch (r.reply.integer) {
+    case 0:
+        co_return purge_status::absent;
+    case 1:
+        co_return purge_status::purged_record;
+    case 2:
+        co_return purge_status::in_flight;
+    case 3:
+        co_return purge_status::purged_lease;
+    default:
+        co_return reply_error();
+    }
 }
 
 net::awaitable<result<void>> redis_store::async_ping() {

@@ -141,6 +141,20 @@ store::fence_status extend(Fixture& f, const std::string& key, const std::string
     return *r;
 }
 
+template <class Fixture>
+store::key_info inspect(Fixture& f, const std::string& key) {
+    auto r = f.run(f.store().async_inspect(key));
+    REQUIRE_MESSAGE(r.has_value(), "inspect failed: " << r.error().message());
+    return std::move(*r);
+}
+
+template <class Fixture>
+store::purge_status purge(Fixture& f, const std::string& key, bool force) {
+    auto r = f.run(f.store().async_purge(key, force));
+    REQUIRE_MESSAGE(r.has_value(), "purge failed: " << r.error().message());
+    return *r;
+}
+
 /// Claims `key` from `n` coroutines in flight at the same time, distinct owners, one fingerprint.
 inline boost::asio::awaitable<std::vector<store::claim_status>>
 claim_concurrently(store::store& s, std::string key, std::size_t n) {
@@ -464,6 +478,97 @@ TEST_CASE_TEMPLATE_DEFINE("store: concurrent claims on one key, exactly one acqu
     CHECK(in_flight == n - 1);
 }
 
+TEST_CASE_TEMPLATE_DEFINE("store: inspect reports absent, in flight and completed, changing nothing",
+                          Fixture, onceproxy_store_inspect) {
+    using namespace onceproxy;
+    using conformance::suite_lease;
+    using conformance::suite_ttl;
+    Fixture f;
+    const std::string key = f.unique_key();
+
+    auto absent = conformance::inspect(f, key);
+    CHECK(absent.state == store::key_state::absent);
+    CHECK(absent.record.empty());
+    // Looking did not create anything: the key is free.
+    REQUIRE(conformance::claim(f, conformance::make_claim(key, "fp-1", "owner-a")).status ==
+            store::claim_status::acquired);
+
+    f.advance(suite_lease / 2);
+    auto leased = conformance::inspect(f, key);
+    CHECK(leased.state == store::key_state::in_flight);
+    CHECK(leased.remaining > store::duration{0});
+    CHECK(leased.remaining <= suite_lease / 2);
+    CHECK(leased.owner_age >= suite_lease / 2);
+    CHECK(leased.owner_age < suite_lease + suite_lease);
+    CHECK(leased.record.empty());
+    // The lease is untouched: the owner still holds it.
+    CHECK(conformance::extend(f, key, "owner-a") == store::fence_status::ok);
+
+    const std::string payload("rec\0orded", 10);
+    REQUIRE(conformance::complete(f, key, "owner-a", payload) == store::fence_status::ok);
+    auto done = conformance::inspect(f, key);
+    CHECK(done.state == store::key_state::completed);
+    CHECK(done.record == payload);
+    CHECK(done.remaining > store::duration{0});
+    CHECK(done.remaining <= suite_ttl);
+    auto replay = conformance::claim(f, conformance::make_claim(key, "fp-1", "owner-b"));
+    CHECK(replay.status == store::claim_status::completed);
+    CHECK(replay.record == payload);
+}
+
+TEST_CASE_TEMPLATE_DEFINE("store: purge deletes a record; the next claim executes again",
+                          Fixture, onceproxy_store_purge) {
+    using namespace onceproxy;
+    Fixture f;
+    const std::string key = f.unique_key();
+
+    CHECK(conformance::purge(f, key, false) == store::purge_status::absent);
+    CHECK(conformance::purge(f, key, true) == store::purge_status::absent);
+
+    REQUIRE(conformance::claim(f, conformance::make_claim(key, "fp-1", "owner-a")).status ==
+            store::claim_status::acquired);
+    REQUIRE(conformance::complete(f, key, "owner-a", "first") == store::fence_status::ok);
+    CHECK(conformance::purge(f, key, false) == store::purge_status::purged_record);
+    CHECK(conformance::inspect(f, key).state == store::key_state::absent);
+    CHECK(conformance::purge(f, key, false) == store::purge_status::absent);
+    // A repeated completion by the old owner does not bring the record back.
+    CHECK(conformance::complete(f, key, "owner-a", "first") == store::fence_status::not_owner);
+    CHECK(conformance::inspect(f, key).state == store::key_state::absent);
+    // Free for any fingerprint.
+    CHECK(conformance::claim(f, conformance::make_claim(key, "fp-2", "owner-b")).status ==
+          store::claim_status::acquired);
+}
+
+TEST_CASE_TEMPLATE_DEFINE("store: purge refuses a held lease unless forced; a forced purge fences "
+                          "the owner", Fixture, onceproxy_store_purge_in_flight) {
+    using namespace onceproxy;
+    Fixture f;
+    const std::string key = f.unique_key();
+    REQUIRE(conformance::claim(f, conformance::make_claim(key, "fp-1", "owner-a")).status ==
+            store::claim_status::acquired);
+
+    CHECK(conformance::purge(f, key, false) == store::purge_status::in_flight);
+    CHECK(conformance::inspect(f, key).state == store::key_state::in_flight);
+    CHECK(conformance::extend(f, key, "owner-a") == store::fence_status::ok);
+
+    CHECK(conformance::purge(f, key, true) == store::purge_status::purged_lease);
+    CHECK(conformance::inspect(f, key).state == store::key_state::absent);
+    // The fenced owner's late operations fail and re-create nothing.
+    CHECK(conformance::extend(f, key, "owner-a") == store::fence_status::not_owner);
+    CHECK(conformance::complete(f, key, "owner-a", "late") == store::fence_status::not_owner);
+    CHECK(conformance::release(f, key, "owner-a") == store::fence_status::not_owner);
+    CHECK(conformance::inspect(f, key).state == store::key_state::absent);
+
+    // A retry executes again; the fenced owner cannot overwrite its record either.
+    REQUIRE(conformance::claim(f, conformance::make_claim(key, "fp-1", "owner-b")).status ==
+            store::claim_status::acquired);
+    CHECK(conformance::complete(f, key, "owner-a", "late") == store::fence_status::not_owner);
+    REQUIRE(conformance::complete(f, key, "owner-b", "second") == store::fence_status::ok);
+    auto replay = conformance::claim(f, conformance::make_claim(key, "fp-1", "owner-c"));
+    CHECK(replay.status == store::claim_status::completed);
+    CHECK(replay.record == "second");
+}
+
 TEST_CASE_TEMPLATE_DEFINE("store: ping answers", Fixture, onceproxy_store_ping) {
     Fixture f;
     auto r = f.run(f.store().async_ping());
@@ -483,4 +588,7 @@ TEST_CASE_TEMPLATE_DEFINE("store: ping answers", Fixture, onceproxy_store_ping) 
     TEST_CASE_TEMPLATE_INVOKE(onceproxy_store_extend_expiry, Fixture);                             \
     TEST_CASE_TEMPLATE_INVOKE(onceproxy_store_ttl, Fixture);                                       \
     TEST_CASE_TEMPLATE_INVOKE(onceproxy_store_concurrent, Fixture);                                \
+    TEST_CASE_TEMPLATE_INVOKE(onceproxy_store_inspect, Fixture);                                   \
+    TEST_CASE_TEMPLATE_INVOKE(onceproxy_store_purge, Fixture);                                     \
+    TEST_CASE_TEMPLATE_INVOKE(onceproxy_store_purge_in_flight, Fixture);                           \
     TEST_CASE_TEMPLATE_INVOKE(onceproxy_store_ping, Fixture)

@@ -161,6 +161,9 @@ std::string proxy_config::yaml() const {
     y += "listen: 127.0.0.1:0\n";
     if (admin) {
         y += "admin:\n  listen: 127.0.0.1:0\n";
+        for (const auto& l : admin_settings) {
+            y += "  " + l + "\n";
+        }
     }
     y += "workers: " + std::to_string(workers) + "\n";
     y += std::string("access_log: ") + (access_log ? "true" : "false") + "\n";

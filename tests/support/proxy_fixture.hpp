@@ -72,7 +72,9 @@ struct proxy_process {
 struct proxy_config {
     unsigned short upstream_port = 0; ///< 0 keeps the {UPSTREAM_PORT} placeholder
     unsigned workers = 2;
-    bool admin = true;       ///< admin listener on 127.0.0.1:0
+    bool admin = true; ///< admin listener on 127.0.0.1:0
+    /// Lines under `admin:` after `listen:` (indented for you), e.g. "keys_api: {...}".
+    std::vector<std::string> admin_settings;
     bool access_log = false; ///< off by default: keeps the test output readable
     /// Lines under `upstreams: app:` (indented for you), e.g. "timeout: 300ms".
     std::vector<std::string> upstream_settings;

@@ -70,9 +70,19 @@ struct cidr {
     friend bool operator==(const cidr&, const cidr&) = default;
 };
 
+/// admin.keys_api: key administration on the admin listener (GET/DELETE /admin/v1/keys).
+struct keys_api_config {
+    bool enabled = false;   ///< off: the endpoint answers 404
+    std::string token_file; ///< a mounted Secret holding the bearer token; required when enabled
+    std::string token;      ///< its content, read at load (one trailing line break dropped)
+
+    friend bool operator==(const keys_api_config&, const keys_api_config&) = default;
+};
+
 struct admin_config {
     std::optional<endpoint> listen; ///< unset: no admin listener
     readiness_config readiness;
+    keys_api_config keys_api;
 };
 
 struct limits_config {

@@ -44,4 +44,12 @@ struct derived_request {
                                                    std::string_view route_name,
                                                    const request_view& req);
 
+/// The scoped store key of idempotency key `key` (already parsed: unquoted, as the request path
+/// derives it) on route `route_name`, for the principal named by the scope headers present in
+/// `req` (only its headers are read). derive_request_facts uses it; key administration uses it
+/// to find the record of a request it did not receive.
+[[nodiscard]] std::string scoped_store_key(const config::idempotency_config& policy,
+                                           std::string_view route_name, const request_view& req,
+                                           std::string_view key);
+
 } // namespace onceproxy::core

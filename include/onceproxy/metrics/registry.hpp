@@ -78,6 +78,8 @@ struct route_metrics {
     histogram request_duration;
     histogram upstream_duration;
     histogram store_duration;
+    /// Keys purged through key administration, [0] not forced, [1] forced.
+    std::array<std::atomic<std::uint64_t>, 2> keys_purged{};
 };
 
 /// Results of a config reload (SIGHUP), the `result` label of onceproxy_config_reloads_total.

@@ -68,6 +68,8 @@ public:
                                                                std::string owner) override;
     boost::asio::awaitable<result<fence_status>> async_extend(std::string key, std::string owner,
                                                               duration lease) override;
+    boost::asio::awaitable<result<key_info>> async_inspect(std::string key) override;
+    boost::asio::awaitable<result<purge_status>> async_purge(std::string key, bool force) override;
     /// Always succeeds.
     boost::asio::awaitable<result<void>> async_ping() override;
 
@@ -78,6 +80,8 @@ public:
                                   std::string payload, duration ttl);
     result<fence_status> release(const std::string& key, const std::string& owner);
     result<fence_status> extend(const std::string& key, const std::string& owner, duration lease);
+    result<key_info> inspect(const std::string& key);
+    result<purge_status> purge(const std::string& key, bool force);
 
     /// Bytes currently charged against the budget (entries not yet reaped included).
     std::size_t bytes_used() const noexcept { return used_.load(std::memory_order_relaxed); }
@@ -96,6 +100,7 @@ private:
         std::string payload;
         bool completed = false;
         time_point expiry;
+        time_point claimed;      ///< when the lease was taken (key administration: owner age)
         std::size_t charged = 0; ///< bytes counted in used_ for this entry
     };
 

@@ -23,6 +23,8 @@
 //                            same owner, after a lost reply, is answered ok)
 //   fp = fingerprint bytes
 //   pl = payload bytes       completed only
+//   ct = claim time          ms since the epoch by Redis's clock (TIME), for the owner age
+//                            that key administration reports
 // Redis's own expiry (PEXPIRE) ends leases and records: no cleanup job. Each operation is one
 // EVALSHA (scripts loaded with SCRIPT LOAD on every connect); a NOSCRIPT reply (restart,
 // failover, SCRIPT FLUSH) is answered by one EVAL of the same script, which also reloads it.
@@ -105,6 +107,13 @@ public:
     /// One EVALSHA; sets the lease expiry to now + lease only if `owner` holds it.
     boost::asio::awaitable<result<fence_status>> async_extend(std::string key, std::string owner,
                                                               duration lease) override;
+
+    /// One EVALSHA (reads the record, its PTTL, and the lease's claim time against Redis's
+    /// clock, so the owner age does not depend on the proxy's clock).
+    boost::asio::awaitable<result<key_info>> async_inspect(std::string key) override;
+
+    /// One EVALSHA; refuses a held lease unless `force`.
+    boost::asio::awaitable<result<purge_status>> async_purge(std::string key, bool force) override;
 
     /// PING on the calling worker's connection.
     boost::asio::awaitable<result<void>> async_ping() override;

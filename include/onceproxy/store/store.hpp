@@ -58,6 +58,31 @@ enum class fence_status {
     not_owner, ///< the lease was lost (expired, taken over): nothing changed
 };
 
+/// What an operator's look-up found under one key (key administration, SPEC §6).
+enum class key_state {
+    absent,    ///< nothing: no lease, no record (or only expired ones)
+    in_flight, ///< a lease is held
+    completed, ///< a record is kept
+};
+
+struct key_info {
+    key_state state = key_state::absent;
+    /// in_flight: time until the lease lapses; completed: time until the record expires.
+    duration remaining{0};
+    /// in_flight: time since the lease was taken; negative when the store does not know (a
+    /// lease taken by a version that did not note it).
+    duration owner_age{-1};
+    std::string record; ///< completed: the payload given to complete()
+};
+
+/// What a purge did.
+enum class purge_status {
+    absent,        ///< nothing to purge
+    purged_record, ///< a completed record was deleted
+    purged_lease,  ///< a held lease was deleted (forced): its owner is fenced
+    in_flight,     ///< refused: a lease is held and the purge was not forced; nothing changed
+};
+
 /// How opening a store went, for the operator.
 struct open_report {
     /// Empty: the store may be used (perhaps degraded). Set: refuse to start; the setting or
@@ -101,6 +126,15 @@ public:
     /// Pushes the caller's lease expiry to now + `lease`.
     virtual boost::asio::awaitable<result<fence_status>>
     async_extend(std::string key, std::string owner, duration lease) = 0;
+
+    /// Key administration: what is stored under `key`, read in one atomic step; changes nothing.
+    virtual boost::asio::awaitable<result<key_info>> async_inspect(std::string key) = 0;
+
+    /// Key administration: deletes the record or lease under `key`, in one atomic step. A held
+    /// lease is deleted only with `force`; its owner is then fenced: its later complete, extend
+    /// and release answer not_owner and re-create nothing, so a retry executes again.
+    virtual boost::asio::awaitable<result<purge_status>> async_purge(std::string key,
+                                                                     bool force) = 0;
 
     /// Health: a cheap liveness probe for /readyz, on the calling worker's connection
     /// (memory: always answers).

@@ -11,6 +11,8 @@
 #include <thread>
 #include <vector>
 
+#include <unistd.h>
+
 namespace cfg = onceproxy::config;
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
@@ -141,6 +143,7 @@ TEST_CASE("conf/example.yaml documents exactly the built-in defaults") {
 
     CHECK(c->listen == builtin.listen);
     CHECK(c->admin.readiness == builtin.admin.readiness);
+    CHECK(c->admin.keys_api == builtin.admin.keys_api);
     CHECK(c->access_log == builtin.access_log);
     CHECK(c->log == builtin.log);
     CHECK(c->limits == builtin.limits);
@@ -547,4 +550,39 @@ TEST_CASE("https:// upstreams are refused with file:line:column; unreadable TLS 
     CHECK(errors[1].path == "upstreams.billing.url");
     CHECK(errors[1].message.find("https:// upstreams are not supported") == 0);
     CHECK(errors[1].to_string().find("t.yaml:4:") == 0);
+}
+
+TEST_CASE("admin.keys_api: off by default; enabled reads its token file, one line break dropped") {
+    const std::string one_route = "routes: [{ name: a, match: { prefix: / }, upstream: app }]\n";
+    CHECK_FALSE(cfg::config{}.admin.keys_api.enabled);
+    const std::string dir = (std::filesystem::temp_directory_path() /
+                             ("onceproxy-keys-api-" + std::to_string(::getpid())))
+                                .string();
+    std::filesystem::create_directories(dir);
+    const std::string token = dir + "/token";
+    { std::ofstream(token) << "t0ken\n"; }
+    const auto c = cfg::load_string(
+        std::string{minimal_upstream} +
+            "admin:\n  keys_api: { enabled: true, token_file: " + token + " }\n" + one_route,
+        "inline.yaml");
+    CHECK(c->admin.keys_api.enabled);
+    CHECK(c->admin.keys_api.token == "t0ken");
+    CHECK(c->admin.keys_api.token_file == token);
+
+    const auto no_file = errors_of_text(std::string{minimal_upstream} +
+                                        "admin:\n  keys_api: { enabled: true }\n" + one_route);
+    REQUIRE(no_file.size() == 1);
+    CHECK(no_file[0].line == 3);
+    CHECK(no_file[0].message.find("no token_file") != std::string::npos);
+    const auto unreadable = errors_of_text(
+        std::string{minimal_upstream} + "admin:\n  keys_api: { enabled: true, token_file: " + dir +
+        "/none }\n" + one_route);
+    REQUIRE(unreadable.size() == 1);
+    CHECK(unreadable[0].message.find("cannot read token_file") != std::string::npos);
+    // Disabled, the file is not read.
+    CHECK(errors_of_text(std::string{minimal_upstream} +
+                         "admin:\n  keys_api: { enabled: false, token_file: " + dir + "/none }\n" +
+                         one_route)
+              .empty());
+    std::filesystem::remove_all(dir);
 }

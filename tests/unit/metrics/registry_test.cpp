@@ -35,6 +35,7 @@ TEST_CASE("metrics: the exposed metric families are stable") {
                                   "# TYPE onceproxy_record_decrypt_failures_total counter",
                                   "# TYPE onceproxy_store_round_trips_total counter",
                                   "# TYPE onceproxy_observed_total counter",
+                                  "# TYPE onceproxy_keys_purged_total counter",
                                   "# TYPE onceproxy_request_duration_seconds histogram",
                                   "# TYPE onceproxy_upstream_duration_seconds histogram",
                                   "# TYPE onceproxy_store_duration_seconds histogram",
