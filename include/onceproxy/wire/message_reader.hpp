@@ -22,23 +22,26 @@ enum class read_until {
     message, ///< the whole message is read (Beast's async_read)
 };
 
-/// Feeds `parser` from `buffer`, reading from `sock` when the buffered bytes are not enough,
-/// until `until` holds or an error. Errors as Beast's: `http::error::end_of_stream` when the
-/// peer closed before a byte of the message, `http::error::buffer_overflow` when `buffer` is
-/// full, `http::error::need_buffer` when a streaming parser's staging body is full (not an
-/// error: drain it and read on), parser errors, and socket errors (`operation_aborted` when a
-/// deadline cancelled the read). The bytes parsed are consumed from `buffer`; any left belong
-/// to what follows (a pipelined request). Runs on the socket's executor.
-template <bool isRequest>
+/// Feeds `parser` from `buffer`, reading from `sock` (a TCP socket, or a TLS stream over one) when
+/// the buffered bytes are not enough, until `until` holds or an error. Errors as Beast's:
+/// `http::error::end_of_stream` when the peer closed before a byte of the message,
+/// `http::error::buffer_overflow` when `buffer` is full, `http::error::need_buffer` when a
+/// streaming parser's staging body is full (not an error: drain it and read on), parser errors, and
+/// socket errors (`operation_aborted` when a deadline cancelled the read). The bytes parsed are
+/// consumed from `buffer`; any left belong to what follows (a pipelined request). Runs on the
+/// socket's executor.
+template <class Stream, bool isRequest>
 boost::asio::awaitable<boost::system::error_code>
-async_read(boost::asio::ip::tcp::socket& sock, boost::beast::flat_buffer& buffer,
-           message_parser<isRequest>& parser, read_until until);
+async_read(Stream& sock, boost::beast::flat_buffer& buffer, message_parser<isRequest>& parser,
+           read_until until);
 
 extern template boost::asio::awaitable<boost::system::error_code>
-async_read<true>(boost::asio::ip::tcp::socket&, boost::beast::flat_buffer&, message_parser<true>&,
-                 read_until);
+async_read<boost::asio::ip::tcp::socket, true>(boost::asio::ip::tcp::socket&,
+                                               boost::beast::flat_buffer&, message_parser<true>&,
+                                               read_until);
 extern template boost::asio::awaitable<boost::system::error_code>
-async_read<false>(boost::asio::ip::tcp::socket&, boost::beast::flat_buffer&, message_parser<false>&,
-                  read_until);
+async_read<boost::asio::ip::tcp::socket, false>(boost::asio::ip::tcp::socket&,
+                                                boost::beast::flat_buffer&, message_parser<false>&,
+                                                read_until);
 
 } // namespace onceproxy::wire
