@@ -1,6 +1,8 @@
 #include "onceproxy/config/upstream_tls.hpp"
 
+#include <openssl/bio.h>
 #include <openssl/err.h>
+#include <openssl/pem.h>
 #include <openssl/ssl.h>
 
 #include <cerrno>
@@ -85,13 +87,19 @@ upstream_tls_context make_upstream_tls_context(const upstream_tls_config& s) {
         if (auto why = unreadable(s.client_key_file); !why.empty()) {
             return failure(upstream_tls_field::client_key_file, why);
         }
-        if (SSL_CTX_use_PrivateKey_file(ctx.get(), s.client_key_file.c_str(), SSL_FILETYPE_PEM) !=
-            1) {
+        EVP_PKEY* key = nullptr;
+        if (BIO* in = BIO_new_file(s.client_key_file.c_str(), "r"); in != nullptr) {
+            key = PEM_read_bio_PrivateKey(in, nullptr, no_passphrase, nullptr);
+            BIO_free(in);
+        }
+        if (key == nullptr) {
             return failure(upstream_tls_field::client_key_file,
                            "cannot load an unencrypted PEM private key from '" + s.client_key_file +
                                "': " + openssl_error());
         }
-        if (SSL_CTX_check_private_key(ctx.get()) != 1) {
+        const int used = SSL_CTX_use_PrivateKey(ctx.get(), key);
+        EVP_PKEY_free(key);
+        if (used != 1 || SSL_CTX_check_private_key(ctx.get()) != 1) {
             return failure(upstream_tls_field::client_key_file,
                            "the key in '" + s.client_key_file +
                                "' does not match the certificate in '" + s.client_cert_file +

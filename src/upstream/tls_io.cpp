@@ -48,14 +48,17 @@ int client_index() {
 }
 
 /// OpenSSL's new-session callback (client side): TLS 1.3 sessions arrive after the handshake.
+/// A copy is kept: OpenSSL marks the session of a connection that ends without a TLS shutdown
+/// (how pooled connections usually end) not resumable, and the copy must not follow it.
 int on_new_session(SSL* ssl, SSL_SESSION* session) {
     auto* client =
         static_cast<tls_client*>(SSL_CTX_get_ex_data(SSL_get_SSL_CTX(ssl), client_index()));
-    if (client == nullptr || SSL_SESSION_is_resumable(session) != 1) {
-        return 0; // not kept: OpenSSL frees it
+    if (client != nullptr && SSL_SESSION_is_resumable(session) == 1) {
+        if (SSL_SESSION* copy = SSL_SESSION_dup(session); copy != nullptr) {
+            client->keep_session(copy);
+        }
     }
-    client->keep_session(session);
-    return 1; // the reference is ours now
+    return 0; // OpenSSL keeps (and frees) its own reference
 }
 
 } // namespace
@@ -147,6 +150,10 @@ net::awaitable<std::string> tls_client::handshake(connection& c) {
     }
     auto [ec] = co_await c.tls->stream.async_handshake(ssl::stream_base::client, use_tuple);
     if (!ec) {
+        log::debug("upstream", "TLS handshake",
+                   {{"upstream", s_->upstream},
+                    {"offered", s_->session != nullptr},
+                    {"resumed", SSL_session_reused(ssl) == 1}});
         co_return std::string();
     }
     std::string reason;

@@ -295,16 +295,18 @@ TEST_SUITE("https upstreams") {
             {"      client_cert_file: " + client.cert_file + "\n",
              ":10:25:", "client_cert_file and client_key_file go together"},
         };
-        for (const auto& bad : cases) {
+        for (std::size_t i = 0; i < cases.size(); ++i) {
+            const auto& bad = cases[i];
             CAPTURE(bad.tls_lines);
-            const auto file = dir.write("bad.yaml", config_for(4443, bad.tls_lines));
-            process check({ONCEPROXY_BIN, "--check-config", file}, dir.file("check.log"));
+            const auto n = std::to_string(i);
+            const auto file = dir.write("bad" + n + ".yaml", config_for(4443, bad.tls_lines));
+            process check({ONCEPROXY_BIN, "--check-config", file}, dir.file("check" + n + ".log"));
             CHECK(check.wait(10s) != 0);
             const auto checked = check.log();
             CAPTURE(checked);
             CHECK(checked.find(file + bad.position) != std::string::npos);
             CHECK(checked.find(bad.message) != std::string::npos);
-            process start({ONCEPROXY_BIN, "--config", file}, dir.file("start.log"));
+            process start({ONCEPROXY_BIN, "--config", file}, dir.file("start" + n + ".log"));
             CHECK(start.wait(10s) != 0);
             const auto started = start.log();
             CAPTURE(started);
