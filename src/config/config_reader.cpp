@@ -4,6 +4,7 @@
 #include "config/yaml_walker.hpp"
 #include "onceproxy/config/cidr.hpp"
 #include "onceproxy/config/tls_material.hpp"
+#include "onceproxy/config/upstream_tls.hpp"
 
 #include <algorithm>
 #include <cctype>
@@ -352,6 +353,12 @@ private:
             return;
         }
         check->upstream_index = static_cast<std::size_t>(it - cfg.upstreams.begin());
+        if (it->tls && !check->http_path.empty()) {
+            w_.error(upstream_check_name_,
+                     "the readiness check of https:// upstream '" + check->upstream +
+                         "' cannot GET http_path in this version; omit http_path to check "
+                         "that it accepts connections");
+        }
     }
 
     void read_trusted_proxies(const yaml_field& f, config& cfg) {
@@ -485,12 +492,14 @@ private:
                                  "'; expected up to 64 letters, digits, '-', '_' or '.', "
                                  "starting with a letter or digit");
             }
-            if (w_.mapping(
-                    uf, {"url", "connect_timeout", "timeout", "max_connections", "idle_timeout"})) {
+            if (w_.mapping(uf, {"url", "connect_timeout", "timeout", "max_connections",
+                                "idle_timeout", "tls"})) {
                 const yaml_field url = w_.require(uf, "url");
+                bool url_ok = false;
                 if (auto text = w_.string(url)) {
-                    parse_upstream_url(url, *text, up);
+                    url_ok = parse_upstream_url(url, *text, up);
                 }
+                read_upstream_tls(w_.get(uf, "tls"), url_ok, up);
                 set(up.connect_timeout, w_.positive_duration(w_.get(uf, "connect_timeout")));
                 upstream_timeout_marks_.back() = w_.get(uf, "timeout");
                 set(up.timeout, w_.positive_duration(upstream_timeout_marks_.back()));
@@ -503,8 +512,79 @@ private:
         }
     }
 
+    /// `upstreams.<name>.tls`: settings of an https:// upstream. The files are loaded here as
+    /// the forwarder will load them, so a bad one is an error at its key (and --check-config
+    /// agrees with a start). Without the key, an https:// upstream verifies against the
+    /// system's trust store.
+    void read_upstream_tls(const yaml_field& f, bool url_ok, upstream_config& up) {
+        auto& t = up.tls_settings;
+        if (f.present() && w_.mapping(f, {"verify", "ca_file", "server_name", "client_cert_file",
+                                          "client_key_file"})) {
+            if (url_ok && !up.tls) {
+                w_.error(f, "tls settings on upstream '" + up.name + "' with the http:// url '" +
+                                up.url + "'; use an https:// url or remove tls");
+            }
+            bool ok = url_ok && up.tls;
+            const auto read = [&](const char* key, auto& into, auto value) {
+                const yaml_field field = w_.get(f, key);
+                if (field.present() && !value) {
+                    ok = false;
+                }
+                set(into, std::move(value));
+            };
+            read("verify", t.verify, w_.boolean(w_.get(f, "verify")));
+            const yaml_field ca = w_.get(f, "ca_file");
+            read("ca_file", t.ca_file, w_.string(ca));
+            const yaml_field server_name = w_.get(f, "server_name");
+            if (auto name = w_.string(server_name)) {
+                if (name->find_first_of(" \t/:") != std::string::npos) {
+                    w_.error(server_name, "invalid server_name '" + *name +
+                                              "'; expected a host name, e.g. payments.internal");
+                } else {
+                    t.server_name = *name;
+                }
+            }
+            const yaml_field cert = w_.get(f, "client_cert_file");
+            const yaml_field key = w_.get(f, "client_key_file");
+            read("client_cert_file", t.client_cert_file, w_.string(cert));
+            read("client_key_file", t.client_key_file, w_.string(key));
+            if (cert.present() != key.present()) {
+                w_.error(cert.present() ? cert : key,
+                         "client_cert_file and client_key_file go together; set both or neither");
+                ok = false;
+            }
+            if (!ok) {
+                return;
+            }
+            const auto built = make_upstream_tls_context(t);
+            if (!built.ctx) {
+                switch (built.failed) {
+                case upstream_tls_field::ca_file:
+                    w_.error(ca, built.error);
+                    break;
+                case upstream_tls_field::client_cert_file:
+                    w_.error(cert, built.error);
+                    break;
+                case upstream_tls_field::client_key_file:
+                    w_.error(key, built.error);
+                    break;
+                case upstream_tls_field::none:
+                    w_.error(f, built.error);
+                    break;
+                }
+            }
+        } else if (!f.present() && url_ok && up.tls) {
+            // The system's trust store must load: otherwise nothing would ever verify.
+            const auto built = make_upstream_tls_context(t);
+            if (!built.ctx) {
+                w_.error(f, built.error);
+            }
+        }
+    }
+
     /// http(s)://host[:port][/]: the upstream is an origin; the request path is the client's.
-    void parse_upstream_url(const yaml_field& f, const std::string& url, upstream_config& up) {
+    /// False when the url is invalid (error recorded).
+    bool parse_upstream_url(const yaml_field& f, const std::string& url, upstream_config& up) {
         up.url = url;
         std::string_view rest = url;
         if (rest.starts_with("http://")) {
@@ -513,11 +593,9 @@ private:
         } else if (rest.starts_with("https://")) {
             up.tls = true;
             rest.remove_prefix(8);
-            w_.error(f, "https:// upstreams are not supported by this version ('" + url +
-                            "'); use http://");
         } else {
             w_.error(f, "invalid upstream url '" + url + "'; expected http:// or https://");
-            return;
+            return false;
         }
         if (rest.ends_with("/")) {
             rest.remove_suffix(1);
@@ -540,10 +618,11 @@ private:
             w_.error(f, "invalid upstream url '" + url +
                             "'; expected scheme://host[:port] with no path, query or user "
                             "info, e.g. http://127.0.0.1:3000");
-            return;
+            return false;
         }
         up.host = ep->host;
         up.port = ep->port;
+        return true;
     }
 
     void read_store(const yaml_field& f, store_config& store) {

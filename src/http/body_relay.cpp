@@ -117,6 +117,16 @@ net::awaitable<bool> write_piece(wire::client_stream& sock, wire::deadline_watch
     return write_piece_to(sock, dl, timeout, data, chunked);
 }
 
+net::awaitable<bool> write_piece(upstream::connection& conn,
+                                 std::chrono::steady_clock::duration timeout, std::string_view data,
+                                 bool chunked) {
+    const gather g({}, data, chunked, {});
+    conn.dl.expires_after(timeout);
+    auto [ec, n] = co_await upstream::async_write(conn, g.buffers());
+    (void)n;
+    co_return !ec;
+}
+
 net::awaitable<body_end> relay_body(wire::response_parser& rp, body_source from, body_sink to,
                                     std::uint64_t& relayed, upstream::forward_status& failure) {
     auto& body = rp.get().body();
@@ -125,7 +135,7 @@ net::awaitable<body_end> relay_body(wire::response_parser& rp, body_source from,
     conn.buffer.reserve(conn.buffer.max_size());
     while (!rp.is_done()) {
         conn.dl.expires_after(from.timeout);
-        auto ec = co_await wire::async_read(conn.sock, conn.buffer, rp, wire::read_until::some);
+        auto ec = co_await upstream::async_read(conn, rp, wire::read_until::some);
         if (ec && ec != bhttp::error::need_buffer) {
             failure = read_failure(ec, conn.dl.fired());
             co_return body_end::upstream_failed;

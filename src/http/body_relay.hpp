@@ -93,6 +93,11 @@ boost::asio::awaitable<bool> write_piece(wire::client_stream& sock, wire::deadli
                                          std::chrono::steady_clock::duration timeout,
                                          std::string_view data, bool chunked);
 
+/// The same to an upstream connection (TLS or plain), with its deadline.
+boost::asio::awaitable<bool> write_piece(upstream::connection& conn,
+                                         std::chrono::steady_clock::duration timeout,
+                                         std::string_view data, bool chunked);
+
 /// Parses the bytes already in `buffer` into `parser`'s staging body, without I/O.
 template <bool isRequest>
 boost::system::error_code stage_buffered(wire::message_parser<isRequest>& parser,

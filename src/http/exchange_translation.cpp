@@ -17,6 +17,7 @@ core::upstream_event to_upstream_event(upstream::forward_status status, unsigned
         return {core::upstream_result::response, http_status, body_bytes};
     case forward_status::connect_failed:
     case forward_status::pool_exhausted:
+    case forward_status::tls_failed:
         return {core::upstream_result::not_sent, 0, 0};
     case forward_status::timeout_after_send:
         return {core::upstream_result::timed_out, 0, 0};
@@ -220,6 +221,13 @@ response reject_response(const core::action& a, std::optional<upstream::forward_
     if (a.retry_after.count() > 0) {
         retry = static_cast<unsigned>(a.retry_after.count());
     }
+    if (a.problem == problem_code::upstream_unavailable && upstream &&
+        *upstream == upstream::forward_status::tls_failed) {
+        // Nothing was sent, as for a refused connection, but the cause has a code of its own.
+        auto tls = a;
+        tls.problem = problem_code::upstream_tls_error;
+        return reject_response(tls, std::nullopt);
+    }
     std::string_view detail = core::info(a.problem).detail;
     if (a.problem == problem_code::upstream_unavailable && upstream &&
         !upstream::nothing_sent(*upstream)) {
@@ -250,6 +258,8 @@ response upstream_failure_problem(upstream::forward_status s) {
     case forward_status::connect_failed:
         return make_problem(problem_code::upstream_unavailable,
                             "could not connect to the upstream");
+    case forward_status::tls_failed:
+        return make_problem(problem_code::upstream_tls_error);
     case forward_status::ok:
     case forward_status::reset_after_send:
         break;

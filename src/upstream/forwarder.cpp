@@ -1,5 +1,7 @@
 #include "onceproxy/upstream/forwarder.hpp"
 
+#include "upstream/tls_client.hpp"
+
 #include "onceproxy/wire/head_writer.hpp"
 #include "onceproxy/wire/message_parser.hpp"
 #include "onceproxy/wire/message_reader.hpp"
@@ -9,7 +11,6 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
-#include <boost/asio/write.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 
 #include <sys/socket.h>
@@ -52,8 +53,11 @@ struct forwarder::impl {
     /// Shared by the forwarders of successive configs (reloads) while the upstream's settings
     /// stay the same; used from the one worker executor only.
     struct pool {
-        explicit pool(config::upstream_config c) : cfg(std::move(c)) {}
+        explicit pool(config::upstream_config c)
+            : cfg(std::move(c)), tls(cfg.tls ? std::make_unique<tls_client>(cfg) : nullptr) {}
         const config::upstream_config cfg;
+        /// https://: the TLS context and the session to resume; outlives the connections.
+        const std::unique_ptr<tls_client> tls;
         std::vector<std::unique_ptr<connection>> idle;
         std::size_t open = 0; ///< idle + in use
         struct waiter {
@@ -125,11 +129,12 @@ struct forwarder::impl {
             }
             if (p.open < p.cfg.max_connections) {
                 ++p.open;
-                auto c = co_await connect(p, deadline);
+                forward_status failure = forward_status::connect_failed;
+                auto c = co_await connect(p, deadline, failure);
                 if (!c) {
                     --p.open;
                     wake_one(p);
-                    co_return acquired{nullptr, false, forward_status::connect_failed};
+                    co_return acquired{nullptr, false, failure};
                 }
                 co_return acquired{std::move(c), false, forward_status::ok};
             }
@@ -146,7 +151,10 @@ struct forwarder::impl {
         }
     }
 
-    net::awaitable<std::unique_ptr<connection>> connect(pool& p, clock::time_point deadline) {
+    /// A new connection, TLS handshake included for https://; null on failure, with
+    /// `failure` set to connect_failed or tls_failed.
+    net::awaitable<std::unique_ptr<connection>> connect(pool& p, clock::time_point deadline,
+                                                        forward_status& failure) {
         if (p.endpoints.empty()) {
             tcp::resolver resolver(executor);
             auto [ec, results] =
@@ -164,13 +172,16 @@ struct forwarder::impl {
             co_return nullptr;
         }
         c->sock.set_option(tcp::no_delay(true), ec);
+        if (p.tls) {
+            const auto why = co_await p.tls->handshake(*c);
+            if (!why.empty()) {
+                failure = forward_status::tls_failed;
+                co_return nullptr;
+            }
+        }
         co_return c;
     }
 };
-
-connection::connection(net::any_io_executor ex, wire::deadline_watch& watch)
-    : sock(std::move(ex)), dl(watch, sock),
-      buffer(wire::read_buffer_limit(wire::max_header_section)) {}
 
 net::awaitable<lent_connection> forwarder::async_acquire(std::size_t upstream_index,
                                                          bool verify_idle) {
@@ -214,10 +225,14 @@ net::awaitable<forward_result> forwarder::async_forward(std::size_t upstream_ind
         c.dl.expires_after(p.cfg.timeout); // the whole exchange, write and response
         wire::serialize_head(req, c.head);
         const std::array<net::const_buffer, 2> wire{net::buffer(c.head), net::buffer(req.body())};
-        auto [wec, written] = co_await net::async_write(c.sock, wire, use_tuple);
+        auto [wec, written] = co_await upstream::async_write(c, wire);
         if (wec) {
             const bool timed_out = c.dl.fired(); // read before give_back frees the connection
+            const bool refused = !a.reused && tls_refused(c, wec);
             impl_->give_back(p, std::move(a.conn), false);
+            if (refused) {
+                co_return forward_result{forward_status::tls_failed, {}, nullptr};
+            }
             if (written == 0) {
                 // Nothing of the request left this process: a pooled connection that turned out
                 // closed gets one fresh replacement; a fresh connection failing counts as down.
@@ -242,8 +257,7 @@ net::awaitable<forward_result> forwarder::async_forward(std::size_t upstream_ind
                 // One byte more than `hold` tells a body that fits from one that does not.
                 parser.stream_body(*hold + 1);
             }
-            const auto rec =
-                co_await wire::async_read(c.sock, c.buffer, parser, wire::read_until::message);
+            const auto rec = co_await upstream::async_read(c, parser, wire::read_until::message);
             if (rec == http::error::need_buffer) {
                 // The body outgrew `hold`: the caller reads the rest from the connection.
                 forward_result out{forward_status::ok, {}, nullptr};
@@ -256,9 +270,12 @@ net::awaitable<forward_result> forwarder::async_forward(std::size_t upstream_ind
             }
             if (rec) {
                 const bool timed_out = c.dl.fired(); // read before give_back frees the connection
+                const bool refused = !a.reused && tls_refused(c, rec);
                 impl_->give_back(p, std::move(a.conn), false);
                 forward_status s = forward_status::reset_after_send;
-                if (timed_out) {
+                if (refused) {
+                    s = forward_status::tls_failed;
+                } else if (timed_out) {
                     s = forward_status::timeout_after_send;
                 } else if (rec == http::error::body_limit) {
                     s = forward_status::response_too_large;

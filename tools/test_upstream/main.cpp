@@ -3,10 +3,17 @@
 // the proxy forwarded, and misbehaves on demand through X-Test-* request headers.
 //
 //   onceproxy_test_upstream --listen 127.0.0.1:PORT [--threads N] [--port-file PATH]
+//       [--tls-cert CHAIN.pem --tls-key KEY.pem [--tls-client-ca CA.pem]
+//        [--tls-listen HOST:PORT] [--tls-port-file PATH]]
 //
 // Port 0 binds an ephemeral port. Once listening it prints `listening on HOST:PORT` (flushed)
 // and, with --port-file, writes the port to PATH atomically (PATH.tmp, then rename).
 // SIGINT/SIGTERM exit 0.
+//
+// TLS (tls_front.hpp): with --tls-cert and --tls-key, a second listener (--tls-listen, default
+// 127.0.0.1:0; its port in --tls-port-file) speaks TLS and relays to the plain one;
+// --tls-client-ca requires a client certificate signed by that CA. GET /__tls answers
+// {"handshakes":N,"resumed":N,"failed":N}.
 //
 // Streaming (request_facts.cpp lists every X-Test-* header):
 //   X-Test-Body-Bytes: N   body of N bytes ('a' + i % 26), up to 4 GiB; above 1 MiB it is
@@ -28,6 +35,7 @@
 #include "execution_counts.hpp"
 #include "session.hpp"
 #include "stream_releases.hpp"
+#include "tls_front.hpp"
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -66,13 +74,21 @@ struct options {
     unsigned short port = 0;
     unsigned threads = 1;
     std::string port_file;
+    std::string tls_host = "127.0.0.1";
+    unsigned short tls_port = 0;
+    std::string tls_port_file;
+    std::string tls_cert;
+    std::string tls_key;
+    std::string tls_client_ca;
 };
 
 [[noreturn]] void usage_error(std::string_view message) {
     std::fprintf(stderr,
                  "onceproxy_test_upstream: %.*s\n"
                  "usage: onceproxy_test_upstream --listen HOST:PORT [--threads N] "
-                 "[--port-file PATH]\n",
+                 "[--port-file PATH]\n"
+                 "       [--tls-cert CHAIN.pem --tls-key KEY.pem [--tls-client-ca CA.pem] "
+                 "[--tls-listen HOST:PORT] [--tls-port-file PATH]]\n",
                  static_cast<int>(message.size()), message.data());
     std::exit(2);
 }
@@ -110,10 +126,29 @@ options parse_options(int argc, char** argv) {
             opts.threads = parse_int<unsigned>(value(), 1, 256, "--threads");
         } else if (arg == "--port-file") {
             opts.port_file = value();
+        } else if (arg == "--tls-listen") {
+            std::string_view const listen = value();
+            auto const colon = listen.rfind(':');
+            if (colon == std::string_view::npos)
+                usage_error("--tls-listen wants HOST:PORT");
+            opts.tls_host = listen.substr(0, colon);
+            opts.tls_port = parse_int<unsigned short>(listen.substr(colon + 1), 0, 65535, "port");
+        } else if (arg == "--tls-port-file") {
+            opts.tls_port_file = value();
+        } else if (arg == "--tls-cert") {
+            opts.tls_cert = value();
+        } else if (arg == "--tls-key") {
+            opts.tls_key = value();
+        } else if (arg == "--tls-client-ca") {
+            opts.tls_client_ca = value();
         } else {
             usage_error("unknown argument " + std::string(arg));
         }
     }
+    if (opts.tls_cert.empty() != opts.tls_key.empty())
+        usage_error("--tls-cert and --tls-key go together");
+    if (opts.tls_cert.empty() && (!opts.tls_client_ca.empty() || !opts.tls_port_file.empty()))
+        usage_error("--tls-client-ca and --tls-port-file need --tls-cert and --tls-key");
     return opts;
 }
 
@@ -179,6 +214,28 @@ int main(int argc, char** argv) {
                                         : bound.address().to_string();
         std::printf("listening on %s:%u\n", address.c_str(), unsigned{bound.port()});
         std::fflush(stdout);
+
+        // The TLS listener, relaying to the plain one (tls_front.hpp).
+        std::optional<net::ssl::context> tls_ctx;
+        std::optional<tcp::acceptor> tls_acceptor;
+        if (!opts.tls_cert.empty()) {
+            tls_ctx.emplace(onceproxy::test_upstream::make_tls_server_context(
+                opts.tls_cert, opts.tls_key, opts.tls_client_ca));
+            tcp::endpoint const tls_endpoint(net::ip::make_address(opts.tls_host), opts.tls_port);
+            tls_acceptor.emplace(*workers.front());
+            tls_acceptor->open(tls_endpoint.protocol());
+            tls_acceptor->set_option(net::socket_base::reuse_address(true));
+            tls_acceptor->bind(tls_endpoint);
+            tls_acceptor->listen(net::socket_base::max_listen_connections);
+            unsigned short const tls_port = tls_acceptor->local_endpoint().port();
+            std::printf("tls listening on %s:%u\n", opts.tls_host.c_str(), unsigned{tls_port});
+            if (!opts.tls_port_file.empty())
+                write_port_file(opts.tls_port_file, tls_port);
+            net::co_spawn(
+                *workers.front(),
+                onceproxy::test_upstream::tls_accept_loop(*tls_acceptor, *tls_ctx, bound.port()),
+                net::detached);
+        }
 
         net::signal_set signals(*workers.front(), SIGINT, SIGTERM);
         signals.async_wait([&](boost::system::error_code const&, int) {

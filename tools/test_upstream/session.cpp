@@ -1,4 +1,5 @@
 #include "session.hpp"
+#include "tls_front.hpp"
 
 #include "request_facts.hpp"
 #include "stream_releases.hpp"
@@ -323,6 +324,16 @@ bool control_reply(std::string_view path, request_facts const& f, execution_coun
         append_json_string(body, key);
         body += ",\"count\":";
         append_number(body, counts.count(key));
+        body += '}';
+    } else if (path == "/__tls") {
+        auto const& tls = tls_stats();
+        r.content_type = "application/json";
+        body += "{\"handshakes\":";
+        append_number(body, tls.handshakes.load());
+        body += ",\"resumed\":";
+        append_number(body, tls.resumed.load());
+        body += ",\"failed\":";
+        append_number(body, tls.failed.load());
         body += '}';
     } else if (path == "/__reset") {
         counts.reset();

@@ -114,6 +114,17 @@ struct limits_config {
     friend bool operator==(const limits_config&, const limits_config&) = default;
 };
 
+/// TLS to an https:// upstream (`upstreams.<name>.tls`). Verification is on by default.
+struct upstream_tls_config {
+    bool verify = true;           ///< check the certificate chain and the host name
+    std::string ca_file;          ///< PEM CA bundle; empty: the system's trust store
+    std::string server_name;      ///< SNI and the name checked; empty: the url's host
+    std::string client_cert_file; ///< PEM chain presented to the upstream; empty: none
+    std::string client_key_file;  ///< its private key (PEM)
+
+    friend bool operator==(const upstream_tls_config&, const upstream_tls_config&) = default;
+};
+
 struct upstream_config {
     std::string name;
     std::string url;  ///< as written, e.g. http://127.0.0.1:3000
@@ -124,6 +135,7 @@ struct upstream_config {
     duration timeout{30'000};          ///< whole-response deadline once the request is sent
     std::size_t max_connections = 256; ///< per worker
     duration idle_timeout{60'000};     ///< pooled connection kept this long unused
+    upstream_tls_config tls_settings;  ///< used when `tls`
 
     friend bool operator==(const upstream_config&, const upstream_config&) = default;
 };

@@ -26,6 +26,7 @@ enum class problem_code : std::uint8_t {
     upstream_timeout,         ///< 504 upstream.timeout
     upstream_outcome_unknown, ///< 502 upstream.outcome_unknown (recorded on `fail` routes)
     upstream_bad_response,    ///< 502 upstream.bad_response (sent, but the answer was unusable)
+    upstream_tls_error,       ///< 502 upstream.tls_error (TLS handshake failed: nothing was sent)
     connection_limit,         ///< 503 proxy.connection_limit (limits.max_connections reached)
     request_timeout,          ///< 408 request.timeout (a request body too slow)
 };
@@ -80,6 +81,9 @@ inline constexpr std::array<problem_info, problem_code_count> problem_table{{
      "Upstream sent an unusable response",
      "the request was sent to the upstream, but its answer was malformed or too large; the "
      "upstream may have processed it"},
+    {problem_code::upstream_tls_error, "upstream.tls_error", 502, "Upstream TLS handshake failed",
+     "the TLS handshake with the upstream failed (certificate not trusted, wrong host name, "
+     "expired, or a client certificate refused); the request was not sent"},
     {problem_code::connection_limit, "proxy.connection_limit", 503, "Too many connections",
      "the proxy is at its connection limit; retry later"},
     {problem_code::request_timeout, "request.timeout", 408, "Request body too slow",

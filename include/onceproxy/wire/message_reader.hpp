@@ -31,7 +31,9 @@ enum class read_until {
 /// error: drain it and read on), parser errors, and socket errors (`operation_aborted` when a
 /// deadline cancelled the read). The bytes parsed are consumed from `buffer`; any left belong
 /// to what follows (a pipelined request). Runs on the socket's executor.
-/// `Stream`: boost::asio::ip::tcp::socket or client_stream (instantiated for those two).
+/// `Stream`: boost::asio::ip::tcp::socket or client_stream (instantiated in message_reader.cpp),
+/// or a TLS stream of the upstream side (instantiated where TLS is compiled, with
+/// wire/message_reader_impl.hpp).
 template <bool isRequest, class Stream>
 boost::asio::awaitable<boost::system::error_code>
 async_read(Stream& sock, boost::beast::flat_buffer& buffer, message_parser<isRequest>& parser,

@@ -449,6 +449,66 @@ TEST_CASE("upstream urls") {
     }
 }
 
+TEST_CASE("https:// upstreams: tls settings, checked where they are written") {
+    const auto load = [](const std::string& upstream) {
+        return cfg::load_string("upstreams:\n  app:\n" + upstream +
+                                    "routes: [{ name: a, match: { prefix: / }, upstream: app }]\n",
+                                "u.yaml");
+    };
+    auto c = load("    url: https://payments.internal\n");
+    REQUIRE(c);
+    CHECK(c->upstreams[0].tls);
+    CHECK(c->upstreams[0].port == 443);
+    CHECK(c->upstreams[0].tls_settings == cfg::upstream_tls_config{});
+    CHECK(c->upstreams[0].tls_settings.verify);
+
+    c = load("    url: https://10.0.0.7:8443\n"
+             "    tls: { verify: false, server_name: payments.internal }\n");
+    REQUIRE(c);
+    CHECK_FALSE(c->upstreams[0].tls_settings.verify);
+    CHECK(c->upstreams[0].tls_settings.server_name == "payments.internal");
+
+    struct bad_case {
+        std::string upstream;
+        std::string path;
+        int line;
+        std::string message;
+    };
+    for (const auto& bad : std::vector<bad_case>{
+             {"    url: http://h\n    tls: { verify: true }\n", "upstreams.app.tls", 4,
+              "tls settings on upstream 'app' with the http:// url"},
+             {"    url: https://h\n    tls: { ca_file: /nonexistent/ca.pem }\n",
+              "upstreams.app.tls.ca_file", 4, "cannot read '/nonexistent/ca.pem'"},
+             {"    url: https://h\n    tls: { client_key_file: k.pem }\n",
+              "upstreams.app.tls.client_key_file", 4, "client_cert_file and client_key_file go"},
+             {"    url: https://h\n    tls: { server_name: \"a b\" }\n",
+              "upstreams.app.tls.server_name", 4, "invalid server_name 'a b'"},
+             {"    url: https://h\n    tls: { verify: maybe }\n", "upstreams.app.tls.verify", 4,
+              ""},
+             {"    url: https://h\n    tls: { cafile: x }\n", "upstreams.app.tls.cafile", 4, ""},
+         }) {
+        CAPTURE(bad.upstream);
+        const auto errors = errors_of([&] { return load(bad.upstream); });
+        REQUIRE(errors.size() == 1);
+        CHECK(errors[0].path == bad.path);
+        CHECK(errors[0].line == bad.line);
+        CHECK(errors[0].message.find(bad.message) != std::string::npos);
+    }
+
+    const auto readiness = errors_of([] {
+        return cfg::load_string("admin:\n"
+                                "  listen: 127.0.0.1:9901\n"
+                                "  readiness:\n"
+                                "    upstream: { name: app, http_path: /healthz }\n"
+                                "upstreams: { app: { url: \"https://h\" } }\n"
+                                "routes: [{ name: a, match: { prefix: / }, upstream: app }]\n",
+                                "r.yaml");
+    });
+    REQUIRE(readiness.size() == 1);
+    CHECK(readiness[0].line == 4);
+    CHECK(readiness[0].message.find("cannot GET http_path") != std::string::npos);
+}
+
 TEST_CASE("route names are restricted") {
     const auto errors =
         errors_of_text(std::string{minimal_upstream} +
@@ -532,24 +592,19 @@ TEST_CASE("per-route limits: defaults from limits:, own sizes, none on plain rou
 
 // What this binary cannot serve is a config error, with its place: --check-config, a start and a
 // reload all refuse it the same way.
-TEST_CASE("https:// upstreams are refused with file:line:column; unreadable TLS files too") {
+TEST_CASE("an unreadable inbound TLS file is refused with file:line:column") {
     const auto errors = errors_of([] {
         return cfg::load_string("tls: { cert_file: /nonexistent/c.pem, key_file: k.pem }\n"
                                 "upstreams:\n"
                                 "  app: { url: \"http://127.0.0.1:3000\" }\n"
-                                "  billing: { url: \"https://billing.example.com\" }\n"
                                 "routes: [{ name: a, match: { prefix: / }, upstream: app }]\n",
                                 "t.yaml");
     });
-    REQUIRE(errors.size() == 2);
+    REQUIRE(errors.size() == 1);
     CHECK(errors[0].line == 1);
     CHECK(errors[0].column == 19);
     CHECK(errors[0].path == "tls.cert_file");
     CHECK(errors[0].message == "cannot read cert_file '/nonexistent/c.pem'");
-    CHECK(errors[1].line == 4);
-    CHECK(errors[1].path == "upstreams.billing.url");
-    CHECK(errors[1].message.find("https:// upstreams are not supported") == 0);
-    CHECK(errors[1].to_string().find("t.yaml:4:") == 0);
 }
 
 TEST_CASE("admin.keys_api: off by default; enabled reads its token file, one line break dropped") {

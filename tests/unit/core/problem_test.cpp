@@ -32,6 +32,7 @@ constexpr expected_row spec[] = {
     {problem_code::upstream_timeout, "upstream.timeout", 504},
     {problem_code::upstream_outcome_unknown, "upstream.outcome_unknown", 502},
     {problem_code::upstream_bad_response, "upstream.bad_response", 502},
+    {problem_code::upstream_tls_error, "upstream.tls_error", 502},
     {problem_code::connection_limit, "proxy.connection_limit", 503},
     {problem_code::request_timeout, "request.timeout", 408},
 };

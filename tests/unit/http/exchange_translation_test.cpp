@@ -63,6 +63,9 @@ TEST_SUITE("exchange translation") {
               upstream_result::not_sent);
         CHECK(to_upstream_event(forward_status::pool_exhausted, 0, 0).kind ==
               upstream_result::not_sent);
+        // A failed TLS handshake sent nothing: the key is released like a refused connect.
+        CHECK(to_upstream_event(forward_status::tls_failed, 0, 0).kind ==
+              upstream_result::not_sent);
         CHECK(to_upstream_event(forward_status::timeout_after_send, 0, 0).kind ==
               upstream_result::timed_out);
         CHECK(to_upstream_event(forward_status::reset_after_send, 0, 0).kind ==
@@ -310,6 +313,11 @@ TEST_SUITE("exchange translation") {
               core::info(core::problem_code::upstream_unavailable).detail);
         CHECK(detail_of(reject_response(a, forward_status::reset_after_send))
                   .find("after the request was sent") != std::string::npos);
+        // Same release path, its own code (SPEC §3.2).
+        res = reject_response(a, forward_status::tls_failed);
+        CHECK(code_of(res) == "upstream.tls_error");
+        CHECK(res.result_int() == 502);
+        CHECK(detail_of(res) == core::info(core::problem_code::upstream_tls_error).detail);
     }
 
     TEST_CASE("failed plain forwards become upstream problems (SPEC §3.2)") {
@@ -319,6 +327,9 @@ TEST_SUITE("exchange translation") {
         for (auto s : {forward_status::response_too_large, forward_status::bad_response}) {
             CHECK(code_of(upstream_failure_problem(s)) == "upstream.bad_response");
         }
+        CHECK(code_of(upstream_failure_problem(forward_status::tls_failed)) ==
+              "upstream.tls_error");
+        CHECK(upstream_failure_problem(forward_status::tls_failed).result_int() == 502);
         for (auto s : {forward_status::connect_failed, forward_status::pool_exhausted,
                        forward_status::reset_after_send}) {
             const auto res = upstream_failure_problem(s);

@@ -1,0 +1,215 @@
+// Everything that instantiates Asio.SSL for upstream connections, in one unit.
+
+#include "upstream/tls_client.hpp"
+#include "wire/message_reader_impl.hpp"
+
+#include "onceproxy/config/upstream_tls.hpp"
+#include "onceproxy/log/log.hpp"
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/ip/address.hpp>
+#include <boost/asio/ssl/context.hpp>
+#include <boost/asio/ssl/error.hpp>
+#include <boost/asio/ssl/stream.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
+
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
+
+namespace onceproxy::upstream {
+
+namespace net = boost::asio;
+namespace ssl = net::ssl;
+using tcp = net::ip::tcp;
+using clock = std::chrono::steady_clock;
+
+struct tls_layer {
+    tls_layer(tcp::socket& sock, ssl::context& ctx, tls_client& c) : stream(sock, ctx), client(c) {}
+    ssl::stream<tcp::socket&> stream;
+    tls_client& client; ///< its pool's: outlives the connection
+};
+
+connection::connection(net::any_io_executor ex, wire::deadline_watch& watch)
+    : sock(std::move(ex)), dl(watch, sock),
+      buffer(wire::read_buffer_limit(wire::max_header_section)) {}
+
+connection::~connection() = default;
+
+namespace {
+
+constexpr auto use_tuple = net::as_tuple(net::use_awaitable);
+
+/// The ex_data slot of an SSL_CTX that points back at its tls_client.
+int client_index() {
+    static const int index = SSL_CTX_get_ex_new_index(0, nullptr, nullptr, nullptr, nullptr);
+    return index;
+}
+
+/// OpenSSL's new-session callback (client side): TLS 1.3 sessions arrive after the handshake.
+/// A copy is kept: OpenSSL marks the session of a connection that ends without a TLS shutdown
+/// (how pooled connections usually end) not resumable, and the copy must not follow it.
+int on_new_session(SSL* ssl, SSL_SESSION* session) {
+    auto* client =
+        static_cast<tls_client*>(SSL_CTX_get_ex_data(SSL_get_SSL_CTX(ssl), client_index()));
+    if (client != nullptr && SSL_SESSION_is_resumable(session) == 1) {
+        if (SSL_SESSION* copy = SSL_SESSION_dup(session); copy != nullptr) {
+            client->keep_session(copy);
+        }
+    }
+    return 0; // OpenSSL keeps (and frees) its own reference
+}
+
+} // namespace
+
+struct tls_client::state {
+    std::string upstream;    ///< the upstream's name (logs)
+    std::string name;        ///< SNI and the name the certificate must carry
+    bool name_is_ip = false; ///< an IP address: checked against IP SANs, no SNI (RFC 6066 §3)
+    bool verify = true;
+    std::unique_ptr<ssl::context> ctx; ///< null when the settings did not load
+    std::string ctx_error;
+    SSL_SESSION* session = nullptr; ///< of the last handshake; owned
+    std::string last_logged;
+    clock::time_point logged_at{};
+};
+
+tls_client::tls_client(const config::upstream_config& cfg) : s_(std::make_unique<state>()) {
+    s_->upstream = cfg.name;
+    s_->name = cfg.tls_settings.server_name.empty() ? cfg.host : cfg.tls_settings.server_name;
+    boost::system::error_code ec;
+    (void)net::ip::make_address(s_->name, ec);
+    s_->name_is_ip = !ec;
+    s_->verify = cfg.tls_settings.verify;
+    auto built = config::make_upstream_tls_context(cfg.tls_settings);
+    if (!built.ctx) {
+        s_->ctx_error = built.error;
+        return;
+    }
+    SSL_CTX* raw = built.ctx.release();
+    SSL_CTX_set_session_cache_mode(raw, SSL_SESS_CACHE_CLIENT | SSL_SESS_CACHE_NO_INTERNAL_STORE);
+    SSL_CTX_sess_set_new_cb(raw, on_new_session);
+    SSL_CTX_set_ex_data(raw, client_index(), this);
+    s_->ctx = std::make_unique<ssl::context>(raw); // takes ownership
+}
+
+tls_client::~tls_client() {
+    if (s_->ctx) {
+        // A connection may outlive this pool state for a moment: it must not call back into it.
+        SSL_CTX_set_ex_data(s_->ctx->native_handle(), client_index(), nullptr);
+    }
+    if (s_->session != nullptr) {
+        SSL_SESSION_free(s_->session);
+    }
+}
+
+void tls_client::keep_session(SSL_SESSION* session) noexcept {
+    if (s_->session != nullptr) {
+        SSL_SESSION_free(s_->session);
+    }
+    s_->session = session;
+}
+
+void tls_client::log_failure(const std::string& reason) {
+    // A broken upstream fails every request: one warning per distinct reason (or per 10 s).
+    const auto now = clock::now();
+    const bool loud = reason != s_->last_logged || now - s_->logged_at >= std::chrono::seconds(10);
+    if (loud) {
+        s_->last_logged = reason;
+        s_->logged_at = now;
+    }
+    log::write(loud ? log::level::warn : log::level::debug, "upstream", "TLS handshake failed",
+               {{"upstream", s_->upstream}, {"server_name", s_->name}, {"reason", reason}});
+}
+
+net::awaitable<std::string> tls_client::handshake(connection& c) {
+    if (!s_->ctx) {
+        log_failure(s_->ctx_error);
+        co_return s_->ctx_error;
+    }
+    c.tls = std::make_unique<tls_layer>(c.sock, *s_->ctx, *this);
+    SSL* ssl = c.tls->stream.native_handle();
+    if (!s_->name_is_ip) {
+        SSL_set_tlsext_host_name(ssl, s_->name.c_str());
+    }
+    if (s_->verify) {
+        X509_VERIFY_PARAM* param = SSL_get0_param(ssl);
+        X509_VERIFY_PARAM_set_hostflags(param, X509_CHECK_FLAG_NO_PARTIAL_WILDCARDS);
+        const int set = s_->name_is_ip ? X509_VERIFY_PARAM_set1_ip_asc(param, s_->name.c_str())
+                                       : X509_VERIFY_PARAM_set1_host(param, s_->name.c_str(), 0);
+        if (set != 1) {
+            std::string reason = "cannot check the certificate against '" + s_->name + "'";
+            log_failure(reason);
+            c.tls.reset();
+            co_return reason;
+        }
+    }
+    if (s_->session != nullptr) {
+        SSL_set_session(ssl, s_->session);
+    }
+    auto [ec] = co_await c.tls->stream.async_handshake(ssl::stream_base::client, use_tuple);
+    if (!ec) {
+        log::debug("upstream", "TLS handshake",
+                   {{"upstream", s_->upstream},
+                    {"offered", s_->session != nullptr},
+                    {"resumed", SSL_session_reused(ssl) == 1}});
+        co_return std::string();
+    }
+    std::string reason;
+    if (c.dl.fired()) {
+        reason = "the handshake did not complete within connect_timeout";
+    } else {
+        reason = ec.message();
+        const long verify = SSL_get_verify_result(ssl);
+        if (verify != X509_V_OK) {
+            reason += ": ";
+            reason += X509_verify_cert_error_string(verify);
+        }
+    }
+    log_failure(reason);
+    c.tls.reset();
+    co_return reason;
+}
+
+bool tls_refused(connection& c, const boost::system::error_code& ec) {
+    if (!c.tls || ec.category() != net::error::get_ssl_category()) {
+        return false;
+    }
+    const auto reason = ERR_GET_REASON(static_cast<unsigned long>(ec.value()));
+    switch (reason - SSL_AD_REASON_OFFSET) {
+    case SSL_AD_HANDSHAKE_FAILURE:
+    case SSL_AD_BAD_CERTIFICATE:
+    case SSL_AD_UNSUPPORTED_CERTIFICATE:
+    case SSL_AD_CERTIFICATE_REVOKED:
+    case SSL_AD_CERTIFICATE_EXPIRED:
+    case SSL_AD_CERTIFICATE_UNKNOWN:
+    case SSL_AD_UNKNOWN_CA:
+    case SSL_AD_ACCESS_DENIED:
+    case SSL_AD_DECRYPT_ERROR:
+    case SSL_AD_CERTIFICATE_REQUIRED:
+        c.tls->client.log_failure("the upstream refused the handshake: " + ec.message());
+        return true;
+    default:
+        return false;
+    }
+}
+
+net::awaitable<boost::system::error_code>
+async_read_tls(connection& c, wire::response_parser& parser, wire::read_until until) {
+    return wire::async_read(c.tls->stream, c.buffer, parser, until);
+}
+
+net::awaitable<io_result> async_write_tls(connection& c, std::span<const net::const_buffer> bufs) {
+    return net::async_write(c.tls->stream, bufs, use_tuple);
+}
+
+net::awaitable<io_result> async_write_tls(connection& c, net::const_buffer buf) {
+    return net::async_write(c.tls->stream, buf, use_tuple);
+}
+
+net::awaitable<io_result> async_read_some_tls(connection& c, net::mutable_buffer into) {
+    return c.tls->stream.async_read_some(into, use_tuple);
+}
+
+} // namespace onceproxy::upstream

@@ -1,0 +1,123 @@
+#pragma once
+// The body of wire::async_read, for the units that instantiate it for a stream type (plain TCP
+// in message_reader.cpp; TLS where TLS is compiled).
+
+#include "onceproxy/wire/message_reader.hpp"
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/ssl/error.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/core/read_size.hpp>
+#include <boost/beast/http/error.hpp>
+
+#include <stdexcept>
+#include <string_view>
+
+namespace onceproxy::wire {
+
+namespace net = boost::asio;
+namespace bhttp = boost::beast::http;
+using error_code = boost::system::error_code;
+
+namespace reader_detail {
+
+inline constexpr auto use_tuple = net::as_tuple(net::use_awaitable);
+
+/// Largest single read, as Beast's read_some_op.
+inline constexpr std::size_t max_read = 65536;
+
+template <bool isRequest>
+bool reached(const message_parser<isRequest>& parser, read_until until) {
+    switch (until) {
+    case read_until::some:
+        return true;
+    case read_until::header:
+        return parser.is_header_done();
+    case read_until::message:
+        return parser.is_done();
+    }
+    return true;
+}
+
+/// Room for the next read, or nothing when the buffer is at its bound (buffer_overflow).
+inline bool prepare(boost::beast::flat_buffer& buffer, net::mutable_buffer& out) {
+    const auto size = boost::beast::read_size(buffer, max_read);
+    if (size == 0) {
+        return false;
+    }
+    try {
+        out = buffer.prepare(size);
+    } catch (const std::length_error&) {
+        return false;
+    }
+    return true;
+}
+
+/// True when a request head holds obsolete line folding (a line that starts with a space or a
+/// tab, RFC 9112 §5.2). Beast would join it to the previous field; a request is refused with 400
+/// instead, as another hop may not join it the same way.
+inline bool has_obs_fold(std::string_view head) {
+    for (auto pos = head.find('\n'); pos != std::string_view::npos && pos + 1 < head.size();
+         pos = head.find('\n', pos + 1)) {
+        if (head[pos + 1] == ' ' || head[pos + 1] == '\t') {
+            return true;
+        }
+    }
+    return false;
+}
+
+} // namespace reader_detail
+
+template <bool isRequest, class Stream>
+net::awaitable<error_code> async_read(Stream& sock, boost::beast::flat_buffer& buffer,
+                                      message_parser<isRequest>& parser, read_until until) {
+    if (until != read_until::some && reader_detail::reached(parser, until)) {
+        co_return error_code{};
+    }
+    error_code ec;
+    for (;;) {
+        if (buffer.size() != 0) {
+            const bool in_head = !parser.is_header_done();
+            const auto used = parser.put(buffer.data(), ec);
+            if constexpr (isRequest) {
+                if (in_head && !ec && parser.is_header_done() &&
+                    reader_detail::has_obs_fold(
+                        {static_cast<const char*>(buffer.data().data()), used})) {
+                    co_return bhttp::error::bad_value;
+                }
+            }
+            buffer.consume(used);
+            if (!ec && reader_detail::reached(parser, until)) {
+                co_return ec;
+            }
+            if (!ec && used != 0) {
+                continue; // parse on (or read, once the buffer is empty)
+            }
+            if (ec && ec != bhttp::error::need_more) {
+                co_return ec;
+            }
+        }
+        net::mutable_buffer room;
+        if (!reader_detail::prepare(buffer, room)) {
+            co_return bhttp::error::buffer_overflow;
+        }
+        auto [rec, n] = co_await sock.async_read_some(room, reader_detail::use_tuple);
+        buffer.commit(n);
+        // A TLS peer that closes without close_notify: an idle connection that went away
+        // (nothing of a message yet) is an ordinary close; a message cut short is not.
+        if (rec == net::error::eof ||
+            (rec == net::ssl::error::stream_truncated && !parser.got_some())) {
+            if (!parser.got_some()) {
+                co_return bhttp::error::end_of_stream;
+            }
+            error_code eof_ec; // a close-delimited body ends here; anything else is partial
+            parser.put_eof(eof_ec);
+            co_return eof_ec;
+        }
+        if (rec) {
+            co_return rec;
+        }
+    }
+}
+
+} // namespace onceproxy::wire
