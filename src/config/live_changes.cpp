@@ -58,6 +58,7 @@ std::vector<std::string> changes_needing_restart(const config& running, const co
     const auto& a = running.store.redis;
     const auto& b = next.store.redis;
     changed(a.url != b.url, "store.redis.url");
+    changed(a.cluster != b.cluster, "store.redis.cluster");
     changed(a.key_prefix != b.key_prefix, "store.redis.key_prefix");
     changed(a.connect_timeout != b.connect_timeout, "store.redis.connect_timeout");
     changed(a.command_timeout != b.command_timeout, "store.redis.command_timeout");

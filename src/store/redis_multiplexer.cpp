@@ -79,8 +79,10 @@ redis_multiplexer::read_status redis_multiplexer::on_read(const char* data, std:
     if (closed_) {
         return read_status::closed;
     }
+    // On a broken stream every request fails as on a lost connection (errc::unavailable): a
+    // written one may have run, and its issuer resolves that as after a disconnect.
     if (reader_.feed(data, n) == resp_reader::status::protocol_error) {
-        close(errc::protocol);
+        close(errc::unavailable);
         return read_status::protocol;
     }
     for (;;) {
@@ -88,7 +90,7 @@ redis_multiplexer::read_status redis_multiplexer::on_read(const char* data, std:
         const auto st = reader_.next(reply);
         if (st == resp_reader::status::protocol_error) {
             // The reader is unusable after a protocol error: only a new connection helps.
-            close(errc::protocol);
+            close(errc::unavailable);
             return read_status::protocol;
         }
         if (st == resp_reader::status::need_more) {
@@ -96,7 +98,7 @@ redis_multiplexer::read_status redis_multiplexer::on_read(const char* data, std:
         }
         if (fifo_.size() == unwritten_) {
             // A reply nobody asked for: the stream can no longer be matched.
-            close(errc::protocol);
+            close(errc::unavailable);
             return read_status::unsolicited;
         }
         auto r = std::move(fifo_.front());

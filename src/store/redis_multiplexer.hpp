@@ -6,8 +6,10 @@
 //
 // Rules (RESP2, no pushes: nothing is subscribed on these connections):
 // - Replies come in the order of the requests: the n-th reply answers the n-th written request.
-// - A reply when no written request waits is a stream we can no longer match: the multiplexer
-//   fails everything (errc::protocol) and the connection must be closed.
+// - A reply when no written request waits, or bytes that are not RESP, make a stream we can no
+//   longer match: the multiplexer fails everything as a lost connection would
+//   (errc::unavailable; `written` tells whether a request may have run) and the connection
+//   must be closed.
 // - A request whose deadline passes (on_timeout) fails with errc::timeout; a reply that late
 //   could no longer be matched with certainty against a server that may be stuck, so every
 //   other request fails with errc::unavailable and the connection must be closed.
@@ -55,8 +57,8 @@ class redis_multiplexer {
 public:
     enum class read_status {
         ok,          ///< every complete reply was matched; the rest waits for more bytes
-        protocol,    ///< malformed bytes: everything failed with errc::protocol; close
-        unsolicited, ///< a reply nobody asked for: everything failed with errc::protocol; close
+        protocol,    ///< malformed bytes: everything failed (errc::unavailable); close
+        unsolicited, ///< a reply nobody asked for: everything failed (errc::unavailable); close
         closed,      ///< the multiplexer was closed before: the bytes were ignored
     };
 
