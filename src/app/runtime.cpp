@@ -137,7 +137,11 @@ std::uint64_t connection_limit(const config::config& cfg) {
         return cfg.limits.max_connections;
     }
     const std::uint64_t workers = cfg.workers == 0 ? 1 : cfg.workers;
-    const std::uint64_t reserve = 32 + workers * (8 + cfg.store.redis.connections_per_worker);
+    // Redis Cluster: a connection per master (the seed list stands in for their count).
+    const std::uint64_t redis_nodes =
+        std::max<std::size_t>(1, cfg.store.redis.cluster.nodes.size());
+    const std::uint64_t reserve =
+        32 + workers * (8 + cfg.store.redis.connections_per_worker * redis_nodes);
     const std::uint64_t fit = rl.rlim_cur > reserve ? (rl.rlim_cur - reserve) / 2 : 1;
     const std::uint64_t limit =
         std::max<std::uint64_t>(1, std::min<std::uint64_t>(cfg.limits.max_connections, fit));

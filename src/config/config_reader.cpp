@@ -643,7 +643,7 @@ private:
                        {"url", "key_prefix", "connect_timeout", "command_timeout",
                         "connections_per_worker", "health_check_interval", "maxmemory_policy",
                         "tls_ca_file", "username", "password", "password_file", "sentinel",
-                        "durability", "replicas", "wait_timeout"})) {
+                        "durability", "replicas", "wait_timeout", "cluster"})) {
             redis_config& r = store.redis;
             const yaml_field url = w_.get(redis, "url");
             if (auto text = w_.string(url)) {
@@ -671,6 +671,7 @@ private:
             read_redis_credentials(redis, url, r);
             read_sentinel(w_.get(redis, "sentinel"), url, r);
             read_durability(redis, r);
+            read_redis_cluster(w_.get(redis, "cluster"), url, r);
         }
     }
 
@@ -867,6 +868,67 @@ private:
         w_.error(f, "key file '" + k.file + "' holds " + std::to_string(file_size) +
                         " bytes; expected 32 raw bytes or 64 hexadecimal digits (e.g. "
                         "openssl rand -hex 32)");
+    }
+
+    /// cluster: { nodes: [host:port, ...], tls: bool }, instead of url.
+    void read_redis_cluster(const yaml_field& f, const yaml_field& url, redis_config& r) {
+        if (!f.present() || !w_.mapping(f, {"nodes", "tls"})) {
+            return;
+        }
+        if (url.present()) {
+            w_.error(f, "set either url (one Redis) or cluster (a Redis Cluster), not both");
+        }
+        if (r.sentinel) {
+            w_.error(f, "set either sentinel or cluster, not both");
+        }
+        set(r.cluster.tls, w_.boolean(w_.get(f, "tls")));
+        const yaml_field nodes = w_.require(f, "nodes");
+        auto list = w_.string_list(nodes);
+        if (!list) {
+            return;
+        }
+        if (list->empty()) {
+            w_.error(nodes, "a cluster needs at least one node (host:port)");
+            return;
+        }
+        for (std::size_t i = 0; i < list->size(); ++i) {
+            const std::string& node = (*list)[i];
+            if (auto why = cluster_node_error(node); !why.empty()) {
+                w_.error(w_.item(nodes, i), "invalid cluster node '" + node + "': " + why);
+            }
+        }
+        r.cluster.nodes = std::move(*list);
+    }
+
+    /// Why `node` is not "host:port" (an IPv6 host in brackets), or "" when it is.
+    static std::string cluster_node_error(std::string_view node) {
+        const auto colon = node.rfind(':');
+        if (colon == std::string_view::npos) {
+            return "expected host:port, e.g. 10.0.0.5:6379";
+        }
+        std::string_view host = node.substr(0, colon);
+        const std::string_view port = node.substr(colon + 1);
+        if (host.starts_with('[') && host.ends_with(']') && host.size() > 2) {
+            host = host.substr(1, host.size() - 2);
+        } else if (host.find(':') != std::string_view::npos) {
+            return "an IPv6 address goes in brackets, e.g. [::1]:6379";
+        }
+        if (host.empty()) {
+            return "missing host";
+        }
+        for (const char c : host) {
+            const auto u = static_cast<unsigned char>(c);
+            if (u <= 0x20 || u == 0x7f || c == '/' || c == '@' || c == '[' || c == ']') {
+                return "the host holds a character not allowed in a host name";
+            }
+        }
+        unsigned value = 0;
+        auto [ptr, ec] = std::from_chars(port.data(), port.data() + port.size(), value);
+        if (port.empty() || ec != std::errc{} || ptr != port.data() + port.size() || value == 0 ||
+            value > 65535) {
+            return "port must be 1..65535";
+        }
+        return {};
     }
 
     /// key_prefix starts every Redis key of this proxy; services that share one Redis tell their

@@ -65,6 +65,7 @@ std::vector<std::string> changes_needing_restart(const config& running, const co
     changed(a.durability != b.durability || a.replicas != b.replicas ||
                 a.wait_timeout != b.wait_timeout,
             "store.redis.durability (replicas, wait_timeout)");
+    changed(a.cluster != b.cluster, "store.redis.cluster");
     changed(a.key_prefix != b.key_prefix, "store.redis.key_prefix");
     changed(a.connect_timeout != b.connect_timeout, "store.redis.connect_timeout");
     changed(a.command_timeout != b.command_timeout, "store.redis.command_timeout");

@@ -2,7 +2,7 @@
 
 #include "onceproxy/log/log.hpp"
 #include "onceproxy/store/error.hpp"
-#include "store/resp_reader.hpp"
+#include "store/redis_multiplexer.hpp"
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -19,7 +19,6 @@
 #include <openssl/ssl.h>
 
 #include <algorithm>
-#include <deque>
 #include <optional>
 #include <random>
 
@@ -40,38 +39,6 @@ namespace {
 
 constexpr auto use_tuple = net::as_tuple(net::use_awaitable);
 
-// `n` in decimal, as RESP writes lengths and counts.
-void append_decimal(std::string& out, std::size_t n) {
-    char digits[20];
-    char* const end = digits + sizeof digits;
-    char* p = end;
-    do {
-        *--p = static_cast<char>('0' + n % 10);
-        n /= 10;
-    } while (n != 0);
-    out.append(p, end);
-}
-
-// RESP encoding of one command (an array of bulk strings, binary-safe), appended to `out` in
-// one pass: sized once, no intermediate buffer, no formatted printing.
-void append_command(std::string& out, const std::vector<std::string>& args) {
-    std::size_t size = 16;
-    for (const auto& a : args) {
-        size += a.size() + 26; // "$" + up to 20 digits + 2 CRLFs
-    }
-    out.reserve(out.size() + size);
-    out.push_back('*');
-    append_decimal(out, args.size());
-    out.append("\r\n");
-    for (const auto& a : args) {
-        out.push_back('$');
-        append_decimal(out, a.size());
-        out.append("\r\n");
-        out.append(a);
-        out.append("\r\n");
-    }
-}
-
 std::chrono::milliseconds jittered(std::chrono::milliseconds cap) {
     // Jitter (delay uniform in [cap/2, cap]) spreads the reconnects of many workers and
     // replicas after a Redis restart instead of sending them all in the same millisecond.
@@ -81,19 +48,16 @@ std::chrono::milliseconds jittered(std::chrono::milliseconds cap) {
     return std::chrono::milliseconds(dist(rng));
 }
 
-// One request in the FIFO. `timer` doubles as the completion signal: the issuer waits on it
-// with the command deadline, and the reader cancels it when the reply arrives.
-struct pending {
+// One request of the shell: the multiplexer's request plus the timer its issuer waits on,
+// which doubles as the completion signal (cancelled when the request is done).
+struct pending : redis_request {
     explicit pending(const net::any_io_executor& ex) : timer(ex) {}
     net::steady_timer timer;
-    bool done = false;
-    bool written = false;
-    error_code ec;
-    redis_reply reply;
 };
 
 // One established (or being established) connection. A new link per attempt: the coroutines
 // of an old link only ever touch their own link, so a late completion cannot hit a new socket.
+// The link only moves bytes; the pipeline itself is the multiplexer's.
 struct link : std::enable_shared_from_this<link> {
     link(const net::any_io_executor& ex, ssl::context& ctx, bool use_tls)
         : stream(ex, ctx), tls(use_tls), write_signal(ex), closed_signal(ex), health_timer(ex) {
@@ -103,12 +67,20 @@ struct link : std::enable_shared_from_this<link> {
 
     tcp::socket& socket() { return stream.next_layer(); }
 
-    void enqueue(const std::shared_ptr<pending>& p, const std::string& encoded) {
-        wbuf.append(encoded);
-        fifo.push_back(p);
-        ++unwritten;
+    // Queues one command; false (and `p` failed) when the link is closed or it cannot be
+    // encoded.
+    bool enqueue(const std::shared_ptr<pending>& p, const std::vector<std::string>& args) {
+        p->on_done = [raw = p.get()] { raw->timer.cancel(); };
+        if (closed || !mux.add(p, args)) {
+            if (!p->done()) {
+                p->st = redis_request::state::done;
+                p->ec = errc::unavailable;
+            }
+            return false;
+        }
         // Wakes the writer; everything enqueued before it resumes goes out in the same write.
         write_signal.cancel();
+        return true;
     }
 
     // Closes the socket and fails every request still waiting. Idempotent.
@@ -124,16 +96,7 @@ struct link : std::enable_shared_from_this<link> {
         write_signal.cancel();
         closed_signal.cancel();
         health_timer.cancel();
-        for (auto& p : fifo) {
-            if (!p->done) {
-                p->done = true;
-                p->ec = errc::unavailable;
-                p->timer.cancel();
-            }
-        }
-        fifo.clear();
-        unwritten = 0;
-        wbuf.clear();
+        mux.close(errc::unavailable);
     }
 
     ssl::stream<tcp::socket> stream;
@@ -141,10 +104,7 @@ struct link : std::enable_shared_from_this<link> {
     net::steady_timer write_signal;
     net::steady_timer closed_signal;
     net::steady_timer health_timer; // cancelled by close(), so no timer outlives the link
-    resp_reader reader;
-    std::string wbuf;                          // encoded commands not yet handed to a write
-    std::deque<std::shared_ptr<pending>> fifo; // every request awaiting its reply, in order
-    std::size_t unwritten = 0;                 // the last `unwritten` of fifo are in wbuf
+    redis_multiplexer mux;
     bool closed = false;
     error_code close_reason;
     std::uint64_t* write_counter = nullptr; // the owning client's statistic (same thread)
@@ -153,18 +113,11 @@ struct link : std::enable_shared_from_this<link> {
 net::awaitable<void> write_loop(std::shared_ptr<link> l) {
     std::string out;
     while (!l->closed) {
-        if (l->wbuf.empty()) {
+        if (!l->mux.has_unwritten()) {
             co_await l->write_signal.async_wait(use_tuple);
             continue;
         }
-        out.clear();
-        std::swap(out, l->wbuf);
-        // Conservative: from here the commands may reach Redis (a lost claim must be resolved
-        // by reading the owner, never retried blindly).
-        for (std::size_t i = l->fifo.size() - l->unwritten; i < l->fifo.size(); ++i) {
-            l->fifo[i]->written = true;
-        }
-        l->unwritten = 0;
+        l->mux.take_write(out);
         if (l->write_counter != nullptr) {
             ++*l->write_counter;
         }
@@ -196,33 +149,11 @@ net::awaitable<void> read_loop(std::shared_ptr<link> l) {
             l->close(errc::unavailable);
             co_return;
         }
-        if (l->reader.feed(buf.data(), n) == resp_reader::status::protocol_error) {
+        if (l->mux.on_read(buf.data(), n) != redis_multiplexer::read_status::ok) {
+            // Malformed or unmatched: the multiplexer failed everything; only a new
+            // connection helps.
             l->close(errc::protocol);
             co_return;
-        }
-        for (;;) {
-            redis_reply reply;
-            const auto st = l->reader.next(reply);
-            if (st == resp_reader::status::protocol_error) {
-                // The reader is unusable after a protocol error: only a new connection helps.
-                l->close(errc::protocol);
-                co_return;
-            }
-            if (st == resp_reader::status::need_more) {
-                break;
-            }
-            if (l->fifo.empty() || l->fifo.size() == l->unwritten) {
-                // A reply nobody asked for: the stream can no longer be matched.
-                l->close(errc::protocol);
-                co_return;
-            }
-            auto p = std::move(l->fifo.front());
-            l->fifo.pop_front();
-            if (!p->done) {
-                p->reply = std::move(reply);
-                p->done = true;
-                p->timer.cancel();
-            }
         }
     }
 }
@@ -249,39 +180,58 @@ struct redis_client::impl : std::enable_shared_from_this<redis_client::impl> {
 
     std::string where() const { return options.url.host + ":" + std::to_string(options.url.port); }
 
-    // Issues `args` on `l` and waits for the reply or the deadline.
+    // Issues `commands` on `l` back to back (nothing of another issuer between them: ASKING
+    // + command) and waits for the reply of the last one or the deadline: the result is the
+    // last command's (an earlier one that failed took the connection, hence the last, down).
     net::awaitable<redis_exec_result> exec_on(std::shared_ptr<link> l,
-                                              std::vector<std::string> args) {
+                                              std::vector<std::vector<std::string>> commands) {
         redis_exec_result out;
         if (!l || l->closed) {
             out.ec = errc::unavailable;
             co_return out;
         }
-        std::string encoded;
-        append_command(encoded, args);
-        auto p = std::make_shared<pending>(ex);
+        std::vector<std::shared_ptr<pending>> ps;
+        for (auto& args : commands) {
+            auto p = std::make_shared<pending>(ex);
+            if (!l->enqueue(p, args)) {
+                // Closed, or not encodable: the commands queued before it are dropped.
+                for (auto& q : ps) {
+                    l->mux.abandon(q, errc::protocol);
+                }
+                out.ec = p->ec;
+                co_return out;
+            }
+            ps.push_back(std::move(p));
+        }
+        auto& p = ps.back();
         p->timer.expires_after(options.command_timeout);
-        l->enqueue(p, encoded);
-        auto [ec] = co_await p->timer.async_wait(use_tuple);
-        if (!p->done) {
-            if (!ec) {
-                // Deadline: replies can no longer be matched safely on this pipeline.
-                p->done = true;
-                p->ec = errc::timeout;
-                l->close(errc::timeout);
-            } else {
-                // The caller's coroutine was cancelled; the reply (if any) is dropped.
-                p->done = true;
-                p->ec = ec;
+        if (!p->done()) {
+            auto [ec] = co_await p->timer.async_wait(use_tuple);
+            if (!p->done()) {
+                if (!ec) {
+                    // Deadline: replies can no longer be matched safely on this pipeline.
+                    l->mux.on_timeout(p);
+                    l->close(errc::timeout);
+                } else {
+                    // The caller's coroutine was cancelled; the reply (if any) is dropped.
+                    l->mux.abandon(p, ec);
+                }
             }
         }
-        if (options.address_source && p->reply.is_error("READONLY")) {
+        if (options.address_source && p->done() && p->reply.is_error("READONLY")) {
             l->close(errc::unavailable); // a demoted master: find the new one
         }
         out.ec = p->ec;
         out.written = p->written;
         out.reply = std::move(p->reply);
         co_return out;
+    }
+
+    net::awaitable<redis_exec_result> exec_on(std::shared_ptr<link> l,
+                                              std::vector<std::string> args) {
+        std::vector<std::vector<std::string>> commands;
+        commands.push_back(std::move(args));
+        co_return co_await exec_on(std::move(l), std::move(commands));
     }
 
     // Wakes everyone waiting for the outcome of a connection attempt.
@@ -369,50 +319,14 @@ struct redis_client::impl : std::enable_shared_from_this<redis_client::impl> {
         return report;
     }
 
-    net::awaitable<redis_connect_report> connect_once() {
-        auto self = shared_from_this();
-        auto l = std::make_shared<link>(ex, ssl_ctx, options.url.tls);
-        attempt = l;
-        ++attempts;
-        connecting = true;
-        l->write_counter = &writes;
-        if (!ca_error.empty()) {
-            co_return fail(l, errc::tls_failed, ca_error);
-        }
-        if (options.address_source) {
-            auto addr = co_await options.address_source();
-            if (addr.ec) {
-                co_return fail(l, addr.ec, std::move(addr.message));
-            }
-            options.url.host = std::move(addr.host);
-            options.url.port = addr.port;
-        }
-        // One watchdog bounds the whole attempt (resolve + connect + TLS + AUTH + SELECT +
-        // SCRIPT LOAD): an unreachable or silent Redis gives a clear error, never a hang.
-        auto wd = std::make_shared<watchdog_state>(ex);
-        wd->timer.expires_after(options.connect_timeout);
-        wd->timer.async_wait([wd, weak = std::weak_ptr<link>(l)](error_code ec) {
-            if (ec) {
-                return;
-            }
-            wd->timed_out = true;
-            wd->resolver.cancel();
-            if (auto sl = weak.lock()) {
-                sl->close(errc::timeout);
-            }
-        });
-        struct cancel_on_exit {
-            std::shared_ptr<watchdog_state> w;
-            ~cancel_on_exit() { w->timer.cancel(); }
-        } guard{wd};
+    // Transport: resolve, TCP connect, TLS handshake. A report when it failed.
+    net::awaitable<std::optional<redis_connect_report>>
+    open_transport(std::shared_ptr<link> l, std::shared_ptr<watchdog_state> wd) {
         const bool& timed_out = wd->timed_out;
-        auto& resolver = wd->resolver;
-        auto timeout_report = [&] { return timeout_failure(l); };
-
-        auto [rec, endpoints] = co_await resolver.async_resolve(
+        auto [rec, endpoints] = co_await wd->resolver.async_resolve(
             options.url.host, std::to_string(options.url.port), use_tuple);
         if (timed_out) {
-            co_return timeout_report();
+            co_return timeout_failure(l);
         }
         if (rec) {
             co_return fail(l, errc::unavailable,
@@ -421,7 +335,7 @@ struct redis_client::impl : std::enable_shared_from_this<redis_client::impl> {
         }
         auto [cec, ep] = co_await net::async_connect(l->socket(), endpoints, use_tuple);
         if (timed_out) {
-            co_return timeout_report();
+            co_return timeout_failure(l);
         }
         if (cec) {
             co_return fail(l, errc::unavailable,
@@ -439,7 +353,7 @@ struct redis_client::impl : std::enable_shared_from_this<redis_client::impl> {
             l->stream.set_verify_callback(ssl::host_name_verification(options.url.host));
             auto [hec] = co_await l->stream.async_handshake(ssl::stream_base::client, use_tuple);
             if (timed_out) {
-                co_return timeout_report();
+                co_return timeout_failure(l);
             }
             if (hec) {
                 co_return fail(l, errc::tls_failed,
@@ -447,9 +361,13 @@ struct redis_client::impl : std::enable_shared_from_this<redis_client::impl> {
                                    " failed: " + hec.message());
             }
         }
-        net::co_spawn(ex, read_loop(l), net::detached);
-        net::co_spawn(ex, write_loop(l), net::detached);
+        co_return std::nullopt;
+    }
 
+    // Session handshake on an open transport: AUTH, SELECT, SCRIPT LOAD. A report when it
+    // failed.
+    net::awaitable<std::optional<redis_connect_report>>
+    run_handshake(std::shared_ptr<link> l, std::shared_ptr<watchdog_state> wd) {
         if (!options.url.password.empty()) {
             std::vector<std::string> args{"AUTH"};
             if (!options.url.user.empty()) {
@@ -457,13 +375,13 @@ struct redis_client::impl : std::enable_shared_from_this<redis_client::impl> {
             }
             args.push_back(options.url.password);
             if (auto bad = co_await handshake(l, wd, std::move(args), "AUTH", errc::auth_failed)) {
-                co_return *bad;
+                co_return bad;
             }
         }
         if (options.url.db != 0) {
             std::vector<std::string> select{"SELECT", std::to_string(options.url.db)};
             if (auto bad = co_await handshake(l, wd, std::move(select), "SELECT", errc::protocol)) {
-                co_return *bad;
+                co_return bad;
             }
         }
         if (options.address_source) {
@@ -487,8 +405,57 @@ struct redis_client::impl : std::enable_shared_from_this<redis_client::impl> {
                     last_failure.ec = errc::auth_failed;
                     bad->ec = errc::auth_failed;
                 }
-                co_return *bad;
+                co_return bad;
             }
+        }
+        co_return std::nullopt;
+    }
+
+    net::awaitable<redis_connect_report> connect_once() {
+        auto self = shared_from_this();
+        auto l = std::make_shared<link>(ex, ssl_ctx, options.url.tls);
+        attempt = l;
+        ++attempts;
+        connecting = true;
+        l->write_counter = &writes;
+        if (!ca_error.empty()) {
+            co_return fail(l, errc::tls_failed, ca_error);
+        }
+        if (options.address_source) {
+            auto addr = co_await options.address_source();
+            if (addr.ec) {
+                co_return fail(l, addr.ec, std::move(addr.message));
+            }
+            options.url.host = std::move(addr.host);
+            options.url.port = addr.port;
+        }
+        // One watchdog bounds the whole attempt, transport (resolve + connect + TLS) and
+        // handshake (AUTH + SELECT + SCRIPT LOAD): an unreachable or silent Redis gives a clear
+        // error, never a hang.
+        auto wd = std::make_shared<watchdog_state>(ex);
+        wd->timer.expires_after(options.connect_timeout);
+        wd->timer.async_wait([wd, weak = std::weak_ptr<link>(l)](error_code ec) {
+            if (ec) {
+                return;
+            }
+            wd->timed_out = true;
+            wd->resolver.cancel();
+            if (auto sl = weak.lock()) {
+                sl->close(errc::timeout);
+            }
+        });
+        struct cancel_on_exit {
+            std::shared_ptr<watchdog_state> w;
+            ~cancel_on_exit() { w->timer.cancel(); }
+        } guard{wd};
+
+        if (auto bad = co_await open_transport(l, wd)) {
+            co_return *bad;
+        }
+        net::co_spawn(ex, read_loop(l), net::detached);
+        net::co_spawn(ex, write_loop(l), net::detached);
+        if (auto bad = co_await run_handshake(l, wd)) {
+            co_return *bad;
         }
         if (stopped) {
             co_return fail(l, errc::unavailable, "client stopped");
@@ -643,6 +610,19 @@ net::awaitable<redis_exec_result> redis_client::async_exec(std::vector<std::stri
         co_return out;
     }
     co_return co_await self->exec_on(self->current, std::move(args));
+}
+
+net::awaitable<redis_exec_result> redis_client::async_exec_asking(std::vector<std::string> args) {
+    auto self = impl_;
+    if (!self->is_ready()) {
+        redis_exec_result out;
+        out.ec = errc::unavailable;
+        co_return out;
+    }
+    std::vector<std::vector<std::string>> commands;
+    commands.push_back({"ASKING"});
+    commands.push_back(std::move(args));
+    co_return co_await self->exec_on(self->current, std::move(commands));
 }
 
 net::awaitable<bool> redis_client::async_wait_ready(std::chrono::milliseconds timeout) {

@@ -3,6 +3,7 @@
 #include "onceproxy/log/log.hpp"
 #include "onceproxy/store/error.hpp"
 #include "onceproxy/store/redis_sentinel.hpp"
+#include "onceproxy/store/redis_cluster.hpp"
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -167,6 +168,9 @@ struct redis_store::impl {
     struct worker {
         net::execution_context* context = nullptr;
         std::vector<redis_client> clients;
+        /// Cluster mode (store.redis.cluster): the routers, one per connection slot, instead
+        /// of `clients`.
+        std::vector<std::unique_ptr<redis_cluster>> clusters;
         std::size_t next = 0; // touched only by the worker's own thread
     };
 
@@ -179,10 +183,14 @@ struct redis_store::impl {
     script inspect = make_script(inspect_lua);
     script purge = make_script(purge_lua);
     std::vector<worker> workers;
+    net::any_io_executor first_executor;
+    redis_cluster_options cluster_options; // seeds set: Cluster mode
 
     std::atomic<bool> closed{false};
     /// A check that refuses the store (allkeys-* with refuse) failed after a degraded start.
     std::atomic<bool> refused{false};
+
+    bool clustered() const noexcept { return !cluster_options.seeds.empty(); }
 
     redis_client* pick(const net::any_io_executor& ex) noexcept {
         if (refused.load(std::memory_order_relaxed)) {
@@ -197,16 +205,49 @@ struct redis_store::impl {
         return nullptr;
     }
 
+    // Where an operation on Redis key `key` goes from `ex`: a connection of the worker, or in
+    // Cluster mode the worker's router, which picks the master of the key's hash slot. `key`
+    // must outlive the route.
+    redis_route route(const net::any_io_executor& ex, std::string_view key) noexcept {
+        if (!clustered()) {
+            redis_client* c = pick(ex);
+            return c != nullptr ? redis_route(c) : redis_route();
+        }
+        if (refused.load(std::memory_order_relaxed)) {
+            return {};
+        }
+        auto* ctx = &net::query(ex, net::execution::context);
+        for (auto& w : workers) {
+            if (w.context == ctx && !w.clusters.empty()) {
+                return {w.clusters[w.next++ % w.clusters.size()].get(), key};
+            }
+        }
+        return {};
+    }
+
     // durability replicated: `cmd` and a WAIT right behind it (issued in the same event-loop
     // turn, so in the same write). Fewer acknowledgements than `replicas` → not_replicated.
-    net::awaitable<redis_exec_result> exec_replicated(redis_client& c,
+    // In Cluster mode the WAIT follows the command's reply instead: a MOVED redirect (which
+    // updates the slot map) may have sent the command to another master, and the WAIT must go
+    // to the master that ran it.
+    net::awaitable<redis_exec_result> exec_replicated(redis_route& c,
                                                       std::vector<std::string> cmd) {
         using namespace net::experimental::awaitable_operators;
         std::vector<std::string> wait{"WAIT", std::to_string(cfg.replicas),
                                       std::to_string(cfg.wait_timeout.count())};
-        auto both = co_await (c.async_exec(std::move(cmd)) && c.async_exec(std::move(wait)));
-        redis_exec_result r = std::move(std::get<0>(both));
-        const redis_exec_result& w = std::get<1>(both);
+        redis_exec_result r;
+        redis_exec_result w;
+        if (clustered()) {
+            r = co_await c.async_exec(std::move(cmd));
+            if (r.ec || r.reply.is_error()) {
+                co_return r;
+            }
+            w = co_await c.async_exec(std::move(wait));
+        } else {
+            auto both = co_await (c.async_exec(std::move(cmd)) && c.async_exec(std::move(wait)));
+            r = std::move(std::get<0>(both));
+            w = std::move(std::get<1>(both));
+        }
         if (r.ec || r.reply.is_error()) {
             co_return r;
         }
@@ -228,7 +269,7 @@ struct redis_store::impl {
 
     // EVALSHA; on NOSCRIPT (nothing ran), one EVAL of the same script, which also reloads it.
     // `durable`: followed by WAIT when durability is replicated (claim and complete).
-    net::awaitable<redis_exec_result> eval(redis_client& c, const script& s, std::string key,
+    net::awaitable<redis_exec_result> eval(redis_route& c, const script& s, std::string key,
                                            std::vector<std::string> args, bool durable = false) {
         const bool wait = durable && cfg.durability == config::redis_durability::replicated;
         std::vector<std::string> cmd;
@@ -269,9 +310,24 @@ struct redis_store::impl {
 redis_store::redis_store(const config::redis_config& cfg,
                          std::vector<net::any_io_executor> executors)
     : impl_(std::make_unique<impl>()) {
+    // Cluster mode: the seed nodes; the first one stands in for `url` (credentials, TLS, the
+    // start-up check).
+    std::vector<redis_node_address> seeds;
+    for (const auto& node : cfg.cluster.nodes) {
+        const std::string text = (cfg.cluster.tls ? "rediss://" : "redis://") + node;
+        auto seed = parse_redis_url(text);
+        if (!seed) {
+            throw std::invalid_argument("store.redis.cluster.nodes: '" + node +
+                                        "': " + describe_redis_url_error(text));
+        }
+        seeds.push_back({seed->host, seed->port});
+    }
+    const std::string url_text =
+        seeds.empty() ? cfg.url
+                      : (cfg.cluster.tls ? "rediss://" : "redis://") + cfg.cluster.nodes.front();
     // With Sentinel the data nodes' address comes from the sentinels (url is not used).
-    auto url =
-        cfg.sentinel ? boost::system::result<redis_url>(redis_url{}) : parse_redis_url(cfg.url);
+    auto url = cfg.sentinel ? boost::system::result<redis_url>(redis_url{})
+                            : parse_redis_url(url_text);
     if (!url) {
         throw std::invalid_argument("store.redis.url: " + describe_redis_url_error(cfg.url));
     }
@@ -310,11 +366,18 @@ redis_store::redis_store(const config::redis_config& cfg,
     o.scripts = {impl_->claim.body,  impl_->complete.body, impl_->release.body,
                  impl_->extend.body, impl_->inspect.body,  impl_->purge.body};
     const std::size_t per_worker = std::max<std::size_t>(cfg.connections_per_worker, 1);
+    impl_->first_executor = executors.front();
+    impl_->cluster_options.node = o;
+    impl_->cluster_options.seeds = std::move(seeds);
     for (auto& ex : executors) {
         impl::worker w;
         w.context = &net::query(ex, net::execution::context);
         for (std::size_t i = 0; i < per_worker; ++i) {
-            w.clients.emplace_back(ex, o);
+            if (impl_->clustered()) {
+                w.clusters.push_back(std::make_unique<redis_cluster>(ex, impl_->cluster_options));
+            } else {
+                w.clients.emplace_back(ex, o);
+            }
         }
         impl_->workers.push_back(std::move(w));
     }
@@ -326,6 +389,9 @@ void redis_store::start() {
     for (auto& w : impl_->workers) {
         for (auto& c : w.clients) {
             net::post(c.get_executor(), [&c] { c.start(); });
+        }
+        for (auto& c : w.clusters) {
+            net::post(c->get_executor(), [p = c.get()] { p->start(); });
         }
     }
 }
@@ -345,8 +411,7 @@ net::awaitable<open_report> redis_store::async_open() {
             report.message = checked.ec.message();
         }
         start();
-        net::co_spawn(impl_->workers.front().clients.front().get_executor(), deferred_check(),
-                      net::detached);
+        net::co_spawn(impl_->first_executor, deferred_check(), net::detached);
         co_return report;
     }
     if (checked.ec) {
@@ -369,18 +434,21 @@ void redis_store::set_password(std::string password) {
         for (auto& c : w.clients) {
             net::post(c.get_executor(), [&c, password] { c.set_password(password); });
         }
+        for (auto& c : w.clusters) {
+            net::post(c->get_executor(), [p = c.get(), password] { p->set_password(password); });
+        }
     }
-    net::post(impl_->workers.front().clients.front().get_executor(),
-              [m = impl_.get(), password = std::move(password)]() mutable {
-                  m->options.url.password = std::move(password);
-              });
+    net::post(impl_->first_executor, [m = impl_.get(), password = std::move(password)]() mutable {
+        m->options.url.password = std::move(password);
+    });
 }
 
 net::awaitable<void> redis_store::deferred_check() {
     // Runs on the first worker until Redis has answered the start-up check once, or close().
-    redis_client& c = impl_->workers.front().clients.front();
+    auto first = impl_->route(impl_->first_executor, {});
     while (!impl_->closed) {
-        if (!co_await c.async_wait_ready(std::chrono::seconds(1))) {
+        const bool up = co_await first.async_wait_ready(std::chrono::seconds(1));
+        if (!up) {
             continue;
         }
         auto checked = co_await async_check_startup();
@@ -413,6 +481,9 @@ void redis_store::stop() {
         for (auto& c : w.clients) {
             net::post(c.get_executor(), [&c] { c.stop(); });
         }
+        for (auto& c : w.clusters) {
+            net::post(c->get_executor(), [p = c.get()] { p->stop(); });
+        }
     }
 }
 
@@ -433,6 +504,15 @@ net::awaitable<redis_startup_report> redis_store::async_check_startup() {
     opts.health_check_interval = duration{0};
     redis_client probe(ex, opts);
     auto connected = co_await probe.async_connect_once();
+    // Cluster mode: the first seed node that answers (each has the same settings to check).
+    for (std::size_t i = 1; i < impl_->cluster_options.seeds.size() &&
+                            (connected.ec == errc::unavailable || connected.ec == errc::timeout);
+         ++i) {
+        opts.url.host = impl_->cluster_options.seeds[i].host;
+        opts.url.port = impl_->cluster_options.seeds[i].port;
+        probe = redis_client(ex, opts);
+        connected = co_await probe.async_connect_once();
+    }
     if (connected.ec) {
         report.ec = connected.ec;
         report.message = connected.message;
@@ -478,24 +558,24 @@ net::awaitable<redis_startup_report> redis_store::async_check_startup() {
 
 net::awaitable<result<claim_result>> redis_store::async_claim(claim_request req) {
     auto ex = co_await net::this_coro::executor;
-    redis_client* c = impl_->pick(ex);
-    if (c == nullptr) {
+    std::string key = redis_key(req.key);
+    auto c = impl_->route(ex, key);
+    if (!c) {
         co_return error_code(errc::unavailable);
     }
-    std::string key = redis_key(req.key);
     std::vector<std::string> args{req.fingerprint, req.owner, millis(req.lease)};
-    auto r = co_await impl_->eval(*c, impl_->claim, key, std::move(args), true);
+    auto r = co_await impl_->eval(c, impl_->claim, key, std::move(args), true);
     if (r.ec) {
         const bool lost_reply = r.written && (r.ec == errc::timeout || r.ec == errc::unavailable);
         if (!lost_reply) {
             co_return r.ec;
         }
         // The claim may have taken effect: never claim again blindly, read who owns the key.
-        if (!co_await c->async_wait_ready(impl_->cfg.connect_timeout)) {
+        if (!co_await c.async_wait_ready(impl_->cfg.connect_timeout)) {
             co_return r.ec;
         }
         std::vector<std::string> hget{"HGET", key, "ow"};
-        auto owner = co_await c->async_exec(std::move(hget));
+        auto owner = co_await c.async_exec(std::move(hget));
         if (!owner.ec && owner.reply.type == redis_reply::kind::string &&
             owner.reply.str == req.owner) {
             claim_result out;
@@ -539,46 +619,50 @@ net::awaitable<result<claim_result>> redis_store::async_claim(claim_request req)
 net::awaitable<result<fence_status>>
 redis_store::async_complete(std::string key, std::string owner, std::string payload, duration ttl) {
     auto ex = co_await net::this_coro::executor;
-    redis_client* c = impl_->pick(ex);
-    if (c == nullptr) {
+    std::string rkey = redis_key(key);
+    auto c = impl_->route(ex, rkey);
+    if (!c) {
         co_return error_code(errc::unavailable);
     }
     std::vector<std::string> args{std::move(owner), std::move(payload), millis(ttl)};
-    auto r = co_await impl_->eval(*c, impl_->complete, redis_key(key), std::move(args), true);
+    auto r = co_await impl_->eval(c, impl_->complete, rkey, std::move(args), true);
     co_return to_fence(r);
 }
 
 net::awaitable<result<fence_status>> redis_store::async_release(std::string key,
                                                                 std::string owner) {
     auto ex = co_await net::this_coro::executor;
-    redis_client* c = impl_->pick(ex);
-    if (c == nullptr) {
+    std::string rkey = redis_key(key);
+    auto c = impl_->route(ex, rkey);
+    if (!c) {
         co_return error_code(errc::unavailable);
     }
     std::vector<std::string> args{std::move(owner)};
-    auto r = co_await impl_->eval(*c, impl_->release, redis_key(key), std::move(args));
+    auto r = co_await impl_->eval(c, impl_->release, rkey, std::move(args));
     co_return to_fence(r);
 }
 
 net::awaitable<result<fence_status>> redis_store::async_extend(std::string key, std::string owner,
                                                                duration lease) {
     auto ex = co_await net::this_coro::executor;
-    redis_client* c = impl_->pick(ex);
-    if (c == nullptr) {
+    std::string rkey = redis_key(key);
+    auto c = impl_->route(ex, rkey);
+    if (!c) {
         co_return error_code(errc::unavailable);
     }
     std::vector<std::string> args{std::move(owner), millis(lease)};
-    auto r = co_await impl_->eval(*c, impl_->extend, redis_key(key), std::move(args));
+    auto r = co_await impl_->eval(c, impl_->extend, rkey, std::move(args));
     co_return to_fence(r);
 }
 
 net::awaitable<result<key_info>> redis_store::async_inspect(std::string key) {
     auto ex = co_await net::this_coro::executor;
-    redis_client* c = impl_->pick(ex);
-    if (c == nullptr) {
+    std::string rkey = redis_key(key);
+    auto c = impl_->route(ex, rkey);
+    if (!c) {
         co_return error_code(errc::unavailable);
     }
-    auto r = co_await impl_->eval(*c, impl_->inspect, redis_key(key), {});
+    auto r = co_await impl_->eval(c, impl_->inspect, rkey, {});
     if (r.ec) {
         co_return r.ec;
     }
@@ -615,12 +699,13 @@ net::awaitable<result<key_info>> redis_store::async_inspect(std::string key) {
 
 net::awaitable<result<purge_status>> redis_store::async_purge(std::string key, bool force) {
     auto ex = co_await net::this_coro::executor;
-    redis_client* c = impl_->pick(ex);
-    if (c == nullptr) {
+    std::string rkey = redis_key(key);
+    auto c = impl_->route(ex, rkey);
+    if (!c) {
         co_return error_code(errc::unavailable);
     }
     std::vector<std::string> args{force ? "1" : "0"};
-    auto r = co_await impl_->eval(*c, impl_->purge, redis_key(key), std::move(args));
+    auto r = co_await impl_->eval(c, impl_->purge, rkey, std::move(args));
     if (r.ec) {
         co_return r.ec;
     }
@@ -643,12 +728,13 @@ net::awaitable<result<purge_status>> redis_store::async_purge(std::string key, b
 
 net::awaitable<result<void>> redis_store::async_ping() {
     auto ex = co_await net::this_coro::executor;
-    redis_client* c = impl_->pick(ex);
-    if (c == nullptr) {
+    // In Cluster mode: the master of slot 0's key ("").
+    auto c = impl_->route(ex, {});
+    if (!c) {
         co_return error_code(errc::unavailable);
     }
     std::vector<std::string> ping{"PING"};
-    auto r = co_await c->async_exec(std::move(ping));
+    auto r = co_await c.async_exec(std::move(ping));
     if (r.ec) {
         co_return r.ec;
     }

@@ -1,6 +1,9 @@
 // RESP replies as the Redis client reads them: bytes fed in pieces (the first byte sets the
-// piece size), replies taken until more bytes are needed or the stream is refused.
+// piece size), replies taken until more bytes are needed or the stream is refused. Each reply
+// also goes through the Redis Cluster parsers (redirects, CLUSTER SHARDS, CLUSTER SLOTS).
 #include "store/resp_reader.hpp"
+
+#include "onceproxy/store/redis_cluster.hpp"
 
 #include <algorithm>
 #include <cstddef>
@@ -28,6 +31,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
             if (st == resp_reader::status::need_more) {
                 break;
             }
+            const onceproxy::store::redis_node_address asked{"127.0.0.1", 6379};
+            (void)onceproxy::store::parse_redirect(reply);
+            (void)onceproxy::store::parse_cluster_shards(reply, asked, data[0] % 2 == 0);
+            (void)onceproxy::store::parse_cluster_slots(reply, asked);
         }
     }
     return 0;

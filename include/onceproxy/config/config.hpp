@@ -168,12 +168,21 @@ enum class redis_durability {
     replicated, ///< after claim and complete, WAIT for `replicas` replicas within wait_timeout
 };
 
+/// store.redis.cluster: a Redis Cluster instead of one node (`url` is not used then).
+struct redis_cluster_config {
+    std::vector<std::string> nodes; ///< seed nodes, "host:port" ("[v6]:port"); empty: no cluster
+    bool tls = false;               ///< TLS to every node (as rediss:// does for `url`)
+
+    friend bool operator==(const redis_cluster_config&, const redis_cluster_config&) = default;
+};
+
 struct redis_config {
     std::string url = "redis://127.0.0.1:6379/0";
     std::optional<redis_sentinel_config> sentinel; ///< set: discover the master (url unused)
     redis_durability durability = redis_durability::async;
     std::size_t replicas = 1;  ///< durability replicated: replicas that must acknowledge
     duration wait_timeout{50}; ///< durability replicated: WAIT's bound (< command_timeout)
+    redis_cluster_config cluster; ///< nodes set: Cluster mode (url unused)
     std::string key_prefix = "onceproxy:";
     duration connect_timeout{500};
     duration command_timeout{250};

@@ -4,9 +4,12 @@
 // - The socket is ours (plain TCP, or TLS through asio::ssl for rediss://); hiredis is used as a
 //   codec only (redisFormatCommandArgv to encode, redisReader to decode), inside the .cpp.
 // - Many commands in flight: every request joins a FIFO of pending requests, and replies are
-//   matched to it in order. Commands issued in one event-loop turn leave in one write.
-// - Nothing blocks: resolve, connect, TLS handshake, AUTH, SELECT and SCRIPT LOAD are async and
-//   bounded by connect_timeout; every command is bounded by command_timeout.
+//   matched to it in order. Commands issued in one event-loop turn leave in one write. That
+//   pipeline is an I/O-free component (src/store/redis_multiplexer.hpp); the socket code here
+//   only moves bytes.
+// - Nothing blocks: the transport (resolve, connect, TLS handshake) and then the handshake
+//   (AUTH, SELECT, SCRIPT LOAD) are async and bounded together by connect_timeout; every
+//   command is bounded by command_timeout.
 // - A command not answered in time fails with errc::timeout, and the connection is closed and
 //   re-opened: on a pipelined connection a late reply could no longer be matched safely. Every
 //   other pending command then fails with errc::unavailable.
@@ -121,6 +124,11 @@ public:
     /// at once with errc::unavailable, unless a connection attempt is under way: then it waits
     /// for that attempt first (within the same command_timeout). Runs on the client's executor.
     boost::asio::awaitable<redis_exec_result> async_exec(std::vector<std::string> args);
+
+    /// Redis Cluster: sends `ASKING` and then `args` back to back on this connection (nothing
+    /// else between them) and returns the reply to `args`, as async_exec does. Fails with
+    /// errc::unavailable at once when the connection is not ready.
+    boost::asio::awaitable<redis_exec_result> async_exec_asking(std::vector<std::string> args);
 
     /// Waits until the connection is ready or `timeout` elapses; true when ready.
     boost::asio::awaitable<bool> async_wait_ready(std::chrono::milliseconds timeout);

@@ -15,6 +15,10 @@
 // before the worker loops are torn down (the connections keep their loops busy: reader, writer,
 // health timer) → destroy once the worker threads have been joined.
 //
+// Cluster mode (`cluster.nodes` set instead of `url`): each worker has a redis_cluster router
+// (redis_cluster.hpp) instead of plain connections; an operation goes to the master of its
+// key's hash slot. Every script touches exactly one key (KEYS[1]), so it runs on one node.
+//
 // Data model (Cluster-ready: every script touches only KEYS[1]): one Redis hash per
 // idempotency key, named key_prefix + key, with binary-safe fields
 //   v  = "1"                 record format version (a record of an unknown version is an error)
@@ -119,7 +123,7 @@ public:
     boost::asio::awaitable<result<void>> async_ping() override;
 
     /// The connection an operation awaited on `ex` would use next (tests, diagnostics);
-    /// nullptr if `ex` is not a worker executor.
+    /// nullptr if `ex` is not a worker executor, and in Cluster mode.
     redis_client* client_for(const boost::asio::any_io_executor& ex) noexcept;
 
     /// The Redis key that holds the record of store key `key` (key_prefix + key).

@@ -9,6 +9,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include <unistd.h>
@@ -640,4 +641,42 @@ TEST_CASE("admin.keys_api: off by default; enabled reads its token file, one lin
                          one_route)
               .empty());
     std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("store.redis.cluster: seed nodes instead of url, checked with file:line:column") {
+    const auto load_cluster = [](const std::string& block) {
+        return cfg::load_string(std::string{minimal_upstream} +
+                                    "store:\n  type: redis\n  redis:\n" + block +
+                                    "routes: [{ name: a, match: { prefix: / }, upstream: app }]\n",
+                                "cluster.yaml");
+    };
+    auto c = load_cluster("    cluster:\n      nodes: [\"10.0.0.5:7000\", \"[::1]:7001\", "
+                          "\"redis-0.redis:6379\"]\n      tls: true\n");
+    REQUIRE(c->store.redis.cluster.nodes.size() == 3);
+    CHECK(c->store.redis.cluster.nodes[1] == "[::1]:7001");
+    CHECK(c->store.redis.cluster.tls);
+    CHECK(load_cluster("    key_prefix: \"x:\"\n")->store.redis.cluster.nodes.empty());
+
+    const std::vector<std::tuple<std::string, std::string, std::string, int>> refused{
+        {"    url: \"redis://a:1\"\n    cluster: { nodes: [\"a:1\"] }\n", "store.redis.cluster",
+         "either url", 6},
+        {"    cluster: { tls: true }\n", "store.redis.cluster.nodes", "missing required key", 5},
+        {"    cluster: { nodes: [] }\n", "store.redis.cluster.nodes", "at least one node", 5},
+        {"    cluster: { nodes: [\"a:1\", \"b\"] }\n", "store.redis.cluster.nodes[1]",
+         "expected host:port", 5},
+        {"    cluster: { nodes: [\"::1:7000\"] }\n", "store.redis.cluster.nodes[0]", "brackets", 5},
+        {"    cluster: { nodes: [\"a:0\"] }\n", "store.redis.cluster.nodes[0]", "1..65535", 5},
+        {"    cluster: { nodes: [\":7000\"] }\n", "store.redis.cluster.nodes[0]", "missing host",
+         5},
+        {"    cluster: { nodes: [\"a:1\"], replicas: 1 }\n", "store.redis.cluster.replicas", "", 5},
+    };
+    for (const auto& [block, path, message, line] : refused) {
+        CAPTURE(block);
+        const auto errors = errors_of([&] { return load_cluster(block); });
+        REQUIRE_MESSAGE(errors.size() == 1, describe(errors));
+        CHECK(errors[0].file == "cluster.yaml");
+        CHECK(errors[0].path == path);
+        CHECK(errors[0].line == line);
+        CHECK(errors[0].message.find(message) != std::string::npos);
+    }
 }

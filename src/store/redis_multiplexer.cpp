@@ -1,0 +1,152 @@
+#include "store/redis_multiplexer.hpp"
+
+#include "onceproxy/store/error.hpp"
+
+namespace onceproxy::store {
+
+namespace {
+
+// `n` in decimal, as RESP writes lengths and counts.
+void append_decimal(std::string& out, std::size_t n) {
+    char digits[20];
+    char* const end = digits + sizeof digits;
+    char* p = end;
+    do {
+        *--p = static_cast<char>('0' + n % 10);
+        n /= 10;
+    } while (n != 0);
+    out.append(p, end);
+}
+
+// RESP encoding of one command (an array of bulk strings, binary-safe), appended to `out` in
+// one pass: sized once, no intermediate buffer, no formatted printing. Always succeeds (the
+// bool keeps the multiplexer's "not encodable" path for a future encoder that can fail).
+bool append_command(std::string& out, const std::vector<std::string>& args) {
+    std::size_t size = 16;
+    for (const auto& a : args) {
+        size += a.size() + 26; // "$" + up to 20 digits + 2 CRLFs
+    }
+    out.reserve(out.size() + size);
+    out.push_back('*');
+    append_decimal(out, args.size());
+    out.append("\r\n");
+    for (const auto& a : args) {
+        out.push_back('$');
+        append_decimal(out, a.size());
+        out.append("\r\n");
+        out.append(a);
+        out.append("\r\n");
+    }
+    return true;
+}
+
+} // namespace
+
+void redis_multiplexer::finish(redis_request& r, boost::system::error_code ec) {
+    if (r.done()) {
+        return;
+    }
+    r.st = redis_request::state::done;
+    r.ec = ec;
+    if (r.on_done) {
+        auto notify = std::move(r.on_done);
+        r.on_done = nullptr;
+        notify();
+    }
+}
+
+bool redis_multiplexer::add(const std::shared_ptr<redis_request>& req,
+                            const std::vector<std::string>& args) {
+    if (closed_) {
+        finish(*req, errc::unavailable);
+        return false;
+    }
+    if (args.empty() || !append_command(wbuf_, args)) {
+        finish(*req, errc::protocol);
+        return false;
+    }
+    req->st = redis_request::state::queued;
+    fifo_.push_back(req);
+    ++unwritten_;
+    return true;
+}
+
+void redis_multiplexer::take_write(std::string& out) {
+    out.clear();
+    std::swap(out, wbuf_);
+    // Conservative: from here the commands may reach Redis (a lost claim must be resolved by
+    // reading the owner, never retried blindly).
+    for (std::size_t i = fifo_.size() - unwritten_; i < fifo_.size(); ++i) {
+        auto& r = *fifo_[i];
+        r.written = true;
+        if (!r.done()) {
+            r.st = redis_request::state::written;
+        }
+    }
+    unwritten_ = 0;
+}
+
+redis_multiplexer::read_status redis_multiplexer::on_read(const char* data, std::size_t n) {
+    if (closed_) {
+        return read_status::closed;
+    }
+    // On a broken stream every request fails as on a lost connection (errc::unavailable): a
+    // written one may have run, and its issuer resolves that as after a disconnect.
+    if (reader_.feed(data, n) == resp_reader::status::protocol_error) {
+        close(errc::unavailable);
+        return read_status::protocol;
+    }
+    for (;;) {
+        redis_reply reply;
+        const auto st = reader_.next(reply);
+        if (st == resp_reader::status::protocol_error) {
+            // The reader is unusable after a protocol error: only a new connection helps.
+            close(errc::unavailable);
+            return read_status::protocol;
+        }
+        if (st == resp_reader::status::need_more) {
+            return read_status::ok;
+        }
+        if (fifo_.size() == unwritten_) {
+            // A reply nobody asked for: the stream can no longer be matched.
+            close(errc::unavailable);
+            return read_status::unsolicited;
+        }
+        auto r = std::move(fifo_.front());
+        fifo_.pop_front();
+        if (!r->done()) {
+            r->reply = std::move(reply);
+            finish(*r, {});
+        }
+    }
+}
+
+void redis_multiplexer::on_timeout(const std::shared_ptr<redis_request>& req) {
+    if (req->done()) {
+        return;
+    }
+    finish(*req, errc::timeout);
+    close(errc::unavailable);
+}
+
+void redis_multiplexer::abandon(const std::shared_ptr<redis_request>& req,
+                                boost::system::error_code why) {
+    finish(*req, why);
+}
+
+void redis_multiplexer::close(boost::system::error_code why) {
+    if (closed_) {
+        return;
+    }
+    closed_ = true;
+    // Moved out first: a completion handler may add to (a closed) multiplexer.
+    auto fifo = std::move(fifo_);
+    fifo_.clear();
+    unwritten_ = 0;
+    wbuf_.clear();
+    for (auto& r : fifo) {
+        finish(*r, why);
+    }
+}
+
+} // namespace onceproxy::store

@@ -1,0 +1,213 @@
+#include "store/redis_multiplexer.hpp"
+
+#include "onceproxy/store/error.hpp"
+
+#include <doctest/doctest.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+using onceproxy::store::errc;
+using onceproxy::store::redis_multiplexer;
+using onceproxy::store::redis_reply;
+using onceproxy::store::redis_request;
+
+namespace {
+
+std::shared_ptr<redis_request> request() {
+    return std::make_shared<redis_request>();
+}
+
+std::string written(redis_multiplexer& m) {
+    std::string out;
+    m.take_write(out);
+    return out;
+}
+
+redis_multiplexer::read_status feed(redis_multiplexer& m, const std::string& bytes) {
+    return m.on_read(bytes.data(), bytes.size());
+}
+
+} // namespace
+
+TEST_CASE("redis_multiplexer: commands added in a row leave in one write, RESP-encoded, in order") {
+    redis_multiplexer m;
+    auto a = request();
+    auto b = request();
+    REQUIRE(m.add(a, {"ASKING"}));
+    REQUIRE(m.add(b, {"GET", std::string("k\0y", 3)}));
+    CHECK(m.has_unwritten());
+    CHECK(m.unwritten() == 2);
+    CHECK(a->st == redis_request::state::queued);
+    CHECK_FALSE(a->written);
+    static constexpr char wire[] = "*1\r\n$6\r\nASKING\r\n*2\r\n$3\r\nGET\r\n$3\r\nk\0y\r\n";
+    CHECK(written(m) == std::string(wire, sizeof wire - 1));
+    CHECK_FALSE(m.has_unwritten());
+    CHECK(m.unwritten() == 0);
+    CHECK(m.in_flight() == 2);
+    CHECK(a->st == redis_request::state::written);
+    CHECK(b->written);
+    CHECK(written(m).empty());
+}
+
+TEST_CASE("redis_multiplexer: replies split anywhere reach their requests in order") {
+    const std::string replies = "+OK\r\n$3\r\nabc\r\n:7\r\n";
+    for (std::size_t split = 0; split <= replies.size(); ++split) {
+        CAPTURE(split);
+        redis_multiplexer m;
+        std::vector<std::shared_ptr<redis_request>> rs{request(), request(), request()};
+        int notified = 0;
+        for (auto& r : rs) {
+            r->on_done = [&notified] { ++notified; };
+            REQUIRE(m.add(r, {"PING"}));
+        }
+        (void)written(m);
+        REQUIRE(feed(m, replies.substr(0, split)) == redis_multiplexer::read_status::ok);
+        REQUIRE(feed(m, replies.substr(split)) == redis_multiplexer::read_status::ok);
+        CHECK(notified == 3);
+        CHECK(rs[0]->reply.type == redis_reply::kind::status);
+        CHECK(rs[0]->reply.str == "OK");
+        CHECK(rs[1]->reply.str == "abc");
+        CHECK(rs[2]->reply.integer == 7);
+        for (auto& r : rs) {
+            CHECK(r->done());
+            CHECK_FALSE(r->ec);
+        }
+        CHECK(m.in_flight() == 0);
+    }
+}
+
+TEST_CASE("redis_multiplexer: a late reply to an abandoned request is dropped, the next still "
+          "gets its own") {
+    redis_multiplexer m;
+    auto gone = request();
+    auto next = request();
+    REQUIRE(m.add(gone, {"GET", "a"}));
+    REQUIRE(m.add(next, {"GET", "b"}));
+    (void)written(m);
+    const auto cancelled =
+        boost::system::errc::make_error_code(boost::system::errc::operation_canceled);
+    m.abandon(gone, cancelled);
+    CHECK(gone->done());
+    CHECK(gone->ec == cancelled);
+    CHECK(m.in_flight() == 2); // its place stays until its reply comes
+    REQUIRE(feed(m, "$6\r\nfor-a!\r\n") == redis_multiplexer::read_status::ok);
+    CHECK(gone->reply.type == redis_reply::kind::nil); // dropped, not delivered
+    CHECK_FALSE(next->done());
+    REQUIRE(feed(m, "$6\r\nfor-b!\r\n") == redis_multiplexer::read_status::ok);
+    REQUIRE(next->done());
+    CHECK_FALSE(next->ec);
+    CHECK(next->reply.str == "for-b!");
+    CHECK(m.in_flight() == 0);
+}
+
+TEST_CASE("redis_multiplexer: an unsolicited reply (a push nobody asked for) fails everything") {
+    SUBCASE("nothing in flight") {
+        redis_multiplexer m;
+        CHECK(feed(m, "*3\r\n$7\r\nmessage\r\n$2\r\nch\r\n$2\r\nhi\r\n") ==
+              redis_multiplexer::read_status::unsolicited);
+        CHECK(m.closed());
+        auto r = request();
+        CHECK_FALSE(m.add(r, {"PING"}));
+        CHECK(r->ec == errc::unavailable);
+    }
+    SUBCASE("one more reply than written requests; a queued one was never written") {
+        redis_multiplexer m;
+        auto sent = request();
+        REQUIRE(m.add(sent, {"PING"}));
+        (void)written(m);
+        auto queued = request();
+        REQUIRE(m.add(queued, {"PING"}));
+        CHECK(feed(m, "+PONG\r\n+PONG\r\n") == redis_multiplexer::read_status::unsolicited);
+        CHECK(sent->reply.str == "PONG");
+        CHECK_FALSE(sent->ec);
+        REQUIRE(queued->done());
+        CHECK(queued->ec == errc::unavailable);
+        CHECK_FALSE(queued->written); // certainly had no effect
+        CHECK(m.in_flight() == 0);
+        CHECK(feed(m, "+PONG\r\n") == redis_multiplexer::read_status::closed);
+    }
+}
+
+TEST_CASE("redis_multiplexer: a timeout in the middle of a pipeline fails the rest, and the late "
+          "reply reaches nobody") {
+    redis_multiplexer m;
+    std::vector<std::shared_ptr<redis_request>> rs{request(), request(), request()};
+    for (auto& r : rs) {
+        REQUIRE(m.add(r, {"EVALSHA", "abc", "1", "k"}));
+    }
+    (void)written(m);
+    auto unsent = request();
+    REQUIRE(m.add(unsent, {"PING"}));
+    REQUIRE(feed(m, ":1\r\n") == redis_multiplexer::read_status::ok);
+    CHECK(rs[0]->reply.integer == 1);
+    m.on_timeout(rs[1]);
+    CHECK(m.closed());
+    CHECK(rs[1]->ec == errc::timeout);
+    CHECK(rs[1]->written);
+    CHECK(rs[2]->ec == errc::unavailable);
+    CHECK(rs[2]->written); // may have run: its issuer must not resend it blindly
+    CHECK(unsent->ec == errc::unavailable);
+    CHECK_FALSE(unsent->written);
+    // The reply to rs[1] arrives late: it must not be taken for rs[2]'s.
+    CHECK(feed(m, ":2\r\n:3\r\n") == redis_multiplexer::read_status::closed);
+    CHECK(rs[2]->reply.type == redis_reply::kind::nil);
+    // A timeout of a request that was answered in the meantime changes nothing.
+    redis_multiplexer m2;
+    auto answered = request();
+    REQUIRE(m2.add(answered, {"PING"}));
+    (void)written(m2);
+    REQUIRE(feed(m2, "+PONG\r\n") == redis_multiplexer::read_status::ok);
+    m2.on_timeout(answered);
+    CHECK_FALSE(m2.closed());
+    CHECK_FALSE(answered->ec);
+}
+
+TEST_CASE("redis_multiplexer: a MOVED or ASK error reply completes its request; the connection "
+          "stays usable") {
+    redis_multiplexer m;
+    auto moved = request();
+    auto ask = request();
+    auto after = request();
+    REQUIRE(m.add(moved, {"EVALSHA", "sha", "1", "{k}x"}));
+    REQUIRE(m.add(ask, {"EVALSHA", "sha", "1", "{j}x"}));
+    REQUIRE(m.add(after, {"PING"}));
+    (void)written(m);
+    REQUIRE(feed(m, "-MOVED 3999 127.0.0.1:6381\r\n-ASK 12182 127.0.0.1:21002\r\n+PONG\r\n") ==
+            redis_multiplexer::read_status::ok);
+    CHECK_FALSE(moved->ec);
+    CHECK(moved->reply.is_error("MOVED"));
+    CHECK(moved->reply.str == "MOVED 3999 127.0.0.1:6381");
+    CHECK(ask->reply.is_error("ASK"));
+    CHECK(after->reply.str == "PONG");
+    CHECK_FALSE(m.closed());
+}
+
+TEST_CASE("redis_multiplexer: malformed bytes fail every request as a lost connection") {
+    redis_multiplexer m;
+    auto r = request();
+    REQUIRE(m.add(r, {"PING"}));
+    (void)written(m);
+    CHECK(feed(m, "?what\r\n") == redis_multiplexer::read_status::protocol);
+    CHECK(r->ec == errc::unavailable);
+    CHECK(r->written);
+    CHECK(m.closed());
+}
+
+TEST_CASE("redis_multiplexer: close fails what waits; on_done runs exactly once") {
+    redis_multiplexer m;
+    auto r = request();
+    int notified = 0;
+    r->on_done = [&notified] { ++notified; };
+    REQUIRE(m.add(r, {"PING"}));
+    m.close(errc::unavailable);
+    m.close(errc::protocol);
+    CHECK(notified == 1);
+    CHECK(r->ec == errc::unavailable);
+    CHECK_FALSE(m.has_unwritten());
+    auto empty = request();
+    redis_multiplexer m2;
+    CHECK_FALSE(m2.add(empty, {}));
+    CHECK(empty->ec == errc::protocol);
+}
