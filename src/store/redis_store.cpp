@@ -2,8 +2,8 @@
 
 #include "onceproxy/log/log.hpp"
 #include "onceproxy/store/error.hpp"
-#include "onceproxy/store/redis_sentinel.hpp"
 #include "onceproxy/store/redis_cluster.hpp"
+#include "onceproxy/store/redis_sentinel.hpp"
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -110,8 +110,9 @@ return {1, ttl, age}
 )lua";
 
 // purge (key administration). ARGV[1] "1" to delete a held lease too. Returns 0 absent,
-// 1 record deleted, 2 refused (in flight, not forced), 3 lease deleted (forced). Deleting the lease deletes its owner token, so
-// the owner's later complete/extend/release find nothing and answer 0 (fenced).
+// 1 record deleted, 2 refused (in flight, not forced), 3 lease deleted (forced). Deleting the lease
+// deletes its owner token, so the owner's later complete/extend/release find nothing and answer 0
+// (fenced).
 constexpr const char* purge_lua = R"lua(
 local st = redis.call('HGET', KEYS[1], 'st')
 if not st then
@@ -326,8 +327,8 @@ redis_store::redis_store(const config::redis_config& cfg,
         seeds.empty() ? cfg.url
                       : (cfg.cluster.tls ? "rediss://" : "redis://") + cfg.cluster.nodes.front();
     // With Sentinel the data nodes' address comes from the sentinels (url is not used).
-    auto url = cfg.sentinel ? boost::system::result<redis_url>(redis_url{})
-                            : parse_redis_url(url_text);
+    auto url =
+        cfg.sentinel ? boost::system::result<redis_url>(redis_url{}) : parse_redis_url(url_text);
     if (!url) {
         throw std::invalid_argument("store.redis.url: " + describe_redis_url_error(cfg.url));
     }

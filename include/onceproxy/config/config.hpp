@@ -180,8 +180,8 @@ struct redis_config {
     std::string url = "redis://127.0.0.1:6379/0";
     std::optional<redis_sentinel_config> sentinel; ///< set: discover the master (url unused)
     redis_durability durability = redis_durability::async;
-    std::size_t replicas = 1;  ///< durability replicated: replicas that must acknowledge
-    duration wait_timeout{50}; ///< durability replicated: WAIT's bound (< command_timeout)
+    std::size_t replicas = 1;     ///< durability replicated: replicas that must acknowledge
+    duration wait_timeout{50};    ///< durability replicated: WAIT's bound (< command_timeout)
     redis_cluster_config cluster; ///< nodes set: Cluster mode (url unused)
     std::string key_prefix = "onceproxy:";
     duration connect_timeout{500};
