@@ -800,7 +800,7 @@ store:
     connect_timeout: 500ms
     command_timeout: 250ms
     durability: {durability}
-    replicas: 1
+    replicas: 2
     wait_timeout: 100ms
     sentinel:
       master: {master}
