@@ -99,16 +99,21 @@ std::uint16_t redis_key_slot(std::string_view key) noexcept {
 
 std::optional<redis_redirect> parse_redirect(const redis_reply& reply) {
     redis_redirect out;
-    std::string_view rest;
+    std::size_t prefix = 0; // "MOVED " or "ASK ": the word and one space
     if (reply.is_error("MOVED")) {
         out.type = redis_redirect::kind::moved;
-        rest = std::string_view(reply.str).substr(6);
+        prefix = 6;
     } else if (reply.is_error("ASK")) {
         out.type = redis_redirect::kind::ask;
-        rest = std::string_view(reply.str).substr(4);
+        prefix = 4;
     } else {
         return std::nullopt;
     }
+    const std::string_view text(reply.str);
+    if (text.size() <= prefix || text[prefix - 1] != ' ') {
+        return std::nullopt; // a bare "-ASK" or "-MOVED" (no slot, no address) is malformed
+    }
+    const std::string_view rest = text.substr(prefix);
     const auto space = rest.find(' ');
     unsigned slot = 0;
     if (space == std::string_view::npos || !parse_number(rest.substr(0, space), slot) ||

@@ -76,6 +76,10 @@ TEST_CASE("parse_redirect: MOVED and ASK from raw error replies; anything else i
     CHECK_FALSE(parse_redirect(decode("-MOVED 12 127.0.0.1:0\r\n")));
     CHECK_FALSE(parse_redirect(decode("-MOVEDX 12 127.0.0.1:1\r\n")));
     CHECK_FALSE(parse_redirect(decode("+MOVED 12 127.0.0.1:1\r\n")));
+    // A bare word, with no slot or address (resp_fuzz: "-ASK" threw out_of_range).
+    CHECK_FALSE(parse_redirect(decode("-ASK\r\n")));
+    CHECK_FALSE(parse_redirect(decode("-MOVED\r\n")));
+    CHECK_FALSE(parse_redirect(decode("-ASK \r\n")));
 }
 
 TEST_CASE("parse_cluster_shards: masters own their slot ranges; replicas and empty shards do not") {
