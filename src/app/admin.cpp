@@ -290,7 +290,8 @@ struct admin_server::impl : std::enable_shared_from_this<impl> {
             if (!r) {
                 co_return store_down(r.error());
             }
-            res.body() = describe_key(k, *r, std::chrono::system_clock::now());
+            res.body() =
+                describe_key(k, *r, std::chrono::system_clock::now(), cfg->store.encryption);
             co_return res;
         }
         auto r =

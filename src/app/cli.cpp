@@ -169,7 +169,9 @@ int run_keys(int argc, char** argv) {
                 std::fprintf(stderr, "onceproxy keys: inspect failed: %s\n",
                              r.error().message().c_str());
             } else {
-                std::printf("%s\n", describe_key(k, *r, std::chrono::system_clock::now()).c_str());
+                std::printf("%s\n", describe_key(k, *r, std::chrono::system_clock::now(),
+                                                 cfg->store.encryption)
+                                        .c_str());
                 status = 0;
             }
         } else {

@@ -1,5 +1,6 @@
 #include "app/key_admin.hpp"
 
+#include "onceproxy/core/record_cipher.hpp"
 #include "onceproxy/core/request_facts.hpp"
 #include "onceproxy/core/response_record.hpp"
 #include "onceproxy/log/log.hpp"
@@ -9,6 +10,7 @@
 
 #include <cstdio>
 #include <ctime>
+#include <optional>
 #include <utility>
 
 namespace onceproxy::app {
@@ -110,7 +112,8 @@ std::variant<resolved_key, std::string> resolve_key(const config::config& cfg,
 }
 
 std::string describe_key(const resolved_key& k, const store::key_info& info,
-                         std::chrono::system_clock::time_point now) {
+                         std::chrono::system_clock::time_point now,
+                         const config::encryption_config& encryption) {
     boost::json::object o;
     o["route"] = k.route->name;
     o["key_hash"] = k.store_key;
@@ -128,8 +131,17 @@ std::string describe_key(const resolved_key& k, const store::key_info& info,
         o["recorded_at"] = rfc3339(expires - k.route->idempotency.ttl);
         o["expires_at"] = rfc3339(expires);
         o["expires_in_ms"] = info.remaining.count();
-        // Decoded with the replay path's codec: what a retry would get.
-        const auto rec = core::decode_record(info.record);
+        // Opened and decoded as the replay path does: what a retry would get.
+        std::optional<core::record_cipher> cipher;
+        if (!encryption.keys.empty()) {
+            std::vector<core::record_key> keys;
+            for (const auto& key : encryption.keys) {
+                keys.push_back({key.id, key.bytes});
+            }
+            cipher.emplace(std::move(keys));
+        }
+        const auto rec =
+            core::decode_stored_record(info.record, cipher ? &*cipher : nullptr, k.store_key);
         o["readable"] = rec.has_value();
         if (rec) {
             o["status"] = rec->status;

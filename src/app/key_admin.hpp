@@ -40,9 +40,11 @@ std::variant<resolved_key, std::string> resolve_key(const config::config& cfg,
 
 /// The JSON object describing what `info` says about `k` (state, lease left and owner age in
 /// flight; status, recorded and expiry times, body size and replayability when completed).
-/// `now` is the wall clock the remaining times are counted from.
+/// `now` is the wall clock the remaining times are counted from. The record is opened with the
+/// keys of `encryption` (store.encryption), as a replay would open it.
 std::string describe_key(const resolved_key& k, const store::key_info& info,
-                         std::chrono::system_clock::time_point now);
+                         std::chrono::system_clock::time_point now,
+                         const config::encryption_config& encryption);
 
 /// The JSON object describing a purge's result.
 std::string describe_purge(const resolved_key& k, store::purge_status result, bool force);

@@ -253,6 +253,25 @@ TEST_CASE("keys API on the memory store: inspect, purge, and a retry executes ag
     CHECK(p.log().find(key) == std::string::npos); // the key only hashed
 }
 
+TEST_CASE("keys API with encryption at rest: a sealed record is inspected as a replay opens it") {
+    upstream_process up;
+    temp_dir dir;
+    const std::string key_file = dir.write("k1", std::string(64, '7') + "\n");
+    proxy_process p(admin_config(up.port, dir, true,
+                                 {"type: memory",
+                                  "encryption:", "  keys: [ { id: k1, file: " + key_file + " } ]"})
+                        .yaml());
+    const std::string key = unique_key("ka", "sealed");
+    const auto first = pay(p, key, {{"X-Test-Status", "201"}});
+    REQUIRE(first.status == 201);
+    const auto done = keys_api(p, "GET", key);
+    CHECK(json_value(done.body, "state") == "completed");
+    CHECK(json_value(done.body, "readable") == "true");
+    CHECK(json_value(done.body, "status") == "201");
+    CHECK(json_value(done.body, "replayable") == "true");
+    CHECK(json_value(done.body, "body_bytes") == std::to_string(first.body.size()));
+}
+
 TEST_CASE("keys API: the principal addresses the caller's own key") {
     upstream_process up;
     temp_dir dir;
