@@ -712,28 +712,7 @@ private:
                 }
             }
         }
-        const yaml_field username = w_.get(f, "username");
-        const yaml_field password = w_.get(f, "password");
-        const yaml_field password_file = w_.get(f, "password_file");
-        set(s.username, w_.string(username));
-        if (password.present()) {
-            if (auto text = w_.scalar(password, "a string")) {
-                if (text->empty()) {
-                    w_.error(password, "the password is empty; omit the key for no password");
-                }
-                s.password = *text;
-            }
-        }
-        if (auto path = w_.string(password_file)) {
-            if (password.present()) {
-                w_.error(password_file, "set either password or password_file, not both");
-            } else {
-                read_password_file(password_file, *path, s.password, s.password_file);
-            }
-        }
-        if (username.present() && !password.present() && !password_file.present()) {
-            w_.error(username, "a username needs password or password_file");
-        }
+        read_credentials(f, s.username, s.password, s.password_file);
         set(s.tls, w_.boolean(w_.get(f, "tls")));
         r.sentinel = std::move(s);
     }
@@ -966,33 +945,40 @@ private:
         r.key_prefix = *text;
     }
 
-    /// username, password, password_file: credentials as plain fields (no URL encoding).
-    void read_redis_credentials(const yaml_field& redis, const yaml_field& url, redis_config& r) {
-        const yaml_field username = w_.get(redis, "username");
-        const yaml_field password = w_.get(redis, "password");
-        const yaml_field password_file = w_.get(redis, "password_file");
-        set(r.username, w_.string(username));
+    /// username, password, password_file of `block` (store.redis, or its sentinel block):
+    /// credentials as plain fields (no URL encoding). True when any of them is set.
+    bool read_credentials(const yaml_field& block, std::string& username, std::string& password,
+                          std::string& password_file) {
+        const yaml_field user = w_.get(block, "username");
+        const yaml_field pass = w_.get(block, "password");
+        const yaml_field pass_file = w_.get(block, "password_file");
+        set(username, w_.string(user));
         // Values are never echoed: they are secrets.
-        if (password.present()) {
-            if (auto text = w_.scalar(password, "a string")) {
+        if (pass.present()) {
+            if (auto text = w_.scalar(pass, "a string")) {
                 if (text->empty()) {
-                    w_.error(password, "the password is empty; omit the key for no password");
+                    w_.error(pass, "the password is empty; omit the key for no password");
                 }
-                r.password = *text;
+                password = *text;
             }
         }
-        if (auto path = w_.string(password_file)) {
-            if (password.present()) {
-                w_.error(password_file, "set either password or password_file, not both");
+        if (auto path = w_.string(pass_file)) {
+            if (pass.present()) {
+                w_.error(pass_file, "set either password or password_file, not both");
             } else {
-                read_password_file(password_file, *path, r.password, r.password_file);
+                read_password_file(pass_file, *path, password, password_file);
             }
         }
-        if (username.present() && !password.present() && !password_file.present()) {
-            w_.error(username, "a username needs password or password_file");
+        if (user.present() && !pass.present() && !pass_file.present()) {
+            w_.error(user, "a username needs password or password_file");
         }
-        if (url.present() &&
-            (username.present() || password.present() || password_file.present())) {
+        return user.present() || pass.present() || pass_file.present();
+    }
+
+    /// store.redis's credentials; the url may not carry credentials too.
+    void read_redis_credentials(const yaml_field& redis, const yaml_field& url, redis_config& r) {
+        const bool any = read_credentials(redis, r.username, r.password, r.password_file);
+        if (url.present() && any) {
             const std::string_view u = r.url;
             const auto scheme_end = u.find("://");
             const auto authority =
