@@ -13,6 +13,7 @@
 #include "support/process.hpp"
 #include "support/proxy_fixture.hpp"
 #include "support/redis_sentinel_set.hpp"
+#include "support/run_awaitable.hpp"
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/io_context.hpp>
@@ -58,32 +59,7 @@ onceproxy::config::redis_config sentinel_config(const redis_sentinel_set& set) {
     return cfg;
 }
 
-/// Runs `op` on `ioc` until it finishes (the context is stopped then, although the clients keep
-/// background work: reader, writer, health timer) or `limit` passes (test failure).
-template <class T>
-T run(net::io_context& ioc, net::awaitable<T> op, std::chrono::milliseconds limit = 15s) {
-    struct state {
-        bool done = false;
-        std::exception_ptr error;
-        std::optional<T> value;
-    };
-    auto st = std::make_shared<state>();
-    net::co_spawn(ioc, std::move(op), [st, &ioc](std::exception_ptr e, T v) {
-        st->done = true;
-        st->error = e;
-        if (!e) {
-            st->value.emplace(std::move(v));
-        }
-        ioc.stop();
-    });
-    ioc.restart();
-    ioc.run_for(limit);
-    REQUIRE_MESSAGE(st->done, "operation did not finish within the time limit");
-    if (st->error) {
-        std::rethrow_exception(st->error);
-    }
-    return std::move(*st->value);
-}
+using onceproxy::test::run;
 
 /// A started redis_store on one io_context, found through the sentinels.
 struct store_env {

@@ -7,6 +7,7 @@
 #include "onceproxy/store/redis_client.hpp"
 #include "support/process.hpp"
 #include "support/redis_server.hpp"
+#include "support/run_awaitable.hpp"
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -42,32 +43,7 @@ using onceproxy::test::redis_server;
 using onceproxy::test::redis_server_options;
 namespace store = onceproxy::store;
 
-/// Runs `op` on `ioc` until it finishes (the context is stopped then, although the clients keep
-/// background work: reader, writer, health timer) or `limit` passes (test failure).
-template <class T>
-T run(net::io_context& ioc, net::awaitable<T> op, std::chrono::milliseconds limit = 15s) {
-    struct state {
-        bool done = false;
-        std::exception_ptr error;
-        std::optional<T> value;
-    };
-    auto st = std::make_shared<state>();
-    net::co_spawn(ioc, std::move(op), [st, &ioc](std::exception_ptr e, T v) {
-        st->done = true;
-        st->error = e;
-        if (!e) {
-            st->value.emplace(std::move(v));
-        }
-        ioc.stop();
-    });
-    ioc.restart();
-    ioc.run_for(limit);
-    REQUIRE_MESSAGE(st->done, "operation did not finish within the time limit");
-    if (st->error) {
-        std::rethrow_exception(st->error);
-    }
-    return std::move(*st->value);
-}
+using onceproxy::test::run;
 
 net::awaitable<void> sleep_for(std::chrono::milliseconds d) {
     net::steady_timer t(co_await net::this_coro::executor, d);
