@@ -93,12 +93,13 @@ start_upstream() {
     wait_tcp "$upstream_port" $! "test upstream"
 }
 
-# start_redis: starts a private, non-persistent redis-server; sets redis_port.
+# start_redis: starts a private, non-persistent redis-server; sets redis_port and redis_pid.
 start_redis() {
     command -v redis-server >/dev/null || die "redis-server is not installed (scripts/install-deps.sh)"
     redis_port=$(free_port)
     redis-server --port "$redis_port" --bind 127.0.0.1 --save '' --appendonly no \
         --dir "$work_dir" --logfile "$work_dir/redis.log" &
+    redis_pid=$!
     started_pids+=("$!")
     started_names[$!]="redis-server"
     wait_tcp "$redis_port" $! "redis-server"

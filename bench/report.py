@@ -211,13 +211,18 @@ def main() -> int:
             if cpu_file.exists() and parsed["requests"] > 0:
                 ticks, hz = (int(x) for x in cpu_file.read_text().split())
                 parsed["cpu_us"] = ticks * 1e6 / hz / parsed["requests"]
+            redis_file = f.with_name(f.name + ".redis-cpu")
+            parsed["redis_us"] = float("nan")
+            if redis_file.exists() and parsed["requests"] > 0:
+                ticks, hz = (int(x) for x in redis_file.read_text().split())
+                parsed["redis_us"] = ticks * 1e6 / hz / parsed["requests"]
             runs.setdefault(m.group(2), []).append(parsed)
         except ValueError as e:
             problems.append(f"{f.name}: {e}")
 
     med = {}
     for name, rs in runs.items():
-        med[name] = {k: statistics.median(r[k] for r in rs) for k in ("rps", "p50", "p99", "cpu_us")}
+        med[name] = {k: statistics.median(r[k] for r in rs) for k in ("rps", "p50", "p99", "cpu_us", "redis_us")}
         med[name]["non2xx"] = sum(r["non2xx"] for r in rs)
         med[name]["errors"] = sum(r["errors"] for r in rs)
         med[name]["rounds_rps"] = [r["rps"] for r in rs]
@@ -229,13 +234,14 @@ def main() -> int:
           f"upstream threads={meta['upstream_threads']}, store={meta['store']}, "
           f"{meta['cpus']} CPUs shared by everything")
     print(f"{'scenario':<40} {'req/s':>10} {'p50 ms':>8} {'p99 ms':>8} {'CPU us/req':>10} "
-          f"{'non-2xx':>8} {'errors':>7}  req/s per round")
+          f"{'Redis us/req':>12} {'non-2xx':>8} {'errors':>7}  req/s per round")
     for name, label in SCENARIOS:
         if name in med:
             r = med[name]
             per_round = " ".join(fmt(x) for x in r["rounds_rps"])
             print(f"{label:<40} {fmt(r['rps']):>10} {r['p50']:>8.2f} "
-                  f"{r['p99']:>8.2f} {r['cpu_us']:>10.1f} {r['non2xx']:>8} {r['errors']:>7}  "
+                  f"{r['p99']:>8.2f} {r['cpu_us']:>10.1f} {r['redis_us']:>12.1f} {r['non2xx']:>8} "
+                  f"{r['errors']:>7}  "
                   f"{per_round}")
         elif name in ("replay", "first", "observe") and not engine_ok and name in meta["scenarios"]:
             print(f"{label:<40} {'engine not available':>10}")
@@ -297,6 +303,15 @@ def main() -> int:
         if cpu is not None:
             fig[f"{name}_vs_plain_get_cpu"] = cpu
             extra += f"; by CPU time per request {cpu:.2f}x"
+        if "proxy_post" in med and meta["store"] == "redis":
+            # Proxy plus Redis server CPU time per request, against the same POST unguarded:
+            # what the throughput ratio tends to on a machine where everything shares the cores.
+            both = med[name]["cpu_us"] + med[name]["redis_us"]
+            base = med["proxy_post"]["cpu_us"] + med["proxy_post"]["redis_us"]
+            if both > 0 and base > 0:
+                fig[f"{name}_vs_plain_post_cpu_with_redis"] = base / both
+                extra += (f"; by proxy+Redis CPU time per request vs the same POST "
+                          f"{base / both:.2f}x ({both:.1f} against {base:.1f} us)")
         print(f"  {label:<44} {r:6.2f}x  [>= {target}x, store {meta['store']}]{extra}{warn}")
     r = ratio("observe", "first", "rps")
     if r is not None:

@@ -196,14 +196,20 @@ run_wrk() {
     [ "$round" = warmup ] && out="$work_dir/warmup-$name.txt"
     local pids before after
     pids=$(measured_pids "$name")
+    local redis_before=0
     # shellcheck disable=SC2086
     before=$(cpu_ticks $pids)
+    [ -n "${redis_pid:-}" ] && redis_before=$(cpu_ticks "$redis_pid")
     if ! timeout $((seconds + 30)) "${cmd[@]}" >"$out" 2>&1; then
         log "wrk failed for $name (round $round): $(tail -n1 "$out")"
     fi
     # shellcheck disable=SC2086
     after=$(cpu_ticks $pids)
     echo "$((after - before)) $(getconf CLK_TCK)" >"$out.cpu"
+    # The Redis server's CPU time too: on this machine it shares the cores with the proxy.
+    if [ -n "${redis_pid:-}" ]; then
+        echo "$(($(cpu_ticks "$redis_pid") - redis_before)) $(getconf CLK_TCK)" >"$out.redis-cpu"
+    fi
     check_alive "during the $name load"
     if [ "$round" != warmup ]; then
         log "round $round $name: $(grep -E 'Requests/sec' "$out" | tr -s ' ' || echo 'no result')"

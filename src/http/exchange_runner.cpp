@@ -100,6 +100,9 @@ net::awaitable<core::action> do_claim(exchange_state& s, core::action a) {
     store::claim_request creq{s.store_key, s.fingerprint, s.owner, a.lease};
     ++s.round_trips;
     auto r = co_await s.env.st->async_claim(std::move(creq));
+    if (r && r->round_trips > 1) {
+        s.round_trips += r->round_trips - 1;
+    }
     auto t = to_claim_event(std::move(r), s.env.cipher.get(), s.store_key);
     op.done(t.store_error || t.unreadable);
     if (t.open_failure) {

@@ -4,6 +4,7 @@
 #include "onceproxy/store/error.hpp"
 #include "onceproxy/store/redis_cluster.hpp"
 #include "onceproxy/store/redis_sentinel.hpp"
+#include "store/redis_record.hpp"
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -18,6 +19,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <stdexcept>
 
 namespace onceproxy::store {
@@ -27,16 +29,57 @@ using boost::system::error_code;
 
 namespace {
 
-// claim-or-get. KEYS[1] record; ARGV[1] fingerprint, ARGV[2] owner, ARGV[3] lease (ms).
-// Returns {0} acquired, {1, pttl} in flight, {2, payload} completed, {3} mismatch.
-constexpr const char* claim_lua = R"lua(
+// A claim is one native command, SET key value NX PX lease GET (redis_record.hpp gives the
+// value's layout); the scripts below are the fenced writes and the key administration. Each
+// matches a lease by the prefix `2f<owner length>:<owner>` of the value.
+
+// complete. ARGV[1] owner, ARGV[2] payload, ARGV[3] ttl (ms). Returns 1 ok, 0 not owner.
+constexpr const char* complete_lua = R"lua(
+local v = redis.call('GET', KEYS[1])
+if not v then
+  return 0
+end
+local o = #ARGV[1] .. ':' .. ARGV[1]
+local head = string.sub(v, 1, #o + 2)
+if head == '2f' .. o then
+  redis.call('SET', KEYS[1], '2c' .. string.sub(v, 3) .. ARGV[2], 'PX', ARGV[3])
+  return 1
+end
+if head == '2c' .. o then
+  return 1
+end
+return 0
+)lua";
+
+// release. ARGV[1] owner. Returns 1 deleted, 0 not owner (or not a lease).
+constexpr const char* release_lua = R"lua(
+local v = redis.call('GET', KEYS[1])
+local p = '2f' .. #ARGV[1] .. ':' .. ARGV[1]
+if v and string.sub(v, 1, #p) == p then
+  redis.call('DEL', KEYS[1])
+  return 1
+end
+return 0
+)lua";
+
+// extend. ARGV[1] owner, ARGV[2] lease (ms). Returns 1 extended, 0 not owner.
+constexpr const char* extend_lua = R"lua(
+local v = redis.call('GET', KEYS[1])
+local p = '2f' .. #ARGV[1] .. ':' .. ARGV[1]
+if v and string.sub(v, 1, #p) == p then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return 1
+end
+return 0
+)lua";
+
+// A record of layout version 1 (a hash: v, st, ow, fp, ct, pl), written by an earlier version
+// and met by a claim (WRONGTYPE): read, never written. ARGV[1] fingerprint. Returns {1, pttl} in
+// flight, {2, payload} completed, {3} mismatch, {4} gone meanwhile (claim again).
+constexpr const char* claim_v1_lua = R"lua(
 local r = redis.call('HMGET', KEYS[1], 'v', 'st', 'fp', 'pl')
 if not r[1] then
-  local t = redis.call('TIME')
-  local ct = t[1] .. string.format('%03d', math.floor(tonumber(t[2]) / 1000))
-  redis.call('HSET', KEYS[1], 'v', '1', 'st', 'f', 'ow', ARGV[2], 'fp', ARGV[1], 'ct', ct)
-  redis.call('PEXPIRE', KEYS[1], ARGV[3])
-  return {0}
+  return {4}
 end
 if r[1] ~= '1' then
   return redis.error_reply('ONCEPROXY unknown record version')
@@ -50,61 +93,29 @@ end
 return {1, redis.call('PTTL', KEYS[1])}
 )lua";
 
-// complete. ARGV[1] owner, ARGV[2] payload, ARGV[3] ttl (ms). Returns 1 ok, 0 not owner.
-constexpr const char* complete_lua = R"lua(
-local r = redis.call('HMGET', KEYS[1], 'st', 'ow')
-if r[2] ~= ARGV[1] then
-  return 0
-end
-if r[1] == 'f' then
-  redis.call('HSET', KEYS[1], 'st', 'c', 'pl', ARGV[2])
-  redis.call('PEXPIRE', KEYS[1], ARGV[3])
-  return 1
-end
-if r[1] == 'c' then
-  return 1
-end
-return 0
-)lua";
-
-// release. ARGV[1] owner. Returns 1 deleted, 0 not owner (or not a lease).
-constexpr const char* release_lua = R"lua(
-local r = redis.call('HMGET', KEYS[1], 'st', 'ow')
-if r[1] == 'f' and r[2] == ARGV[1] then
-  redis.call('DEL', KEYS[1])
-  return 1
-end
-return 0
-)lua";
-
-// extend. ARGV[1] owner, ARGV[2] lease (ms). Returns 1 extended, 0 not owner.
-constexpr const char* extend_lua = R"lua(
-local r = redis.call('HMGET', KEYS[1], 'st', 'ow')
-if r[1] == 'f' and r[2] == ARGV[1] then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return 1
-end
-return 0
-)lua";
-
-// inspect (key administration). Returns {0} absent, {1, pttl, owner age ms or -1} in flight,
-// {2, pttl, payload} completed. Changes nothing.
+// inspect (key administration). Returns {0} absent, {4, pttl, value} a record of this layout;
+// for a version 1 hash {1, pttl, owner age ms or -1} in flight, {2, pttl, payload} completed.
+// Changes nothing.
 constexpr const char* inspect_lua = R"lua(
-local r = redis.call('HMGET', KEYS[1], 'v', 'st', 'pl', 'ct')
-if not r[1] then
+local t = redis.call('TYPE', KEYS[1]).ok
+if t == 'none' then
   return {0}
 end
+local ttl = redis.call('PTTL', KEYS[1])
+if t == 'string' then
+  return {4, ttl, redis.call('GET', KEYS[1])}
+end
+local r = redis.call('HMGET', KEYS[1], 'v', 'st', 'pl', 'ct')
 if r[1] ~= '1' then
   return redis.error_reply('ONCEPROXY unknown record version')
 end
-local ttl = redis.call('PTTL', KEYS[1])
 if r[2] == 'c' then
   return {2, ttl, r[3] or ''}
 end
 local age = -1
 if r[4] then
-  local t = redis.call('TIME')
-  age = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) - tonumber(r[4])
+  local now = redis.call('TIME')
+  age = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000) - tonumber(r[4])
 end
 return {1, ttl, age}
 )lua";
@@ -114,7 +125,13 @@ return {1, ttl, age}
 // deletes its owner token, so the owner's later complete/extend/release find nothing and answer 0
 // (fenced).
 constexpr const char* purge_lua = R"lua(
-local st = redis.call('HGET', KEYS[1], 'st')
+local t = redis.call('TYPE', KEYS[1]).ok
+local st
+if t == 'string' then
+  st = string.sub(redis.call('GET', KEYS[1]), 2, 2)
+elseif t == 'hash' then
+  st = redis.call('HGET', KEYS[1], 'st')
+end
 if not st then
   return 0
 end
@@ -177,7 +194,7 @@ struct redis_store::impl {
 
     config::redis_config cfg;
     redis_client_options options;
-    script claim = make_script(claim_lua);
+    script claim_v1 = make_script(claim_v1_lua);
     script complete = make_script(complete_lua);
     script release = make_script(release_lua);
     script extend = make_script(extend_lua);
@@ -268,11 +285,19 @@ struct redis_store::impl {
         co_return r;
     }
 
+    // `cmd`, followed by WAIT when `durable` and durability is replicated.
+    net::awaitable<redis_exec_result> exec(redis_route& c, std::vector<std::string> cmd,
+                                           bool durable) {
+        if (durable && cfg.durability == config::redis_durability::replicated) {
+            co_return co_await exec_replicated(c, std::move(cmd));
+        }
+        co_return co_await c.async_exec(std::move(cmd));
+    }
+
     // EVALSHA; on NOSCRIPT (nothing ran), one EVAL of the same script, which also reloads it.
     // `durable`: followed by WAIT when durability is replicated (claim and complete).
     net::awaitable<redis_exec_result> eval(redis_route& c, const script& s, std::string key,
                                            std::vector<std::string> args, bool durable = false) {
-        const bool wait = durable && cfg.durability == config::redis_durability::replicated;
         std::vector<std::string> cmd;
         cmd.reserve(args.size() + 4);
         cmd.emplace_back("EVALSHA");
@@ -282,21 +307,11 @@ struct redis_store::impl {
         for (auto& a : args) {
             cmd.push_back(std::move(a));
         }
-        // (No co_await inside a conditional expression: GCC 12 miscompiles it.)
-        redis_exec_result r;
-        if (wait) {
-            r = co_await exec_replicated(c, cmd);
-        } else {
-            r = co_await c.async_exec(cmd);
-        }
+        auto r = co_await exec(c, cmd, durable);
         if (!r.ec && r.reply.is_error("NOSCRIPT")) {
             cmd[0] = "EVAL";
             cmd[1] = s.body;
-            if (wait) {
-                r = co_await exec_replicated(c, std::move(cmd));
-            } else {
-                r = co_await c.async_exec(std::move(cmd));
-            }
+            r = co_await exec(c, std::move(cmd), durable);
             if (!r.ec && r.reply.is_error("NOSCRIPT")) {
                 r.ec = errc::script_missing;
             }
@@ -307,7 +322,6 @@ struct redis_store::impl {
         co_return r;
     }
 };
-
 redis_store::redis_store(const config::redis_config& cfg,
                          std::vector<net::any_io_executor> executors)
     : impl_(std::make_unique<impl>()) {
@@ -364,8 +378,8 @@ redis_store::redis_store(const config::redis_config& cfg,
         o.address_source =
             redis_sentinel::address_source(std::make_shared<redis_sentinel>(std::move(so)));
     }
-    o.scripts = {impl_->claim.body,  impl_->complete.body, impl_->release.body,
-                 impl_->extend.body, impl_->inspect.body,  impl_->purge.body};
+    o.scripts = {impl_->complete.body, impl_->release.body, impl_->extend.body,
+                 impl_->inspect.body,  impl_->purge.body,   impl_->claim_v1.body};
     const std::size_t per_worker = std::max<std::size_t>(cfg.connections_per_worker, 1);
     impl_->first_executor = executors.front();
     impl_->cluster_options.node = o;
@@ -557,6 +571,50 @@ net::awaitable<redis_startup_report> redis_store::async_check_startup() {
     co_return report;
 }
 
+namespace {
+
+std::int64_t unix_millis() {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(
+               std::chrono::system_clock::now().time_since_epoch())
+        .count();
+}
+
+// SET key value NX PX lease GET: takes the lease if the key is free, else returns what is there.
+std::vector<std::string> claim_command(const std::string& key, const claim_request& req) {
+    std::vector<std::string> cmd;
+    cmd.reserve(7);
+    cmd.emplace_back("SET");
+    cmd.push_back(key);
+    cmd.push_back(redis_record::claim_value(req.owner, req.fingerprint, unix_millis()));
+    cmd.emplace_back("NX");
+    cmd.emplace_back("PX");
+    cmd.push_back(millis(req.lease));
+    cmd.emplace_back("GET");
+    return cmd;
+}
+
+// What a claim found in an existing value of layout 2. `value` is the reply's string: a
+// completed record's payload is cut out of it in place.
+result<claim_result> found(std::string& value, const claim_request& req) {
+    const auto v = redis_record::parse(value);
+    if (!v) {
+        return reply_error();
+    }
+    claim_result out;
+    if (v->fingerprint != req.fingerprint) {
+        out.status = claim_status::mismatch;
+    } else if (v->state == redis_record::completed) {
+        out.status = claim_status::completed;
+        value.erase(0, v->payload_offset);
+        out.record = std::move(value);
+    } else {
+        out.status = claim_status::in_flight;
+    }
+    return out;
+}
+
+} // namespace
+
 net::awaitable<result<claim_result>> redis_store::async_claim(claim_request req) {
     auto ex = co_await net::this_coro::executor;
     std::string key = redis_key(req.key);
@@ -564,25 +622,66 @@ net::awaitable<result<claim_result>> redis_store::async_claim(claim_request req)
     if (!c) {
         co_return error_code(errc::unavailable);
     }
-    std::vector<std::string> args{req.fingerprint, req.owner, millis(req.lease)};
-    auto r = co_await impl_->eval(c, impl_->claim, key, std::move(args), true);
+    auto r = co_await impl_->exec(c, claim_command(key, req), true);
     if (r.ec) {
         const bool lost_reply = r.written && (r.ec == errc::timeout || r.ec == errc::unavailable);
         if (!lost_reply) {
             co_return r.ec;
         }
-        // The claim may have taken effect: never claim again blindly, read who owns the key.
+        // The claim may have taken effect: never claim again blindly, read who holds the key.
         if (!co_await c.async_wait_ready(impl_->cfg.connect_timeout)) {
             co_return r.ec;
         }
-        std::vector<std::string> hget{"HGET", key, "ow"};
-        auto owner = co_await c.async_exec(std::move(hget));
-        if (!owner.ec && owner.reply.type == redis_reply::kind::string &&
-            owner.reply.str == req.owner) {
-            claim_result out;
-            out.status = claim_status::acquired;
-            co_return out;
+        std::vector<std::string> get{"GET", key};
+        auto held = co_await c.async_exec(std::move(get));
+        if (!held.ec && held.reply.type == redis_reply::kind::string) {
+            const auto v = redis_record::parse(held.reply.str);
+            if (v && v->state == redis_record::in_flight && v->owner == req.owner) {
+                claim_result out;
+                out.status = claim_status::acquired;
+                co_return out;
+            }
         }
+        co_return r.ec;
+    }
+    claim_result out;
+    switch (r.reply.type) {
+    case redis_reply::kind::nil:
+        out.status = claim_status::acquired; // the key was free: our value is set
+        co_return out;
+    case redis_reply::kind::string: {
+        auto f = found(r.reply.str, req);
+        if (!f || f->status != claim_status::in_flight) {
+            co_return f;
+        }
+        out = std::move(*f);
+        break;
+    }
+    case redis_reply::kind::error:
+        if (r.reply.is_error("WRONGTYPE")) {
+            co_return co_await claim_v1(c, key, req);
+        }
+        co_return reply_error();
+    default:
+        co_return reply_error();
+    }
+    // In flight: how long the other lease has left (a second round trip, on this path only;
+    // -2 when it lapsed meanwhile, which reads as no time left).
+    out.round_trips = 2;
+    std::vector<std::string> pttl{"PTTL", key};
+    auto left = co_await c.async_exec(std::move(pttl));
+    if (!left.ec && left.reply.type == redis_reply::kind::integer) {
+        out.remaining_lease = duration{std::max<long long>(left.reply.integer, 0)};
+    }
+    co_return out;
+}
+
+net::awaitable<result<claim_result>> redis_store::claim_v1(redis_route& c, const std::string& key,
+                                                           const claim_request& req) {
+    std::vector<std::string> args;
+    args.push_back(req.fingerprint);
+    auto r = co_await impl_->eval(c, impl_->claim_v1, key, std::move(args));
+    if (r.ec) {
         co_return r.ec;
     }
     const auto& rep = r.reply;
@@ -591,10 +690,8 @@ net::awaitable<result<claim_result>> redis_store::async_claim(claim_request req)
         co_return reply_error();
     }
     claim_result out;
+    out.round_trips = 2;
     switch (rep.elements[0].integer) {
-    case 0:
-        out.status = claim_status::acquired;
-        break;
     case 1:
         out.status = claim_status::in_flight;
         if (rep.elements.size() > 1 && rep.elements[1].type == redis_reply::kind::integer) {
@@ -611,6 +708,26 @@ net::awaitable<result<claim_result>> redis_store::async_claim(claim_request req)
     case 3:
         out.status = claim_status::mismatch;
         break;
+    case 4: {
+        // The version 1 record lapsed between the two reads: claim it in this layout, once.
+        auto again = co_await impl_->exec(c, claim_command(key, req), true);
+        if (again.ec) {
+            co_return again.ec; // (not retried blindly: the caller's policy decides)
+        }
+        if (again.reply.type == redis_reply::kind::nil) {
+            out.status = claim_status::acquired;
+            out.round_trips = 3;
+            co_return out;
+        }
+        if (again.reply.type != redis_reply::kind::string) {
+            co_return reply_error();
+        }
+        auto f = found(again.reply.str, req);
+        if (f) {
+            f->round_trips = 3;
+        }
+        co_return f;
+    }
     default:
         co_return reply_error();
     }
@@ -675,6 +792,28 @@ net::awaitable<result<key_info>> redis_store::async_inspect(std::string key) {
     key_info info;
     const auto state = rep.elements[0].integer;
     if (state == 0) {
+        co_return info;
+    }
+    if (state == 4) {
+        // Layout 2: {4, pttl, value}.
+        if (rep.elements.size() != 3 || rep.elements[1].type != kind::integer ||
+            rep.elements[2].type != kind::string) {
+            co_return reply_error();
+        }
+        auto& value = rep.elements[2].str;
+        const auto v = redis_record::parse(value);
+        if (!v) {
+            co_return reply_error();
+        }
+        info.remaining = duration{std::max<long long>(rep.elements[1].integer, 0)};
+        if (v->state == redis_record::in_flight) {
+            info.state = key_state::in_flight;
+            info.owner_age = duration{std::max<std::int64_t>(unix_millis() - v->created_ms, 0)};
+        } else {
+            info.state = key_state::completed;
+            value.erase(0, v->payload_offset);
+            info.record = std::move(value);
+        }
         co_return info;
     }
     if ((state != 1 && state != 2) || rep.elements.size() != 3 ||

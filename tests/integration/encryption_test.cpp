@@ -4,6 +4,7 @@
 // never under a key set that cannot open it (counted, answered 409, not executed again), and
 // keys rotate by reload.
 
+#include "store/redis_record.hpp"
 #include "support/http_client.hpp"
 #include "support/problem_check.hpp"
 #include "support/process.hpp"
@@ -123,21 +124,22 @@ std::set<std::string> redis_keys(const redis_server& redis, const std::string& p
     return keys;
 }
 
-/// The stored answer (hash field `pl`) of Redis key `k`, as raw bytes.
+/// The stored answer of Redis key `k` (the payload of its value, redis_record.hpp), as raw bytes.
 std::string raw_payload(const redis_server& redis, const std::string& k) {
-    auto out = redis.cli({"--no-raw", "HGET", k, "pl"}); // quoted, escaped: binary-safe text
-    return out;
+    auto value = redis.cli({"GET", k});
+    if (!value.empty() && value.back() == '\n') {
+        value.pop_back(); // redis-cli's line end
+    }
+    const auto v = onceproxy::store::redis_record::parse(value);
+    return v ? value.substr(v->payload_offset) : "(not a record: " + value.substr(0, 16) + ")";
 }
 
-/// The key id of a sealed payload shown by redis-cli --no-raw ("\xe5\x02k1..."): the marker,
-/// the length byte, then the id in clear.
-std::string key_id_of(const std::string& quoted) {
-    // --no-raw writes a string as "..." with \xNN escapes for bytes that are not printable.
-    if (quoted.rfind("\"\\xe5\\x", 0) != 0) {
-        return "(not sealed: " + quoted.substr(0, 16) + ")";
+/// The key id of a sealed payload: the marker byte 0xe5, a length byte, then the id in clear.
+std::string key_id_of(const std::string& payload) {
+    if (payload.size() < 2 || static_cast<unsigned char>(payload[0]) != 0xe5) {
+        return "(not sealed: " + payload.substr(0, 16) + ")";
     }
-    const auto len = std::stoul(quoted.substr(7, 2), nullptr, 16);
-    return quoted.substr(9, len);
+    return payload.substr(2, static_cast<unsigned char>(payload[1]));
 }
 
 } // namespace

@@ -195,7 +195,8 @@ TEST_CASE("redis client: a command not answered in time fails with timeout, then
     CHECK(pong.reply.str == "PONG");
 }
 
-TEST_CASE("redis store: INFO commandstats shows exactly one EVALSHA per operation") {
+TEST_CASE("redis store: INFO commandstats shows one command per operation: a native SET per "
+          "claim, one EVALSHA per completion") {
     redis_server server;
     store_env env(make_config(server.url()));
     server.cli({"CONFIG", "RESETSTAT"});
@@ -210,8 +211,11 @@ TEST_CASE("redis store: INFO commandstats shows exactly one EVALSHA per operatio
         CHECK(replay.status == claim_status::completed);
         CHECK(replay.record == "payload");
     }
-    // First execution = claim + complete = 2 commands; replay = 1 command.
-    CHECK(server.command_calls("evalsha") == 3 * n);
+    // First execution = claim (SET NX GET) + complete (EVALSHA, which runs GET and SET inside
+    // the server) = 2 commands; replay = 1 SET.
+    CHECK(server.command_calls("evalsha") == n);
+    CHECK(server.command_calls("get") == n);
+    CHECK(server.command_calls("set") == 3 * n);
     const std::string stats = server.cli({"INFO", "commandstats"});
     std::istringstream lines(stats);
     std::string line;
@@ -222,8 +226,7 @@ TEST_CASE("redis store: INFO commandstats shows exactly one EVALSHA per operatio
         // Redis also counts the commands our scripts run inside the server (not round trips).
         const std::string name = line.substr(8, line.find(':') - 8);
         const bool expected = name == "evalsha" || name == "info" || name == "config|resetstat" ||
-                              name == "hmget" || name == "hset" || name == "pexpire" ||
-                              name == "time"; // claim notes the lease's start (owner age)
+                              name == "set" || name == "get";
         CHECK_MESSAGE(expected, "unexpected command: " << line);
     }
 }
@@ -290,16 +293,19 @@ TEST_CASE("redis store: survives a restart (appendonly): in-flight commands fail
     auto again = env.claim(key, "owner-2");
     CHECK(again.status == claim_status::in_flight);
     CHECK(again.remaining_lease > 0ms);
-    CHECK(server.command_calls("eval") == evals_before);
-
-    // SCRIPT FLUSH behind our back: NOSCRIPT is answered by EVAL, and the claim still works.
-    server.cli({"SCRIPT", "FLUSH"});
     const std::string fresh = unique("flushed");
     CHECK(env.claim(fresh, "owner-3").status == claim_status::acquired);
-    CHECK(server.command_calls("eval") == evals_before + 1);
+    auto extended = env.go(env.store->async_extend(fresh, "owner-3", 30'000ms));
+    REQUIRE(extended.has_value());
+    CHECK(*extended == fence_status::ok);
+    CHECK(server.command_calls("eval") == evals_before);
+
+    // SCRIPT FLUSH behind our back: NOSCRIPT is answered by EVAL, and the completion still works.
+    server.cli({"SCRIPT", "FLUSH"});
     auto done = env.go(env.store->async_complete(fresh, "owner-3", "p", 60'000ms));
     REQUIRE(done.has_value());
     CHECK(*done == fence_status::ok);
+    CHECK(server.command_calls("eval") == evals_before + 1);
 }
 
 TEST_CASE("redis store: AUTH with a password (percent-decoded) and with an ACL user") {
@@ -589,12 +595,12 @@ TEST_CASE("redis store: a claim whose reply was lost is resolved by reading the 
     SUBCASE("the claim took effect: acquired, without a second claim") {
         const std::string key = unique("lost-reply");
         gate.set_existing(tcp_gate::mode::drop_replies);
-        const auto evalsha_before = shared_server().command_calls("evalsha");
+        const auto set_before = shared_server().command_calls("set");
         auto r = run(ioc, s.async_claim({key, "fp", "me", 30'000ms}));
         REQUIRE_MESSAGE(r.has_value(), r.error().message());
         CHECK(r->status == claim_status::acquired);
         CHECK(client.connect_count() == 2);
-        CHECK(shared_server().command_calls("evalsha") == evalsha_before + 1);
+        CHECK(shared_server().command_calls("set") == set_before + 1);
         // The lease is really ours: the owner can complete it.
         auto done = run(ioc, s.async_complete(key, "me", "p", 60'000ms));
         REQUIRE(done.has_value());
@@ -726,13 +732,15 @@ TEST_CASE("redis store: record format: binary-safe fields, versioned, foreign ke
         auto ok = env.go(env.store->async_extend(key, owner, 30'000ms));
         REQUIRE(ok.has_value());
         CHECK(*ok == fence_status::ok);
-        // The record is one hash with a version field (what an operator sees in redis-cli).
-        CHECK(shared_server().cli({"HGET", env.store->redis_key(key), "v"}) == "1\n");
-        CHECK(shared_server().cli({"HGET", env.store->redis_key(key), "st"}) == "f\n");
+        // The record is one string, version and state first (what an operator sees in
+        // redis-cli; README "Keys in Redis").
+        CHECK(shared_server().cli({"TYPE", env.store->redis_key(key)}) == "string\n");
+        const auto value = shared_server().cli({"GET", env.store->redis_key(key)});
+        CHECK(value.starts_with(std::string("2f6:own\0er", 10)));
     }
     SUBCASE("a record of an unknown version is a protocol error, not a free key") {
         const std::string key = unique("future");
-        shared_server().cli({"HSET", env.store->redis_key(key), "v", "2", "st", "c"});
+        shared_server().cli({"SET", env.store->redis_key(key), "3c1:o2:fp1;payload"});
         auto r = env.go(env.store->async_claim({key, "fp", "o", 30'000ms}));
         REQUIRE_FALSE(r.has_value());
         CHECK(r.error() == store::errc::protocol);
@@ -747,6 +755,46 @@ TEST_CASE("redis store: record format: binary-safe fields, versioned, foreign ke
         auto r = env.go(env.store->async_claim({key, "fp", "o", 30'000ms}));
         REQUIRE_FALSE(r.has_value());
         CHECK(r.error() == store::errc::protocol);
+        const std::string list = unique("list");
+        shared_server().cli({"RPUSH", env.store->redis_key(list), "x"});
+        auto l = env.go(env.store->async_claim({list, "fp", "o", 30'000ms}));
+        REQUIRE_FALSE(l.has_value());
+        CHECK(l.error() == store::errc::protocol);
+    }
+    SUBCASE("records of the earlier layout (version 1, a hash) are still read, never rewritten") {
+        // As an earlier version left them in Redis: a completed record, a held lease.
+        const std::string done = unique("v1done");
+        shared_server().cli({"HSET", env.store->redis_key(done), "v", "1", "st", "c", "ow", "old",
+                             "fp", "fp", "ct", "1700000000000", "pl", "the answer"});
+        shared_server().cli({"PEXPIRE", env.store->redis_key(done), "60000"});
+        const std::string held = unique("v1held");
+        shared_server().cli({"HSET", env.store->redis_key(held), "v", "1", "st", "f", "ow", "old",
+                             "fp", "fp", "ct", "1700000000000"});
+        shared_server().cli({"PEXPIRE", env.store->redis_key(held), "20000"});
+
+        auto replay = env.claim(done, "new", "fp");
+        CHECK(replay.status == claim_status::completed);
+        CHECK(replay.record == "the answer");
+        CHECK(replay.round_trips == 2);
+        CHECK(env.claim(done, "new", "other").status == claim_status::mismatch);
+        auto waiting = env.claim(held, "new", "fp");
+        CHECK(waiting.status == claim_status::in_flight);
+        CHECK(waiting.remaining_lease > 0ms);
+        CHECK(waiting.remaining_lease <= 20'000ms);
+        // Read only: both are still the hashes the earlier version wrote.
+        CHECK(shared_server().cli({"TYPE", env.store->redis_key(done)}) == "hash\n");
+        CHECK(shared_server().cli({"HGET", env.store->redis_key(held), "ow"}) == "old\n");
+        // Key administration reads and purges them too.
+        auto info = env.go(env.store->async_inspect(done));
+        REQUIRE(info.has_value());
+        CHECK(info->state == store::key_state::completed);
+        CHECK(info->record == "the answer");
+        auto purged = env.go(env.store->async_purge(held, false));
+        REQUIRE(purged.has_value());
+        CHECK(*purged == store::purge_status::in_flight);
+        purged = env.go(env.store->async_purge(done, false));
+        REQUIRE(purged.has_value());
+        CHECK(*purged == store::purge_status::purged_record);
     }
     SUBCASE("leases and records expire through Redis's own expiry") {
         const std::string key = unique("ttl");

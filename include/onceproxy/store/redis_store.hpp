@@ -57,6 +57,8 @@ struct redis_startup_report {
     std::vector<std::string> warnings; ///< for the caller to log
 };
 
+class redis_route;
+
 class redis_store final : public store {
 public:
     /// Creates (but does not start) the per-worker connections. Throws std::invalid_argument
@@ -133,6 +135,9 @@ public:
 
 private:
     boost::asio::awaitable<void> deferred_check();
+    /// A claim that met a record of layout version 1 (a hash, written by an earlier version).
+    boost::asio::awaitable<result<claim_result>> claim_v1(redis_route& c, const std::string& key,
+                                                          const claim_request& req);
 
     std::unique_ptr<impl> impl_;
 };

@@ -2,7 +2,8 @@
 // The idempotency store contract (SPEC §5). Two implementations: memory_store (embedded, one
 // process) and redis_store (shared by replicas). Both pass tests/conformance/store_suite.hpp.
 //
-// Every operation is one atomic step and, on Redis, one round trip. Record payloads are opaque
+// Every operation is one atomic step and, on Redis, one round trip (a claim that finds a key in
+// flight reads its remaining lease in a second one). Record payloads are opaque
 // bytes to the store (core/record_codec serialises them); the store keeps, per key:
 //   owner token, fingerprint, state (in flight | completed), lease expiry or record TTL.
 //
@@ -50,6 +51,9 @@ struct claim_result {
     claim_status status = claim_status::acquired;
     duration remaining_lease{0}; ///< in_flight: time until the lease lapses
     std::string record;          ///< completed: the payload given to complete()
+    /// Round trips the claim took: 1, except where the store must read twice (Redis: an
+    /// in-flight key's remaining lease, a record of an earlier layout).
+    unsigned round_trips = 1;
 };
 
 /// How a fenced operation (complete, release, extend) went.
