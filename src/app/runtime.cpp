@@ -183,6 +183,19 @@ std::string config_digest(const config::config& cfg) {
     return out;
 }
 
+/// The metric's label for a move of the store to another master.
+metrics::master_switch_cause cause_of(store::master_switch_cause c) {
+    switch (c) {
+    case store::master_switch_cause::switch_master:
+        return metrics::master_switch_cause::switch_master;
+    case store::master_switch_cause::readonly:
+        return metrics::master_switch_cause::readonly;
+    case store::master_switch_cause::connection_lost:
+        return metrics::master_switch_cause::connection_lost;
+    }
+    return metrics::master_switch_cause::connection_lost;
+}
+
 std::int64_t unix_seconds() {
     return std::chrono::duration_cast<std::chrono::seconds>(
                std::chrono::system_clock::now().time_since_epoch())
@@ -218,6 +231,12 @@ public:
         } catch (const std::exception& e) {
             log::error("store", e.what());
             return false;
+        }
+        if (st_->follows_master()) {
+            reg_.store_follows_master = true;
+            st_->set_master_switch_observer([&reg = reg_](store::master_switch_cause c) {
+                reg.count_master_switch(cause_of(c));
+            });
         }
         net::io_context open_ioc(1);
         store::open_report report;

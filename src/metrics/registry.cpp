@@ -174,6 +174,16 @@ std::string registry::render() const {
            {{"", get(open_connections)}});
     family("onceproxy_store_errors_total", "counter", "Store operations that failed.",
            {{"", get(store_errors)}});
+    if (store_follows_master.load(std::memory_order_relaxed)) {
+        family("onceproxy_store_master_switches_total", "counter",
+               "Moves of the store to another Redis master (Sentinel), by cause: switch_master "
+               "(a sentinel announced it), readonly (a write got -READONLY from the demoted "
+               "master) or connection_lost (the reconnect found another master).",
+               {{"{cause=\"switch_master\"}", master_switches(master_switch_cause::switch_master)},
+                {"{cause=\"readonly\"}", master_switches(master_switch_cause::readonly)},
+                {"{cause=\"connection_lost\"}",
+                 master_switches(master_switch_cause::connection_lost)}});
+    }
     family("onceproxy_upstream_errors_total", "counter", "Upstream exchanges that failed, by kind.",
            {{"{kind=\"unavailable\"}", get(upstream_errors)},
             {"{kind=\"timeout\"}", get(upstream_timeouts)}});

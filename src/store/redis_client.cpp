@@ -108,6 +108,7 @@ struct link : std::enable_shared_from_this<link> {
     bool closed = false;
     error_code close_reason;
     std::uint64_t* write_counter = nullptr; // the owning client's statistic (same thread)
+    bool readonly = false;                  // closed on a -READONLY reply (a demoted master)
 };
 
 net::awaitable<void> write_loop(std::shared_ptr<link> l) {
@@ -219,6 +220,7 @@ struct redis_client::impl : std::enable_shared_from_this<redis_client::impl> {
             }
         }
         if (options.address_source && p->done() && p->reply.is_error("READONLY")) {
+            l->readonly = true;
             l->close(errc::unavailable); // a demoted master: find the new one
         }
         out.ec = p->ec;
@@ -452,6 +454,9 @@ struct redis_client::impl : std::enable_shared_from_this<redis_client::impl> {
         if (auto bad = co_await open_transport(l, wd)) {
             co_return *bad;
         }
+        if (options.on_message) {
+            l->mux.set_push_handler(options.on_message);
+        }
         net::co_spawn(ex, read_loop(l), net::detached);
         net::co_spawn(ex, write_loop(l), net::detached);
         if (auto bad = co_await run_handshake(l, wd)) {
@@ -475,9 +480,15 @@ struct redis_client::impl : std::enable_shared_from_this<redis_client::impl> {
         // backoff step.
         std::uint64_t failures = 0;
         std::string last_reason;
+        bool after_readonly = false; // the last connection ended on -READONLY
         while (!stopped) {
             auto report = co_await connect_once();
             if (!report.ec) {
+                if (options.on_connected) {
+                    options.on_connected({{}, {}, options.url.host, options.url.port},
+                                         after_readonly);
+                }
+                after_readonly = false;
                 log::info("store", "redis connected",
                           {{"redis", where()}, {"failed_attempts", failures}});
                 failures = 0;
@@ -487,6 +498,7 @@ struct redis_client::impl : std::enable_shared_from_this<redis_client::impl> {
                 while (!l->closed) {
                     co_await l->closed_signal.async_wait(use_tuple);
                 }
+                after_readonly = l->readonly;
                 if (stopped) {
                     co_return;
                 }
@@ -584,6 +596,20 @@ void redis_client::stop() {
 void redis_client::drop_connection() {
     if (impl_->current) {
         impl_->current->close(errc::unavailable);
+    }
+}
+
+void redis_client::drop_connection_unless_at(const std::string& host, std::uint16_t port) {
+    if (impl_->current && (impl_->options.url.host != host || impl_->options.url.port != port)) {
+        impl_->current->close(errc::unavailable);
+    }
+}
+
+net::awaitable<void> redis_client::async_wait_closed() {
+    auto self = impl_;
+    auto l = self->current;
+    while (l && !l->closed) {
+        co_await l->closed_signal.async_wait(use_tuple);
     }
 }
 

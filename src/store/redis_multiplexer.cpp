@@ -107,6 +107,15 @@ redis_multiplexer::read_status redis_multiplexer::on_read(const char* data, std:
         if (st == resp_reader::status::need_more) {
             return read_status::ok;
         }
+        if (on_push_ && is_push(reply)) {
+            // A message answers no request: it may arrive between a command and its reply
+            // (a PING of the health check).
+            on_push_(std::move(reply));
+            if (closed_) {
+                return read_status::closed;
+            }
+            continue;
+        }
         if (fifo_.size() == unwritten_) {
             // A reply nobody asked for: the stream can no longer be matched.
             close(errc::unavailable);
@@ -119,6 +128,16 @@ redis_multiplexer::read_status redis_multiplexer::on_read(const char* data, std:
             finish(*r, {});
         }
     }
+}
+
+bool redis_multiplexer::is_push(const redis_reply& r) noexcept {
+    if (r.type != redis_reply::kind::array || r.elements.empty() ||
+        r.elements[0].type != redis_reply::kind::string) {
+        return false;
+    }
+    const auto& kind = r.elements[0].str;
+    return (kind == "message" && r.elements.size() == 3) ||
+           (kind == "pmessage" && r.elements.size() == 4);
 }
 
 void redis_multiplexer::on_timeout(const std::shared_ptr<redis_request>& req) {

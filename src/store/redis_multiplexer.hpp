@@ -4,8 +4,12 @@
 // and the matching of replies to requests in order. The socket code around it only moves
 // bytes: take_write() gives what to write, on_read() takes what was read.
 //
-// Rules (RESP2, no pushes: nothing is subscribed on these connections):
+// Rules (RESP2):
 // - Replies come in the order of the requests: the n-th reply answers the n-th written request.
+// - Pub/sub: only a connection given a push handler (set_push_handler: a SUBSCRIBE connection)
+//   takes messages (["message", channel, payload], ["pmessage", pattern, channel, payload]);
+//   they go to the handler in order of arrival and answer no request. On a data connection
+//   nothing is subscribed, and such an array is an ordinary reply.
 // - A reply when no written request waits, or bytes that are not RESP, make a stream we can no
 //   longer match: the multiplexer fails everything as a lost connection would
 //   (errc::unavailable; `written` tells whether a request may have run) and the connection
@@ -76,8 +80,19 @@ public:
     /// requests written. `out` is empty when nothing was queued.
     void take_write(std::string& out);
 
-    /// Bytes read from the connection: completes the written requests whose replies are whole.
+    /// Bytes read from the connection: completes the written requests whose replies are whole,
+    /// and hands pub/sub messages to the push handler, if one is set.
     read_status on_read(const char* data, std::size_t n);
+
+    /// Subscriber connections: `on_push` receives each pub/sub message (see the rules above),
+    /// called from on_read. It may close() the multiplexer; on_read then stops.
+    void set_push_handler(std::function<void(redis_reply)> on_push) {
+        on_push_ = std::move(on_push);
+    }
+
+    /// True for a pub/sub message: ["message", channel, payload] or ["pmessage", pattern,
+    /// channel, payload].
+    static bool is_push(const redis_reply& r) noexcept;
 
     /// The deadline of `req` passed before its reply: `req` fails with errc::timeout, every
     /// other request with errc::unavailable, and the multiplexer closes (close the connection).
@@ -101,6 +116,7 @@ private:
     static void finish(redis_request& r, boost::system::error_code ec);
 
     resp_reader reader_;
+    std::function<void(redis_reply)> on_push_;
     std::string wbuf_;
     std::deque<std::shared_ptr<redis_request>> fifo_; // awaiting a reply, in wire order
     std::size_t unwritten_ = 0;                       // the last `unwritten_` of fifo_

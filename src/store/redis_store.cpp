@@ -202,7 +202,8 @@ struct redis_store::impl {
     script purge = make_script(purge_lua);
     std::vector<worker> workers;
     net::any_io_executor first_executor;
-    redis_cluster_options cluster_options; // seeds set: Cluster mode
+    redis_cluster_options cluster_options;    // seeds set: Cluster mode
+    std::shared_ptr<redis_sentinel> sentinel; // Sentinel mode: discovery and the watch
 
     std::atomic<bool> closed{false};
     /// A check that refuses the store (allkeys-* with refuse) failed after a degraded start.
@@ -375,8 +376,10 @@ redis_store::redis_store(const config::redis_config& cfg,
         so.tls_ca_file = cfg.tls_ca_file;
         so.connect_timeout = cfg.connect_timeout;
         so.command_timeout = cfg.command_timeout;
-        o.address_source =
-            redis_sentinel::address_source(std::make_shared<redis_sentinel>(std::move(so)));
+        so.health_check_interval = cfg.health_check_interval;
+        impl_->sentinel = std::make_shared<redis_sentinel>(std::move(so));
+        o.address_source = redis_sentinel::address_source(impl_->sentinel);
+        o.on_connected = redis_sentinel::connected_sink(impl_->sentinel);
     }
     o.scripts = {impl_->complete.body, impl_->release.body, impl_->extend.body,
                  impl_->inspect.body,  impl_->purge.body,   impl_->claim_v1.body};
@@ -408,6 +411,28 @@ void redis_store::start() {
         for (auto& c : w.clusters) {
             net::post(c->get_executor(), [p = c.get()] { p->start(); });
         }
+    }
+    if (impl_->sentinel) {
+        // +switch-master: every connection not at the new master drops and reconnects there.
+        impl_->sentinel->start_watch(
+            impl_->first_executor, [m = impl_.get()](const std::string& host, std::uint16_t port) {
+                for (auto& w : m->workers) {
+                    for (auto& c : w.clients) {
+                        net::post(c.get_executor(),
+                                  [&c, host, port] { c.drop_connection_unless_at(host, port); });
+                    }
+                }
+            });
+    }
+}
+
+bool redis_store::follows_master() const noexcept {
+    return impl_->sentinel != nullptr;
+}
+
+void redis_store::set_master_switch_observer(std::function<void(master_switch_cause)> observer) {
+    if (impl_->sentinel) {
+        impl_->sentinel->set_switch_observer(std::move(observer));
     }
 }
 
@@ -492,6 +517,9 @@ net::awaitable<void> redis_store::deferred_check() {
 
 void redis_store::stop() {
     impl_->closed = true;
+    if (impl_->sentinel) {
+        impl_->sentinel->stop_watch();
+    }
     for (auto& w : impl_->workers) {
         for (auto& c : w.clients) {
             net::post(c.get_executor(), [&c] { c.stop(); });
@@ -506,6 +534,10 @@ std::string redis_store::redis_key(std::string_view key) const {
     std::string out = impl_->cfg.key_prefix;
     out.append(key);
     return out;
+}
+
+redis_sentinel* redis_store::sentinel() noexcept {
+    return impl_->sentinel.get();
 }
 
 redis_client* redis_store::client_for(const net::any_io_executor& ex) noexcept {

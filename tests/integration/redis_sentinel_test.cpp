@@ -1,7 +1,9 @@
 // The Redis store behind Sentinel (SPEC §5): a real master, two replicas and three sentinels on
 // loopback ports (tests/support/redis_sentinel_set). The store contract suite runs against it;
 // failovers (SIGKILL of the master) are followed by the store and by a running onceproxy
-// without a restart; durability: replicated waits for replicas.
+// without a restart; an announced failover (SENTINEL FAILOVER, the old master still up) is
+// followed through the +switch-master subscription before any request; durability: replicated
+// waits for replicas.
 
 #include "onceproxy/store/redis_store.hpp"
 
@@ -9,6 +11,7 @@
 #include "onceproxy/store/error.hpp"
 #include "onceproxy/store/redis_client.hpp"
 #include "support/http_client.hpp"
+#include "support/log_lines.hpp"
 #include "support/problem_check.hpp"
 #include "support/process.hpp"
 #include "support/proxy_fixture.hpp"
@@ -99,6 +102,47 @@ public:
 private:
     store_env env_;
 };
+
+/// A proxy config with the store behind `set`'s sentinels and a guarded route /pay that fails
+/// closed when the store fails.
+test::proxy_config sentinel_proxy_config(const redis_sentinel_set& set, unsigned short upstream) {
+    test::proxy_config c;
+    c.upstream_port = upstream;
+    c.store = {"type: redis",
+               "redis:",
+               "  connect_timeout: 500ms",
+               "  command_timeout: 250ms",
+               "  sentinel:",
+               "    master: " + set.master_name(),
+               "    nodes:"};
+    for (const auto& n : set.sentinel_nodes()) {
+        c.store.push_back("      - \"" + n + "\"");
+    }
+    c.routes = "  - name: pay\n    match: { prefix: /pay }\n    upstream: app\n"
+               "    idempotency: { mode: required, on_store_error: fail_closed }\n";
+    return c;
+}
+
+test::http_response post_pay(const test::proxy_process& proxy, const std::string& key) {
+    return test::fetch(proxy.port, "POST", "/pay",
+                       {{"Idempotency-Key", key}, {"Content-Type", "application/json"}},
+                       R"({"amount":1})");
+}
+
+/// The sentinels the proxy subscribed to +switch-master on, in order, from its log.
+std::vector<std::string> subscriptions(const test::proxy_process& proxy) {
+    std::vector<std::string> out;
+    for (const auto& line : test::process_log_lines(proxy.log())) {
+        if (line.at("msg").as_string() == "following failovers through a sentinel") {
+            out.emplace_back(line.at("sentinel").as_string());
+        }
+    }
+    return out;
+}
+
+const std::string switch_master_series =
+    "onceproxy_store_master_switches_total{cause=\"switch_master\"}";
+const std::string readonly_series = "onceproxy_store_master_switches_total{cause=\"readonly\"}";
 
 } // namespace
 
@@ -266,5 +310,99 @@ TEST_SUITE("redis sentinel") {
         CHECK(again.status == 200);
         CHECK(again.header("Idempotency-Status") == "replayed");
         CHECK(up.count(stored) == 1);
+    }
+
+    TEST_CASE("an announced failover (+switch-master) moves the proxy before any request: "
+              "counted, no -READONLY, the next execution stored on the new master") {
+        auto& set = shared_set();
+        test::upstream_process up(2);
+        test::proxy_process proxy(sentinel_proxy_config(set, up.port).yaml());
+        REQUIRE(test::eventually(
+            [&] { return post_pay(proxy, test::unique_key("sentinel", "warm")).status == 200; },
+            10s, 50ms));
+        REQUIRE(test::eventually([&] { return !subscriptions(proxy).empty(); }, 10s, 50ms));
+        const auto announced_before = proxy.metric(switch_master_series);
+        REQUIRE(announced_before >= 0); // the family is there with Sentinel
+        CHECK(proxy.metric(readonly_series) == 0);
+        const auto old_port = set.master_port();
+
+        // The old master stays up and reachable: without the subscription the proxy would
+        // only notice at its next write (-READONLY) or when Sentinel turns it into a replica.
+        // Nothing is sent to the proxy until the switch has been counted.
+        set.switch_over(0);
+        CHECK(test::eventually(
+            [&] { return proxy.metric(switch_master_series) > announced_before; }, 10s, 50ms));
+        CHECK(proxy.metric(readonly_series) == 0);
+        const auto line = test::find_log_line(proxy.log(), "redis master switched");
+        REQUIRE(line.has_value());
+        CHECK(std::string(line->at("cause").as_string()) == "switch_master");
+        CHECK(std::string(line->at("from").as_string()) == "127.0.0.1:" + std::to_string(old_port));
+
+        std::map<std::uint16_t, long long> evalsha_before;
+        for (const auto p : set.node_ports()) {
+            evalsha_before[p] = set.node(p).command_calls("evalsha");
+        }
+        const auto key = test::unique_key("sentinel", "announced");
+        const auto r = post_pay(proxy, key);
+        CAPTURE(proxy.log());
+        CHECK(r.status == 200);
+        CHECK(r.header("Idempotency-Status") == "stored");
+        CHECK(up.count(key) == 1);
+        // Claimed and completed on the master the sentinels name now (found afterwards: a
+        // second election under load may have moved it again), not on the old one.
+        const auto now_port = set.master_port();
+        CHECK(set.node(now_port).command_calls("evalsha") >= evalsha_before[now_port] + 2);
+        if (now_port != old_port) {
+            CHECK(set.node(old_port).command_calls("evalsha") == evalsha_before[old_port]);
+        }
+        CHECK(proxy.metric(readonly_series) == 0);
+        CHECK(post_pay(proxy, key).header("Idempotency-Status") == "replayed");
+        CHECK(up.count(key) == 1);
+    }
+
+    TEST_CASE("the +switch-master subscription survives the loss of its sentinel") {
+        redis_sentinel_set set; // its own: one of its sentinels dies
+        test::upstream_process up(2);
+        test::proxy_process proxy(sentinel_proxy_config(set, up.port).yaml());
+        REQUIRE(test::eventually([&] { return !subscriptions(proxy).empty(); }, 10s, 50ms));
+        const auto first = subscriptions(proxy).front();
+        const auto dead = set.sentinel_index(first);
+        set.kill_sentinel(dead);
+
+        // Subscribed again, through another sentinel.
+        REQUIRE(test::eventually(
+            [&] {
+                const auto s = subscriptions(proxy);
+                return s.size() >= 2 && s.back() != first;
+            },
+            20s, 50ms));
+        CHECK(test::find_log_line(proxy.log(), "lost the subscription to a sentinel").has_value());
+
+        const auto announced_before = proxy.metric(switch_master_series);
+        REQUIRE(announced_before >= 0);
+        set.switch_over((dead + 1) % set.sentinel_nodes().size());
+        CHECK(test::eventually(
+            [&] { return proxy.metric(switch_master_series) > announced_before; }, 10s, 50ms));
+        CHECK(proxy.metric(readonly_series) == 0);
+        const auto key = test::unique_key("sentinel", "after-loss");
+        const auto r = post_pay(proxy, key);
+        CAPTURE(proxy.log());
+        CHECK(r.status == 200);
+        CHECK(r.header("Idempotency-Status") == "stored");
+        CHECK(up.count(key) == 1);
+    }
+
+    TEST_CASE("SIGTERM with the +switch-master subscription up: the proxy exits at once, status "
+              "0") {
+        auto& set = shared_set();
+        test::upstream_process up(1);
+        test::proxy_process proxy(sentinel_proxy_config(set, up.port).yaml());
+        REQUIRE(test::eventually([&] { return !subscriptions(proxy).empty(); }, 10s, 50ms));
+        // The fixture writes shutdown_delay: 0; drain_timeout is 30 s, so a subscriber that
+        // kept its event loop busy would hold the exit until the shutdown watchdog fires.
+        CHECK(proxy.terminate(5s) == 0);
+        CAPTURE(proxy.log());
+        CHECK_FALSE(test::find_log_line(proxy.log(), "shutdown overran").has_value());
+        CHECK(test::find_log_line(proxy.log(), "drained, exiting").has_value());
     }
 }

@@ -154,6 +154,15 @@ http_response proxy_process::admin(const std::string& path) const {
     return fetch(admin_port, "GET", path);
 }
 
+long long proxy_process::metric(const std::string& series) const {
+    const auto text = admin("/metrics").body;
+    const auto at = text.find("\n" + series + " ");
+    if (at == std::string::npos) {
+        return -1;
+    }
+    return std::stoll(text.substr(at + series.size() + 2));
+}
+
 std::string proxy_config::yaml() const {
     const std::string up =
         upstream_port == 0 ? std::string("{UPSTREAM_PORT}") : std::to_string(upstream_port);

@@ -65,6 +65,9 @@ struct proxy_process {
     std::string log() const { return proc.log(); }
     /// GET `path` on the admin listener (requires one).
     http_response admin(const std::string& path) const;
+    /// The value of the /metrics line `series` (name and labels, e.g.
+    /// `onceproxy_store_errors_total`), or -1 when there is no such line.
+    long long metric(const std::string& series) const;
 };
 
 /// Knobs of the config written by `proxy_config::yaml()`. Text fields are YAML fragments that are

@@ -2,6 +2,7 @@
 
 #include <signal.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <sstream>
@@ -104,6 +105,68 @@ redis_sentinel_set::~redis_sentinel_set() {
     }
 }
 
+std::size_t redis_sentinel_set::sentinel_index(const std::string& node) const {
+    for (std::size_t i = 0; i < sentinels_.size(); ++i) {
+        if (node == "127.0.0.1:" + std::to_string(sentinels_[i].port)) {
+            return i;
+        }
+    }
+    throw std::runtime_error("no sentinel at " + node);
+}
+
+void redis_sentinel_set::kill_sentinel(std::size_t index) {
+    auto& s = sentinels_.at(index);
+    s.proc.signal(SIGKILL);
+    s.proc.wait(5s);
+    s.alive = false;
+}
+
+std::uint16_t redis_sentinel_set::switch_over(std::size_t via, std::chrono::milliseconds bound) {
+    const auto until = std::chrono::steady_clock::now() + bound;
+    const std::uint16_t old = master_port();
+    std::string answer;
+    // -NOGOODSLAVE while the replicas are not yet seen as healthy, -INPROGRESS while an
+    // earlier failover ends: asked again.
+    const bool accepted = eventually(
+        [&] {
+            answer = sentinel_cli(via, {"SENTINEL", "FAILOVER", name_});
+            return answer.rfind("OK", 0) == 0;
+        },
+        bound, 200ms);
+    if (!accepted) {
+        throw std::runtime_error("SENTINEL FAILOVER was refused: " + answer);
+    }
+    std::uint16_t now = 0;
+    const auto left = [&] {
+        return std::max(std::chrono::duration_cast<std::chrono::milliseconds>(
+                            until - std::chrono::steady_clock::now()),
+                        std::chrono::milliseconds(1));
+    };
+    const bool moved = eventually(
+        [&] {
+            now = master_port();
+            if (now == 0 || now == old) {
+                return false;
+            }
+            try {
+                return node(now).cli({"ROLE"}).rfind("master", 0) == 0;
+            } catch (const std::exception&) {
+                return false;
+            }
+        },
+        left(), 100ms);
+    if (!moved) {
+        throw std::runtime_error("no switch-over within the bound from the master on " +
+                                 std::to_string(old));
+    }
+    // The old master is turned into a replica a few seconds later (the sentinels wait to see
+    // it report the old role for a while): the set has settled once it has.
+    if (!eventually([&] { return settled(master_port(), 2); }, left(), 100ms)) {
+        throw std::runtime_error("the sentinel set did not settle after the switch-over");
+    }
+    return master_port();
+}
+
 std::vector<std::string> redis_sentinel_set::sentinel_nodes() const {
     std::vector<std::string> out;
     for (const auto& s : sentinels_) {
@@ -159,6 +222,9 @@ bool redis_sentinel_set::settled(std::uint16_t master, std::size_t replicas) con
     // Every sentinel names `master`, sees `replicas` replicas and the two other sentinels (the
     // quorum and the election of a failover need them).
     for (std::size_t i = 0; i < sentinels_.size(); ++i) {
+        if (!sentinels_[i].alive) {
+            continue;
+        }
         const std::string info = sentinel_cli(i, {"SENTINEL", "MASTER", name_});
         if (field_value(info, "port") != std::to_string(master) ||
             field_value(info, "flags") != "master" ||

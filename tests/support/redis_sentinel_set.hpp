@@ -45,6 +45,19 @@ public:
     /// started again afterwards (the sentinels turn it into a replica of the new master).
     std::uint16_t fail_over(std::chrono::milliseconds bound = std::chrono::seconds(30));
 
+    /// Asks sentinel `via` for a failover (`SENTINEL FAILOVER`, again while it answers
+    /// -NOGOODSLAVE or -INPROGRESS) with the master up, and waits (at most `bound`) until the
+    /// sentinels name another node that says ROLE master, and then until the set has settled
+    /// again (the old master a replica of it). Returns the port the sentinels name by then
+    /// (throws on timeout).
+    std::uint16_t switch_over(std::size_t via,
+                              std::chrono::milliseconds bound = std::chrono::seconds(45));
+
+    /// The index of the sentinel listening on "127.0.0.1:P" (as sentinel_nodes() names it).
+    std::size_t sentinel_index(const std::string& node) const;
+    /// SIGKILLs sentinel `index`; the set goes on with the others (waits and checks skip it).
+    void kill_sentinel(std::size_t index);
+
     /// Runs redis-cli against sentinel `index` (password added) and returns its stdout.
     std::string sentinel_cli(std::size_t index, const std::vector<std::string>& args) const;
 
@@ -53,6 +66,7 @@ private:
         std::uint16_t port = 0;
         std::unique_ptr<temp_dir> dir;
         process proc;
+        bool alive = true;
     };
 
     bool settled(std::uint16_t master, std::size_t replicas) const;

@@ -90,6 +90,15 @@ enum class reload_result {
 };
 inline constexpr std::size_t reload_result_count = 3;
 
+/// What moved the store to another master (Redis behind Sentinel), the `cause` label of
+/// onceproxy_store_master_switches_total (app/ maps the store's own enum onto it).
+enum class master_switch_cause {
+    switch_master,   ///< a sentinel announced it (+switch-master)
+    readonly,        ///< a write got -READONLY from the demoted master
+    connection_lost, ///< the connection was lost and the reconnect found another master
+};
+inline constexpr std::size_t master_switch_cause_count = 3;
+
 class registry {
 public:
     /// `route_names`: config route names in order; an extra "(none)" series is added.
@@ -112,6 +121,17 @@ public:
     std::uint64_t reloads(reload_result r) const noexcept {
         return reloads_[static_cast<std::size_t>(r)].load(std::memory_order_relaxed);
     }
+
+    /// Counts one move of the store to another master. Any thread.
+    void count_master_switch(master_switch_cause c) noexcept {
+        master_switches_[static_cast<std::size_t>(c)].fetch_add(1, std::memory_order_relaxed);
+    }
+    std::uint64_t master_switches(master_switch_cause c) const noexcept {
+        return master_switches_[static_cast<std::size_t>(c)].load(std::memory_order_relaxed);
+    }
+    /// Set when the store follows a master that can move (Sentinel): only then is
+    /// onceproxy_store_master_switches_total rendered.
+    std::atomic<bool> store_follows_master{false};
 
     /// The config now serving: `digest` (the first 16 hex digits of the SHA-256 of its file)
     /// for onceproxy_config_info, and when it was loaded, in seconds since the epoch (at start,
@@ -152,6 +172,7 @@ private:
     std::vector<std::unique_ptr<route_metrics>> routes_;
     route_metrics* unrouted_ = nullptr;
     std::array<std::atomic<std::uint64_t>, reload_result_count> reloads_{};
+    std::array<std::atomic<std::uint64_t>, master_switch_cause_count> master_switches_{};
     std::string config_digest_;
     std::atomic<std::int64_t> config_loaded_at_{0};
 };

@@ -52,6 +52,14 @@ struct redis_client_options {
     /// The connection must then be to a master: ROLE is checked after AUTH, and a -READONLY
     /// reply closes the connection, so the next attempt asks the source again.
     std::function<boost::asio::awaitable<redis_address>()> address_source;
+    /// When set, called on the client's executor each time the started client (start()) has a
+    /// new connection ready: where it is, and whether the connection before it was closed by a
+    /// -READONLY reply (a demoted master). Lets a Sentinel store see the master change.
+    std::function<void(const redis_address& at, bool after_readonly)> on_connected;
+    /// Subscriber connections (SUBSCRIBE): when set, each pub/sub message (["message", channel,
+    /// payload] ...) is handed to it on the client's executor, in order; unset, a message is a
+    /// reply nobody asked for, which closes the connection.
+    std::function<void(redis_reply)> on_message;
     std::string tls_ca_file; ///< rediss://: CA bundle (PEM); empty = system default paths
     std::chrono::milliseconds connect_timeout{500};         ///< whole connect + TLS + AUTH + SELECT
     std::chrono::milliseconds command_timeout{250};         ///< each command, from issue to reply
@@ -109,6 +117,14 @@ public:
     /// Closes the open connection (pending commands fail with errc::unavailable); a started
     /// client reconnects (asking its address_source again). Call on the client's executor.
     void drop_connection();
+
+    /// Closes the open connection, as drop_connection() does, unless it is to host:port (the
+    /// address of the latest attempt). Call on the client's executor.
+    void drop_connection_unless_at(const std::string& host, std::uint16_t port);
+
+    /// Waits until the connection open now closes (at once when none is open), e.g. the loss
+    /// of a subscriber connection, or stop(). Runs on the client's executor.
+    boost::asio::awaitable<void> async_wait_closed();
 
     /// The password of the next connections (AUTH); the open one stays. Call on the client's
     /// executor.

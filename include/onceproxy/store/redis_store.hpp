@@ -47,6 +47,8 @@
 
 namespace onceproxy::store {
 
+class redis_sentinel;
+
 /// Result of the start-up check, for the operator.
 struct redis_startup_report {
     /// Empty: usable. Otherwise the connection error (errc::unavailable, timeout,
@@ -70,11 +72,12 @@ public:
     ~redis_store() override;
 
     /// Starts every connection on its worker executor (connect, then reconnect with backoff
-    /// forever). Thread-safe (posts to each executor).
+    /// forever), and with Sentinel the watch of +switch-master on the first worker's executor
+    /// (redis_sentinel.hpp). Thread-safe (posts to each executor).
     void start();
 
-    /// Closes every connection; pending operations fail with errc::unavailable. Thread-safe
-    /// (posts to each executor).
+    /// Closes every connection and ends the Sentinel watch; pending operations fail with
+    /// errc::unavailable. Thread-safe (posts to each executor).
     void stop();
 
     /// The store lifecycle (store.hpp): async_check_startup(), then start(). Unreachable or
@@ -85,6 +88,16 @@ public:
 
     /// stop().
     void close() override;
+
+    /// True with Sentinel (`sentinel` set): the store follows the master's moves.
+    bool follows_master() const noexcept override;
+
+    /// Sentinel: `observer` counts the moves (redis_sentinel.hpp). Otherwise ignored.
+    void set_master_switch_observer(std::function<void(master_switch_cause)> observer) override;
+
+    /// Sentinel: the discovery and watch shared by every connection (tests, diagnostics);
+    /// nullptr otherwise.
+    redis_sentinel* sentinel() noexcept;
 
     /// Posts the password to every connection's executor (used from their next reconnect) and
     /// to the first one's for the start-up check's copy. Thread-safe.

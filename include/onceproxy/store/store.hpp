@@ -22,7 +22,9 @@
 #include <boost/system/result.hpp>
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -99,6 +101,28 @@ struct open_report {
     std::vector<std::string> warnings; ///< for the log
 };
 
+/// What moved a store to another master (Redis behind Sentinel): the `cause` label of
+/// onceproxy_store_master_switches_total.
+enum class master_switch_cause {
+    switch_master,   ///< a sentinel announced the new master (+switch-master)
+    readonly,        ///< a write got -READONLY (a demoted master); the reconnect found another
+    connection_lost, ///< the connection was lost; the reconnect found another master
+};
+inline constexpr std::size_t master_switch_cause_count = 3;
+
+/// The label value of `c`: "switch_master", "readonly", "connection_lost".
+constexpr const char* to_string(master_switch_cause c) noexcept {
+    switch (c) {
+    case master_switch_cause::switch_master:
+        return "switch_master";
+    case master_switch_cause::readonly:
+        return "readonly";
+    case master_switch_cause::connection_lost:
+        return "connection_lost";
+    }
+    return "unknown";
+}
+
 class store {
 public:
     virtual ~store() = default;
@@ -115,6 +139,17 @@ public:
     /// authenticate with it; those open stay as they are. Thread-safe. A store without
     /// credentials ignores it.
     virtual void set_password(std::string password) { (void)password; }
+
+    /// True when the store follows a master that can move (Redis behind Sentinel): it then
+    /// calls the function given to set_master_switch_observer on each move.
+    virtual bool follows_master() const noexcept { return false; }
+
+    /// `observer` is called (from any worker thread, one call at a time) each time the store
+    /// moves to another master, with the cause. Call before async_open(); the function must
+    /// outlive the store's work (close()).
+    virtual void set_master_switch_observer(std::function<void(master_switch_cause)> observer) {
+        (void)observer;
+    }
 
     /// Claim-or-get: takes a lease on a free key, or reports what is there.
     virtual boost::asio::awaitable<result<claim_result>> async_claim(claim_request req) = 0;

@@ -1,5 +1,7 @@
 #include "onceproxy/log/log.hpp"
 
+#include "support/log_capture.hpp"
+
 #include <doctest/doctest.h>
 
 #include <unistd.h>
@@ -22,26 +24,9 @@ std::string json(std::string_view s) {
     return out;
 }
 
-/// Everything written through log::write while `body` runs (via a pipe; small lines only).
 template <class Body>
 std::string captured(Body body) {
-    int fds[2];
-    REQUIRE(::pipe(fds) == 0);
-    log::set_fd(fds[1]);
-    body();
-    log::set_fd(STDERR_FILENO);
-    ::close(fds[1]);
-    std::string out;
-    char buf[4096];
-    for (;;) {
-        const auto n = ::read(fds[0], buf, sizeof buf);
-        if (n <= 0) {
-            break;
-        }
-        out.append(buf, static_cast<std::size_t>(n));
-    }
-    ::close(fds[0]);
-    return out;
+    return onceproxy::test::captured_log(body);
 }
 
 } // namespace

@@ -181,3 +181,20 @@ TEST_CASE("metrics: reloads by result, the config digest and its load time") {
     CHECK(text.find("onceproxy_config_last_reload_success_timestamp_seconds 1700000000\n") !=
           std::string::npos);
 }
+
+TEST_CASE("metrics: master switches by cause, only for a store that follows a master") {
+    registry reg({"payments"});
+    CHECK(reg.render().find("onceproxy_store_master_switches_total") == std::string::npos);
+    reg.store_follows_master = true;
+    reg.count_master_switch(master_switch_cause::switch_master);
+    reg.count_master_switch(master_switch_cause::switch_master);
+    reg.count_master_switch(master_switch_cause::connection_lost);
+    const auto text = reg.render();
+    CHECK(text.find("# TYPE onceproxy_store_master_switches_total counter\n") != std::string::npos);
+    CHECK(text.find("onceproxy_store_master_switches_total{cause=\"switch_master\"} 2\n") !=
+          std::string::npos);
+    CHECK(text.find("onceproxy_store_master_switches_total{cause=\"readonly\"} 0\n") !=
+          std::string::npos);
+    CHECK(text.find("onceproxy_store_master_switches_total{cause=\"connection_lost\"} 1\n") !=
+          std::string::npos);
+}

@@ -130,6 +130,70 @@ TEST_CASE("redis_multiplexer: an unsolicited reply (a push nobody asked for) fai
     }
 }
 
+TEST_CASE("redis_multiplexer: with a push handler (a SUBSCRIBE connection), messages go to it in "
+          "order and replies still reach their requests") {
+    redis_multiplexer m;
+    std::vector<redis_reply> pushed;
+    m.set_push_handler([&](redis_reply r) { pushed.push_back(std::move(r)); });
+    auto sub = request();
+    REQUIRE(m.add(sub, {"SUBSCRIBE", "+switch-master"}));
+    (void)written(m);
+    // The confirmation is the reply to SUBSCRIBE, not a message.
+    CHECK(feed(m, "*3\r\n$9\r\nsubscribe\r\n$14\r\n+switch-master\r\n:1\r\n") ==
+          redis_multiplexer::read_status::ok);
+    REQUIRE(sub->done());
+    CHECK(sub->reply.elements.size() == 3);
+    CHECK(sub->reply.elements[0].str == "subscribe");
+    CHECK(pushed.empty());
+
+    // A message between a PING and its reply (the health check) does not take the reply's place.
+    auto ping = request();
+    REQUIRE(m.add(ping, {"PING"}));
+    (void)written(m);
+    const std::string msg1 = "*3\r\n$7\r\nmessage\r\n$14\r\n+switch-master\r\n$5\r\nfirst\r\n";
+    const std::string msg2 = "*3\r\n$7\r\nmessage\r\n$14\r\n+switch-master\r\n$6\r\nsecond\r\n";
+    const std::string pong = "*2\r\n$4\r\npong\r\n$0\r\n\r\n";
+    const std::string bytes = msg1 + pong + msg2;
+    // Split anywhere, as the socket may deliver it.
+    CHECK(feed(m, bytes.substr(0, 20)) == redis_multiplexer::read_status::ok);
+    CHECK(feed(m, bytes.substr(20)) == redis_multiplexer::read_status::ok);
+    REQUIRE(ping->done());
+    CHECK_FALSE(ping->ec);
+    CHECK(ping->reply.elements.size() == 2);
+    CHECK(ping->reply.elements[0].str == "pong");
+    REQUIRE(pushed.size() == 2);
+    CHECK(pushed[0].elements[2].str == "first");
+    CHECK(pushed[1].elements[2].str == "second");
+    CHECK_FALSE(m.closed());
+    CHECK(m.in_flight() == 0);
+
+    // A pattern message has four elements; an array that merely starts with "message" but has
+    // the wrong shape is no message, and with nobody waiting it is unsolicited.
+    CHECK(feed(m, "*4\r\n$8\r\npmessage\r\n$1\r\n*\r\n$2\r\nch\r\n$1\r\nx\r\n") ==
+          redis_multiplexer::read_status::ok);
+    CHECK(pushed.size() == 3);
+    CHECK(feed(m, "*2\r\n$7\r\nmessage\r\n$2\r\nch\r\n") ==
+          redis_multiplexer::read_status::unsolicited);
+    CHECK(m.closed());
+}
+
+TEST_CASE("redis_multiplexer: a push handler may close the multiplexer; reading stops there") {
+    redis_multiplexer m;
+    std::size_t pushes = 0;
+    m.set_push_handler([&](redis_reply) {
+        ++pushes;
+        m.close(errc::unavailable);
+    });
+    auto waiting = request();
+    REQUIRE(m.add(waiting, {"PING"}));
+    (void)written(m);
+    CHECK(feed(m, "*3\r\n$7\r\nmessage\r\n$2\r\nch\r\n$1\r\na\r\n+PONG\r\n") ==
+          redis_multiplexer::read_status::closed);
+    CHECK(pushes == 1);
+    REQUIRE(waiting->done());
+    CHECK(waiting->ec == errc::unavailable);
+}
+
 TEST_CASE("redis_multiplexer: a timeout in the middle of a pipeline fails the rest, and the late "
           "reply reaches nobody") {
     redis_multiplexer m;
