@@ -165,13 +165,14 @@ start_redis_cluster() {
 # the template ($redis_extra, when set, is added to the store.redis settings). STORE is memory,
 # redis (the redis-server of start_redis) or cluster (the nodes of the last start_redis_cluster).
 write_proxy_config() {
-    local workers=$1 store=$2 name=${3:-onceproxy} store_block nodes
+    local workers=$1 store=$2 name=${3:-onceproxy} store_block nodes=() node_list
     case "$store" in
     memory) store_block="{ type: memory, memory: { max_bytes: 2GiB } }" ;;
     redis) store_block="{ type: redis, redis: { url: \"redis://127.0.0.1:$redis_port/0\"${redis_extra:+, $redis_extra} } }" ;;
     cluster)
-        nodes=$(printf '"%s", ' ${cluster_nodes//,/ })
-        store_block="{ type: redis, redis: { cluster: { nodes: [ ${nodes%, } ] }${redis_extra:+, $redis_extra} } }" ;;
+        IFS=, read -r -a nodes <<<"$cluster_nodes"
+        node_list=$(printf '"%s", ' "${nodes[@]}")
+        store_block="{ type: redis, redis: { cluster: { nodes: [ ${node_list%, } ] }${redis_extra:+, $redis_extra} } }" ;;
     *) die "unknown store '$store' (memory|redis|cluster)" ;;
     esac
     # A self-signed ECDSA P-256 certificate for the TLS rows (nginx serves the same pair).
