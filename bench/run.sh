@@ -38,7 +38,7 @@ commandstats_requests=1000
 warmup=1
 out_dir=""
 
-usage() { sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
+usage() { sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
 while [ $# -gt 0 ]; do
     case "$1" in
     --duration) duration=$2; shift 2 ;;
