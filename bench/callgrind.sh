@@ -3,14 +3,15 @@
 # does not move with the noise of a shared machine, so it compares two builds reliably.
 #
 #   bench/callgrind.sh [--build-dir build/release] [--seconds 10] [--connections 8]
-#                      [--mode plain|first|replay] [--store memory|redis] [--binary PATH] [--out DIR]
-#                      [--count proxy|redis]
+#                      [--mode plain|first|replay] [--store memory|redis|cluster]
+#                      [--cluster-masters 1] [--count proxy|redis] [--binary PATH] [--out DIR]
 #
 # Starts the test upstream and onceproxy (one worker, config of bench/run.sh) with onceproxy
 # under callgrind, sends one warm-up second of wrk load, zeroes the counters, runs wrk for
 # --seconds, dumps, and prints instructions per request (the proxy's whole process: user-space
 # instructions, system calls not included). --mode: GETs on the plain route (default), first
-# executions or replays (of a pool of 100 keys) on the guarded route, with --store's store.
+# executions or replays (of a pool of 100 keys) on the guarded route, with --store's store
+# (cluster: a local Redis Cluster of --cluster-masters masters, no replicas).
 # --count redis puts the Redis server under callgrind instead (the proxy runs natively): the
 # instructions Redis spends per guarded request, scripts included (implies --store redis).
 # Build with -g (e.g. -DCMAKE_CXX_FLAGS=-g1) for annotated output;
@@ -25,6 +26,7 @@ seconds=10
 conns=8
 mode=plain
 store=memory
+cluster_masters=1
 binary=
 out=
 keep_work_dir=0
@@ -36,15 +38,17 @@ while [ $# -gt 0 ]; do
     --connections) conns=$2; shift 2 ;;
     --mode) mode=$2; shift 2 ;;
     --store) store=$2; shift 2 ;;
+    --cluster-masters) cluster_masters=$2; shift 2 ;;
     --binary) binary=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --count) count=$2; shift 2 ;;
-    -h | --help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown option $1" ;;
     esac
 done
 case "$mode" in plain | first | replay) ;; *) die "--mode must be plain, first or replay" ;; esac
-case "$store" in memory | redis) ;; *) die "--store must be memory or redis" ;; esac
+case "$store" in memory | redis | cluster) ;; *) die "--store must be memory, redis or cluster" ;; esac
+[[ "$cluster_masters" =~ ^[1-9][0-9]*$ ]] || die "--cluster-masters must be a number >= 1"
 case "$count" in proxy) ;; redis) store=redis ;; *) die "--count must be proxy or redis" ;; esac
 command -v valgrind >/dev/null || die "valgrind is not installed"
 find_binaries "$build"
@@ -66,6 +70,7 @@ if [ "$count" = redis ]; then
 elif [ "$store" = redis ]; then
     start_redis
 fi
+[ "$store" = cluster ] && start_redis_cluster "$cluster_masters" "$cluster_masters"
 # Under valgrind a command takes far longer than Redis's default 250 ms budget allows.
 redis_extra="command_timeout: 5s"
 write_proxy_config 1 "$store"

@@ -105,14 +105,78 @@ start_redis() {
     wait_tcp "$redis_port" $! "redis-server"
 }
 
-# write_proxy_config WORKERS STORE: writes $work_dir/onceproxy.yaml from the template
-# ($redis_extra, when set, is added to the store.redis settings).
+# start_redis_cluster MASTERS TAG: starts a private Redis Cluster of MASTERS cluster-enabled,
+# non-persistent redis-servers without replicas (slots split evenly, config epochs 1..MASTERS,
+# joined with CLUSTER MEET) and waits up to 20 s until every node reports cluster_state:ok and
+# knows all the others. Sets cluster_pids, cluster_nodes ("127.0.0.1:P1,127.0.0.1:P2,...") and
+# cluster_ports. TAG names the logs ($work_dir/cluster<TAG>-<i>.log).
+start_redis_cluster() {
+    local masters=$1 tag=$2 i port bus dir from to first
+    command -v redis-server >/dev/null || die "redis-server is not installed (scripts/install-deps.sh)"
+    command -v redis-cli >/dev/null || die "redis-cli is not installed (scripts/install-deps.sh)"
+    cluster_ports=()
+    cluster_pids=()
+    local bus_ports=()
+    for ((i = 0; i < masters; i++)); do
+        port=$(free_port)
+        bus=$(free_port)
+        while [ "$bus" = "$port" ]; do bus=$(free_port); done
+        dir="$work_dir/cluster$tag-$i"
+        mkdir -p "$dir"
+        # The bus port is given: the default (port + 10000) may be taken, or past 65535.
+        redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no --dir "$dir" \
+            --logfile "$work_dir/cluster$tag-$i.log" --cluster-enabled yes \
+            --cluster-config-file nodes.conf --cluster-port "$bus" --cluster-node-timeout 5000 &
+        started_pids+=("$!")
+        cluster_pids+=("$!")
+        started_names[$!]="redis-server (cluster $tag, node $i)"
+        wait_tcp "$port" $! "redis-server (cluster $tag, node $i)"
+        cluster_ports+=("$port")
+        bus_ports+=("$bus")
+    done
+    ccli() { timeout 10 redis-cli -h 127.0.0.1 -p "$@"; }
+    for ((i = 0; i < masters; i++)); do
+        from=$((i * 16384 / masters))
+        to=$(((i + 1) * 16384 / masters - 1))
+        [ "$(ccli "${cluster_ports[i]}" CLUSTER ADDSLOTSRANGE "$from" "$to")" = OK ] ||
+            die "cluster $tag: CLUSTER ADDSLOTSRANGE $from $to failed on node $i"
+        [ "$(ccli "${cluster_ports[i]}" CLUSTER SET-CONFIG-EPOCH $((i + 1)))" = OK ] ||
+            die "cluster $tag: CLUSTER SET-CONFIG-EPOCH failed on node $i"
+    done
+    first=${cluster_ports[0]}
+    for ((i = 1; i < masters; i++)); do
+        [ "$(ccli "$first" CLUSTER MEET 127.0.0.1 "${cluster_ports[i]}" "${bus_ports[i]}")" = OK ] ||
+            die "cluster $tag: CLUSTER MEET of node $i failed"
+    done
+    local deadline=$((SECONDS + 20)) ok info
+    while :; do
+        ok=1
+        for port in "${cluster_ports[@]}"; do
+            info=$(ccli "$port" CLUSTER INFO | tr -d '\r' || true)
+            grep -qx 'cluster_state:ok' <<<"$info" && grep -qx "cluster_known_nodes:$masters" <<<"$info" ||
+                ok=0
+        done
+        [ "$ok" -eq 1 ] && break
+        [ "$SECONDS" -lt "$deadline" ] || die "cluster $tag ($masters masters) not ready within 20 s"
+        sleep 0.2
+    done
+    cluster_nodes=$(printf '127.0.0.1:%s,' "${cluster_ports[@]}")
+    cluster_nodes=${cluster_nodes%,}
+}
+
+# write_proxy_config WORKERS STORE [NAME]: writes $work_dir/NAME.yaml (default onceproxy) from
+# the template ($redis_extra, when set, is added to the store.redis settings). STORE is memory,
+# redis (the redis-server of start_redis) or cluster (the nodes of the last start_redis_cluster).
 write_proxy_config() {
-    local workers=$1 store=$2 store_block
+    local workers=$1 store=$2 name=${3:-onceproxy} store_block nodes=() node_list
     case "$store" in
     memory) store_block="{ type: memory, memory: { max_bytes: 2GiB } }" ;;
     redis) store_block="{ type: redis, redis: { url: \"redis://127.0.0.1:$redis_port/0\"${redis_extra:+, $redis_extra} } }" ;;
-    *) die "unknown store '$store' (memory|redis)" ;;
+    cluster)
+        IFS=, read -r -a nodes <<<"$cluster_nodes"
+        node_list=$(printf '"%s", ' "${nodes[@]}")
+        store_block="{ type: redis, redis: { cluster: { nodes: [ ${node_list%, } ] }${redis_extra:+, $redis_extra} } }" ;;
+    *) die "unknown store '$store' (memory|redis|cluster)" ;;
     esac
     # A self-signed ECDSA P-256 certificate for the TLS rows (nginx serves the same pair).
     if [ ! -f "$work_dir/tls.crt" ]; then
@@ -128,20 +192,31 @@ write_proxy_config() {
     fi
     sed -e "s|@WORKERS@|$workers|" -e "s|@UPSTREAM_PORT@|$upstream_port|" \
         -e "s|@STORE@|$store_block|" -e "s|@DIR@|$work_dir|g" \
-        "$bench_dir/onceproxy.yaml.in" >"$work_dir/onceproxy.yaml"
+        "$bench_dir/onceproxy.yaml.in" >"$work_dir/$name.yaml"
+}
+
+# start_proxy_as NAME: starts onceproxy on $work_dir/NAME.yaml (log NAME.log); sets
+# started_proxy_pid, started_proxy_port, started_admin_port, started_tls_port.
+start_proxy_as() {
+    local name=$1
+    "$onceproxy_bin" --config "$work_dir/$name.yaml" --port-file "$work_dir/$name.port" \
+        >"$work_dir/$name.log" 2>&1 &
+    started_proxy_pid=$!
+    started_pids+=("$started_proxy_pid")
+    started_names[$started_proxy_pid]="$name"
+    wait_file "$work_dir/$name.port" $started_proxy_pid "$name"
+    read -r started_proxy_port started_admin_port started_tls_port <"$work_dir/$name.port"
+    wait_tcp "$started_proxy_port" $started_proxy_pid "$name"
 }
 
 # start_proxy: starts onceproxy on $work_dir/onceproxy.yaml; sets proxy_port, admin_port,
 # proxy_tls_port, proxy_pid.
 start_proxy() {
-    "$onceproxy_bin" --config "$work_dir/onceproxy.yaml" --port-file "$work_dir/onceproxy.port" \
-        >"$work_dir/onceproxy.log" 2>&1 &
-    proxy_pid=$!
-    started_pids+=("$proxy_pid")
-    started_names[$proxy_pid]="onceproxy"
-    wait_file "$work_dir/onceproxy.port" $proxy_pid "onceproxy"
-    read -r proxy_port admin_port proxy_tls_port <"$work_dir/onceproxy.port"
-    wait_tcp "$proxy_port" $proxy_pid "onceproxy"
+    start_proxy_as onceproxy
+    proxy_pid=$started_proxy_pid
+    proxy_port=$started_proxy_port
+    admin_port=$started_admin_port
+    proxy_tls_port=$started_tls_port
 }
 
 # check_alive WHEN: exits non-zero (keeping the logs) when a started process has died.

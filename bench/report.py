@@ -6,7 +6,9 @@ prints the table and the SPEC §7 ratios, and writes summary.json next to the in
 
 RESULTS_DIR holds r<round>-<scenario>.txt (wrk --latency output), meta.json (run parameters)
 and, optionally, engine.txt (first line "available" or the reason the idempotency scenarios
-were not measured), r<round>-bulk_<mode>_<target>.json (one large transfer each, from bulk.py)
+were not measured), engine-cluster<N>.txt and metrics-cluster<N>.txt (the same for the
+onceproxy of the Redis Cluster of N masters, whose loads are r<round>-first_cluster<N>.txt and
+r<round>-replay_cluster<N>.txt), r<round>-bulk_<mode>_<target>.json (one large transfer each, from bulk.py)
 and, with --commandstats, commandstats-{first,replay}.txt (INFO commandstats
 after N sequential requests of each kind) or commandstats-unavailable.txt.
 """
@@ -116,9 +118,20 @@ def commandstats(d: pathlib.Path, meta: dict, summary: dict) -> None:
 BULK_TARGETS = (("direct", "upstream directly"), ("nginx", "nginx"), ("proxy", "onceproxy"))
 
 
-def proxy_round_trips(d: pathlib.Path, summary: dict) -> None:
+def cluster_scenarios(meta: dict) -> list:
+    """The rows of the Cluster scenarios, one pair per Cluster size of the run."""
+    rows = []
+    for n in meta.get("cluster_masters", []):
+        masters = f"{n} master{'s' if n != 1 else ''}"
+        rows.append((f"first_cluster{n}", f"Cluster ({masters}), first execution"))
+        rows.append((f"replay_cluster{n}", f"Cluster ({masters}), replay"))
+    return rows
+
+
+def proxy_round_trips(d: pathlib.Path, summary: dict, name: str = "metrics",
+                      label: str = "") -> None:
     """Store round trips per request of the guarded route, from onceproxy's own /metrics."""
-    f = d / "metrics.txt"
+    f = d / f"{name}.txt"
     if not f.exists():
         return
     series = {}
@@ -133,11 +146,55 @@ def proxy_round_trips(d: pathlib.Path, summary: dict) -> None:
         if n == 0 or ("onceproxy_store_round_trips_total", outcome) not in series:
             continue  # no such requests, or a onceproxy that does not count its round trips
         per = series.get(("onceproxy_store_round_trips_total", outcome), 0) / n
-        summary.setdefault("store_round_trips_per_request", {})[outcome] = per
+        key = "store_round_trips_per_request" + (f"_{name}" if name != "metrics" else "")
+        summary.setdefault(key, {})[outcome] = per
         parts.append(f"{outcome} {per:.2f} [target {target}] over {n} requests")
     if parts:
-        print("  store round trips per request (onceproxy_store_round_trips_total / "
+        print(f"  store round trips per request{label} (onceproxy_store_round_trips_total / "
               "onceproxy_requests_total, whole run): " + ", ".join(parts))
+
+
+def cluster_figures(d: pathlib.Path, meta: dict, med: dict, runs: dict, summary: dict) -> None:
+    """Cluster / single-node ratios of the first-execution and replay paths, per Cluster size:
+    of the medians, and of each round (the two loads ran in the same round, close in time)."""
+    fig = summary["figures"]
+    for n in meta.get("cluster_masters", []):
+        engine_file = d / f"engine-cluster{n}.txt"
+        engine = engine_file.read_text().strip() if engine_file.exists() else ""
+        masters = f"{n} master{'s' if n != 1 else ''}"
+        for path in ("first", "replay"):
+            name = f"{path}_cluster{n}"
+            if f"{path}_cluster" not in meta["scenarios"]:
+                continue
+            label = f"Cluster ({masters}) / single node, {path}"
+            if engine and engine.splitlines()[0] != "available":
+                print(f"  {label:<44} engine not available ({engine.splitlines()[0]})")
+                fig[f"cluster{n}_{path}_vs_single"] = "engine not available"
+                continue
+            if name not in med or path not in med or med[path]["rps"] <= 0:
+                print(f"  {label:<44} not measured")
+                continue
+            r = med[name]["rps"] / med[path]["rps"]
+            single = {x["round"]: x["rps"] for x in runs[path]}
+            per_round = [x["rps"] / single[x["round"]] for x in runs[name]
+                         if single.get(x["round"], 0) > 0]
+            fig[f"cluster{n}_{path}_vs_single"] = r
+            target = ("[>= 0.9x: the per-master target]" if n == 1 else
+                      "[whole Cluster against one node]")
+            extra = ""
+            if per_round:
+                fig[f"cluster{n}_{path}_vs_single_per_round"] = per_round
+                extra = (f"; per round " + " ".join(f"{x:.2f}" for x in per_round) +
+                         f" (median {statistics.median(per_round):.2f})")
+            if med[name]["cpu_us"] > 0 and med[path]["cpu_us"] > 0:
+                cpu = med[path]["cpu_us"] / med[name]["cpu_us"]
+                fig[f"cluster{n}_{path}_vs_single_cpu"] = cpu
+                extra += (f"; by onceproxy CPU time per request {cpu:.2f}x "
+                          f"({med[name]['cpu_us']:.1f} vs {med[path]['cpu_us']:.1f} us)")
+            bad = med[name]["non2xx"] + med[name]["errors"]
+            if bad > 0.01 * max(1.0, med[name]["rps"]):
+                extra += f"  WARNING: {bad} non-2xx/errors, figure not meaningful"
+            print(f"  {label:<44} {r:6.2f}x  {target}{extra}")
 
 
 def bulk(d: pathlib.Path, meta: dict, summary: dict, problems: list) -> None:
@@ -216,6 +273,7 @@ def main() -> int:
             if redis_file.exists() and parsed["requests"] > 0:
                 ticks, hz = (int(x) for x in redis_file.read_text().split())
                 parsed["redis_us"] = ticks * 1e6 / hz / parsed["requests"]
+            parsed["round"] = int(m.group(1))
             runs.setdefault(m.group(2), []).append(parsed)
         except ValueError as e:
             problems.append(f"{f.name}: {e}")
@@ -233,9 +291,12 @@ def main() -> int:
           f"onceproxy workers={meta['workers']}, nginx worker_processes={meta['nginx_workers']}, "
           f"upstream threads={meta['upstream_threads']}, store={meta['store']}, "
           f"{meta['cpus']} CPUs shared by everything")
+    if meta.get("load_start"):
+        print(f"load average (1, 5, 15 min) at the start of the load {meta['load_start']}, "
+              f"at the end {meta.get('load_end', '?')}")
     print(f"{'scenario':<40} {'req/s':>10} {'p50 ms':>8} {'p99 ms':>8} {'CPU us/req':>10} "
           f"{'Redis us/req':>12} {'non-2xx':>8} {'errors':>7}  req/s per round")
-    for name, label in SCENARIOS:
+    for name, label in SCENARIOS + cluster_scenarios(meta):
         if name in med:
             r = med[name]
             per_round = " ".join(fmt(x) for x in r["rounds_rps"])
@@ -328,7 +389,11 @@ def main() -> int:
         print(f"  p99 added at half of peak load (paced, -c{meta['half_connections']}): direct "
               f"{med['half_direct']['p99']:.2f} ms, onceproxy {med['half_proxy']['p99']:.2f} ms, "
               f"added {added:.2f} ms  [<= 1 ms]")
+    cluster_figures(d, meta, med, runs, summary)
     proxy_round_trips(d, summary)
+    for n in meta.get("cluster_masters", []):
+        proxy_round_trips(d, summary, f"metrics-cluster{n}",
+                          f", Cluster of {n} master{'s' if n != 1 else ''}")
     commandstats(d, meta, summary)
     bulk(d, meta, summary, problems)
     for p in problems:

