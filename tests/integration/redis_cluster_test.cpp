@@ -126,7 +126,9 @@ TEST_CASE("redis cluster store: records spread over the masters, each on its slo
     auto& cluster = shared_cluster();
     cluster_env env(cluster.addresses());
     std::set<std::uint16_t> masters_used;
-    for (int i = 0; i < 24; ++i) {
+    // Until every master holds one (3 of 24 random keys would do with even slots; other cases
+    // of this shared Cluster move slots around, so allow more), each key on its slot's master.
+    for (int i = 0; i < 200 && masters_used.size() < 3; ++i) {
         const auto key = test::unique_key("cluster", "spread");
         REQUIRE(env.claim(key, "o1").status == claim_status::acquired);
         const std::string rkey = env.store->redis_key(key);
