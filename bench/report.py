@@ -13,6 +13,7 @@ and, with --commandstats, commandstats-{first,replay}.txt (INFO commandstats
 after N sequential requests of each kind) or commandstats-unavailable.txt.
 """
 import json
+import math
 import pathlib
 import re
 import statistics
@@ -248,6 +249,17 @@ def fmt(v: float, unit: str = "") -> str:
     return f"{v:.2f}{unit}" if unit else f"{v:,.0f}"
 
 
+def no_nan(v):
+    """NaN (a figure not measured, e.g. Redis CPU with the memory store) as null: valid JSON."""
+    if isinstance(v, float) and math.isnan(v):
+        return None
+    if isinstance(v, dict):
+        return {k: no_nan(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [no_nan(x) for x in v]
+    return v
+
+
 def main() -> int:
     d = pathlib.Path(sys.argv[1])
     meta = json.loads((d / "meta.json").read_text())
@@ -398,7 +410,7 @@ def main() -> int:
     bulk(d, meta, summary, problems)
     for p in problems:
         print(f"  unparsable or failed result: {p}")
-    (d / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    (d / "summary.json").write_text(json.dumps(no_nan(summary), indent=2) + "\n")
     return 1 if problems else 0
 
 

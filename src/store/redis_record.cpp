@@ -75,4 +75,35 @@ std::optional<view> parse(std::string_view value) noexcept {
     return out;
 }
 
+std::string_view redis_version(std::string_view info) noexcept {
+    constexpr std::string_view field = "redis_version:";
+    std::size_t pos = 0;
+    while (pos < info.size()) {
+        auto end = info.find('\n', pos);
+        if (end == std::string_view::npos) {
+            end = info.size();
+        }
+        auto line = info.substr(pos, end - pos);
+        if (!line.empty() && line.back() == '\r') {
+            line.remove_suffix(1);
+        }
+        if (line.substr(0, field.size()) == field) {
+            return line.substr(field.size());
+        }
+        pos = end + 1;
+    }
+    return {};
+}
+
+std::optional<int> major_version(std::string_view text) noexcept {
+    int major = 0;
+    const char* begin = text.data();
+    const char* end = text.data() + text.size();
+    auto [p, ec] = std::from_chars(begin, end, major);
+    if (ec != std::errc() || p == begin || (p != end && *p != '.')) {
+        return std::nullopt;
+    }
+    return major;
+}
+
 } // namespace onceproxy::store::redis_record

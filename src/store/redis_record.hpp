@@ -43,4 +43,14 @@ struct view {
 /// a lease with a payload).
 std::optional<view> parse(std::string_view value) noexcept;
 
+/// A claim of this layout is `SET ... NX ... GET`, which Redis accepts from version 7.0.
+inline constexpr int minimum_redis_major = 7;
+
+/// The `redis_version` of an `INFO server` reply ("redis_version:7.0.15" -> "7.0.15"); empty
+/// when it has none.
+std::string_view redis_version(std::string_view info) noexcept;
+
+/// The major number of a version ("7.0.15" -> 7); nullopt when it does not start with one.
+std::optional<int> major_version(std::string_view text) noexcept;
+
 } // namespace onceproxy::store::redis_record

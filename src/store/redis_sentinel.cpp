@@ -235,6 +235,10 @@ bool redis_sentinel::move_to(const std::string& host, std::uint16_t port, master
     const std::string from = first ? std::string() : address_text(master_host_, master_port_);
     master_host_ = host;
     master_port_ = port;
+    if (cause == master_switch_cause::switch_master) {
+        // After the address, under the lock: whoever sees the new count reads the new address.
+        announcements_.fetch_add(1, std::memory_order_acq_rel);
+    }
     if (first) {
         return true; // where the store starts: not a move
     }
@@ -291,7 +295,6 @@ void redis_sentinel::stop_watch() {
 
 void redis_sentinel::announced(watch* w, const std::string& host, std::uint16_t port,
                                const std::string& sentinel, bool caught_up) {
-    announcements_.fetch_add(1, std::memory_order_acq_rel);
     move_to(host, port, master_switch_cause::switch_master,
             caught_up ? "sentinel " + sentinel + " (asked after subscribing)"
                       : "sentinel " + sentinel + " (+switch-master)");

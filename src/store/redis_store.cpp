@@ -128,7 +128,11 @@ constexpr const char* purge_lua = R"lua(
 local t = redis.call('TYPE', KEYS[1]).ok
 local st
 if t == 'string' then
-  st = string.sub(redis.call('GET', KEYS[1]), 2, 2)
+  local v = redis.call('GET', KEYS[1])
+  if string.sub(v, 1, 1) ~= '2' then
+    return redis.error_reply('ONCEPROXY unknown record version')
+  end
+  st = string.sub(v, 2, 2)
 elseif t == 'hash' then
   st = redis.call('HGET', KEYS[1], 'st')
 end
@@ -568,6 +572,29 @@ net::awaitable<redis_startup_report> redis_store::async_check_startup() {
     const std::string where = impl_->cfg.sentinel
                                   ? "the master of '" + impl_->cfg.sentinel->master + "'"
                                   : opts.url.host + ":" + std::to_string(opts.url.port);
+    // A claim is SET ... NX ... GET (redis_record.hpp): Redis 7.0 or newer.
+    std::vector<std::string> info{"INFO", "server"};
+    auto version = co_await probe.async_exec(std::move(info));
+    if (!version.ec && version.reply.type == redis_reply::kind::string) {
+        const auto v = redis_record::redis_version(version.reply.str);
+        const auto major = redis_record::major_version(v);
+        if (major && *major < redis_record::minimum_redis_major) {
+            report.ec =
+                boost::system::errc::make_error_code(boost::system::errc::operation_not_permitted);
+            report.message = "Redis at " + where + " is version " + std::string(v) +
+                             "; onceproxy needs Redis 7.0 or newer (a claim is SET ... NX ... "
+                             "GET)";
+            probe.stop();
+            co_return report;
+        }
+        if (!major) {
+            report.warnings.push_back("cannot read the version of Redis at " + where +
+                                      ": make sure it is 7.0 or newer");
+        }
+    } else {
+        report.warnings.push_back("cannot read the version of Redis at " + where +
+                                  " (INFO server): make sure it is 7.0 or newer");
+    }
     std::vector<std::string> config_get{"CONFIG", "GET", "maxmemory-policy"};
     auto r = co_await probe.async_exec(std::move(config_get));
     if (r.ec) {
@@ -669,6 +696,16 @@ net::awaitable<result<claim_result>> redis_store::async_claim(claim_request req)
         if (!held.ec && held.reply.type == redis_reply::kind::string) {
             const auto v = redis_record::parse(held.reply.str);
             if (v && v->state == redis_record::in_flight && v->owner == req.owner) {
+                if (impl_->cfg.durability == config::redis_durability::replicated) {
+                    // Ours, but replicas must hold it too before it counts as taken.
+                    std::vector<std::string> wait{"WAIT", std::to_string(impl_->cfg.replicas),
+                                                  std::to_string(impl_->cfg.wait_timeout.count())};
+                    auto w = co_await c.async_exec(std::move(wait));
+                    if (w.ec || w.reply.type != redis_reply::kind::integer ||
+                        w.reply.integer < static_cast<long long>(impl_->cfg.replicas)) {
+                        co_return error_code(errc::not_replicated);
+                    }
+                }
                 claim_result out;
                 out.status = claim_status::acquired;
                 co_return out;
@@ -698,10 +735,12 @@ net::awaitable<result<claim_result>> redis_store::async_claim(claim_request req)
         co_return reply_error();
     }
     // In flight: how long the other lease has left (a second round trip, on this path only;
-    // -2 when it lapsed meanwhile, which reads as no time left).
+    // -2 when it lapsed meanwhile, which reads as no time left; if it cannot be read, a whole
+    // lease).
     out.round_trips = 2;
     std::vector<std::string> pttl{"PTTL", key};
     auto left = co_await c.async_exec(std::move(pttl));
+    out.remaining_lease = req.lease; // unread: the longest it can be, so waiters back off
     if (!left.ec && left.reply.type == redis_reply::kind::integer) {
         out.remaining_lease = duration{std::max<long long>(left.reply.integer, 0)};
     }

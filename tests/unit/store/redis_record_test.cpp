@@ -62,3 +62,16 @@ TEST_CASE("values of another layout or cut short are refused") {
         CHECK_FALSE(record::parse(bad));
     }
 }
+
+TEST_CASE("the server's version, from INFO server: 7.0 or newer takes a claim's SET NX GET") {
+    const std::string info = "# Server\r\nredis_version:7.0.15\r\nredis_git_sha1:00000000\r\n";
+    CHECK(record::redis_version(info) == "7.0.15");
+    CHECK(record::major_version("7.0.15") == 7);
+    CHECK(record::major_version("6.2.14") == 6);
+    CHECK(record::major_version("10") == 10);
+    CHECK(record::redis_version("# Server\r\nredis_mode:standalone\r\n").empty());
+    CHECK_FALSE(record::major_version(""));
+    CHECK_FALSE(record::major_version("x7"));
+    CHECK_FALSE(record::major_version("7x.0"));
+    CHECK(record::minimum_redis_major == 7);
+}
