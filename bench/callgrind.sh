@@ -49,7 +49,13 @@ done
 case "$mode" in plain | first | replay) ;; *) die "--mode must be plain, first or replay" ;; esac
 case "$store" in memory | redis | cluster) ;; *) die "--store must be memory, redis or cluster" ;; esac
 [[ "$cluster_masters" =~ ^[1-9][0-9]*$ ]] || die "--cluster-masters must be a number >= 1"
-case "$count" in proxy) ;; redis) store=redis ;; *) die "--count must be proxy or redis" ;; esac
+case "$count" in
+proxy) ;;
+redis)
+    [ "$store" = cluster ] && die "--count redis counts one redis-server: not with --store cluster"
+    store=redis ;;
+*) die "--count must be proxy or redis" ;;
+esac
 command -v valgrind >/dev/null || die "valgrind is not installed"
 find_binaries "$build"
 [ -n "$binary" ] && onceproxy_bin=$binary
@@ -72,7 +78,7 @@ elif [ "$store" = redis ]; then
 fi
 [ "$store" = cluster ] && start_redis_cluster "$cluster_masters" "$cluster_masters"
 # Under valgrind a command takes far longer than Redis's default 250 ms budget allows.
-redis_extra="command_timeout: 5s"
+redis_extra="command_timeout: 5s, connect_timeout: 10s"
 write_proxy_config 1 "$store"
 if [ "$count" = redis ]; then
     start_proxy
@@ -117,7 +123,8 @@ timeout $((seconds + 30)) wrk -t1 -c"$conns" -d"${seconds}s" "${script[@]}" "$ur
 callgrind_control -d "$counted_pid" >/dev/null
 requests=$(awk '/requests in/ {print $1}' "$work_dir/wrk.txt")
 errors=$(awk '/Non-2xx|Socket errors/' "$work_dir/wrk.txt")
-[ -n "$errors" ] && log "wrk reported: $errors"
+[ -n "$errors" ] && die "wrk reported: $errors (the count would mix in failed requests)"
+[ "${requests:-0}" -gt 0 ] 2>/dev/null || die "wrk sent no request: $(tail -n1 "$work_dir/wrk.txt")"
 dump=$(ls -t "$out"/callgrind.out."$counted_pid".* 2>/dev/null | head -n1)
 [ -n "$dump" ] || die "no callgrind dump in $out"
 ir=$(awk '/^summary:/ {print $2}' "$dump")

@@ -600,8 +600,16 @@ void redis_client::drop_connection() {
 }
 
 void redis_client::drop_connection_unless_at(const std::string& host, std::uint16_t port) {
-    if (impl_->current && (impl_->options.url.host != host || impl_->options.url.port != port)) {
+    if (impl_->options.url.host == host && impl_->options.url.port == port) {
+        return;
+    }
+    if (impl_->current) {
         impl_->current->close(errc::unavailable);
+    }
+    // An attempt under way towards the old address too: it fails and the next one asks the
+    // sentinels again.
+    if (impl_->attempt && impl_->attempt != impl_->current) {
+        impl_->attempt->close(errc::unavailable);
     }
 }
 

@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <chrono>
 #include <random>
 
 // GCC 12 reports a false -Wmismatched-new-delete on Asio's awaitable frames once it inlines
@@ -404,9 +405,13 @@ net::awaitable<void> redis_sentinel::run_watch(std::shared_ptr<watch> w) {
     std::uint64_t failures = 0;
     while (!w->stopped) {
         bool followed = false;
+        bool lasted = false;
         for (std::size_t i = 0; i < count && !w->stopped && !followed; ++i) {
             const std::size_t index = (next + i) % count;
+            const auto since = std::chrono::steady_clock::now();
             followed = co_await follow(w, index);
+            // A subscription that drops at once (a flapping sentinel) keeps backing off.
+            lasted = std::chrono::steady_clock::now() - since >= std::chrono::seconds(10);
             if (followed) {
                 // The next subscription starts with another sentinel: this one just dropped.
                 next = (index + 1) % count;
@@ -417,7 +422,9 @@ net::awaitable<void> redis_sentinel::run_watch(std::shared_ptr<watch> w) {
         }
         if (followed) {
             failures = 0;
-            delay = options_.reconnect_min;
+            if (lasted) {
+                delay = options_.reconnect_min;
+            }
         } else {
             ++failures;
             log::write(failures == 1 ? log::level::warn : log::level::debug, "store",

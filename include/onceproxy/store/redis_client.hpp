@@ -118,8 +118,9 @@ public:
     /// client reconnects (asking its address_source again). Call on the client's executor.
     void drop_connection();
 
-    /// Closes the open connection, as drop_connection() does, unless it is to host:port (the
-    /// address of the latest attempt). Call on the client's executor.
+    /// Closes the open connection, as drop_connection() does, and an attempt still under way,
+    /// unless they are to host:port (the address of the latest attempt). Call on the client's
+    /// executor.
     void drop_connection_unless_at(const std::string& host, std::uint16_t port);
 
     /// Waits until the connection open now closes (at once when none is open), e.g. the loss
