@@ -256,21 +256,7 @@ TEST_SUITE("redis sentinel") {
     TEST_CASE("onceproxy follows a failover without a restart") {
         auto& set = shared_set();
         test::upstream_process up(2);
-        test::proxy_config c;
-        c.upstream_port = up.port;
-        c.store = {"type: redis",
-                   "redis:",
-                   "  connect_timeout: 500ms",
-                   "  command_timeout: 250ms",
-                   "  sentinel:",
-                   "    master: " + set.master_name(),
-                   "    nodes:"};
-        for (const auto& n : set.sentinel_nodes()) {
-            c.store.push_back("      - \"" + n + "\"");
-        }
-        c.routes = "  - name: pay\n    match: { prefix: /pay }\n    upstream: app\n"
-                   "    idempotency: { mode: required, on_store_error: fail_closed }\n";
-        test::proxy_process proxy(c.yaml());
+        test::proxy_process proxy(sentinel_proxy_config(set, up.port).yaml());
         const auto post = [&](const std::string& key) {
             return test::fetch(proxy.port, "POST", "/pay",
                                {{"Idempotency-Key", key}, {"Content-Type", "application/json"}},

@@ -121,6 +121,25 @@ void redis_sentinel_set::kill_sentinel(std::size_t index) {
     s.alive = false;
 }
 
+std::uint16_t redis_sentinel_set::new_master_after(std::uint16_t old,
+                                                   std::chrono::milliseconds bound) {
+    std::uint16_t now = 0;
+    const bool moved = eventually(
+        [&] {
+            now = master_port();
+            if (now == 0 || now == old) {
+                return false;
+            }
+            try {
+                return node(now).cli({"ROLE"}).rfind("master", 0) == 0;
+            } catch (const std::exception&) {
+                return false;
+            }
+        },
+        bound, 100ms);
+    return moved ? now : 0;
+}
+
 std::uint16_t redis_sentinel_set::switch_over(std::size_t via, std::chrono::milliseconds bound) {
     const auto until = std::chrono::steady_clock::now() + bound;
     const std::uint16_t old = master_port();
@@ -136,26 +155,12 @@ std::uint16_t redis_sentinel_set::switch_over(std::size_t via, std::chrono::mill
     if (!accepted) {
         throw std::runtime_error("SENTINEL FAILOVER was refused: " + answer);
     }
-    std::uint16_t now = 0;
     const auto left = [&] {
         return std::max(std::chrono::duration_cast<std::chrono::milliseconds>(
                             until - std::chrono::steady_clock::now()),
                         std::chrono::milliseconds(1));
     };
-    const bool moved = eventually(
-        [&] {
-            now = master_port();
-            if (now == 0 || now == old) {
-                return false;
-            }
-            try {
-                return node(now).cli({"ROLE"}).rfind("master", 0) == 0;
-            } catch (const std::exception&) {
-                return false;
-            }
-        },
-        left(), 100ms);
-    if (!moved) {
+    if (new_master_after(old, left()) == 0) {
         throw std::runtime_error("no switch-over within the bound from the master on " +
                                  std::to_string(old));
     }
@@ -258,21 +263,8 @@ std::uint16_t redis_sentinel_set::fail_over(std::chrono::milliseconds bound) {
     const std::uint16_t old = master_port();
     redis_server& victim = node(old);
     victim.kill();
-    std::uint16_t now = 0;
-    const bool moved = eventually(
-        [&] {
-            now = master_port();
-            if (now == 0 || now == old) {
-                return false;
-            }
-            try {
-                return node(now).cli({"ROLE"}).rfind("master", 0) == 0;
-            } catch (const std::exception&) {
-                return false;
-            }
-        },
-        bound, 100ms);
-    if (!moved) {
+    const std::uint16_t now = new_master_after(old, bound);
+    if (now == 0) {
         throw std::runtime_error("no failover within the bound after killing the master on " +
                                  std::to_string(old));
     }

@@ -70,6 +70,9 @@ private:
     };
 
     bool settled(std::uint16_t master, std::size_t replicas) const;
+    /// Waits up to `bound` until the sentinels name a master other than `old` that says ROLE
+    /// master; its port, or 0.
+    std::uint16_t new_master_after(std::uint16_t old, std::chrono::milliseconds bound);
 
     redis_sentinel_set_options options_;
     std::string name_ = "onceproxy-test";
