@@ -19,8 +19,10 @@
 #include <openssl/ssl.h>
 
 #include <algorithm>
+#include <array>
 #include <optional>
 #include <random>
+#include <span>
 
 // GCC 12 reports a false -Wmismatched-new-delete on Asio's awaitable frames once it inlines
 // their recycling allocator (operator new and delete do match: thread_info_base).
@@ -181,31 +183,46 @@ struct redis_client::impl : std::enable_shared_from_this<redis_client::impl> {
 
     std::string where() const { return options.url.host + ":" + std::to_string(options.url.port); }
 
-    // Issues `commands` on `l` back to back (nothing of another issuer between them: ASKING
-    // + command) and waits for the reply of the last one or the deadline: the result is the
-    // last command's (an earlier one that failed took the connection, hence the last, down).
-    net::awaitable<redis_exec_result> exec_on(std::shared_ptr<link> l,
-                                              std::vector<std::vector<std::string>> commands) {
-        redis_exec_result out;
-        if (!l || l->closed) {
-            out.ec = errc::unavailable;
-            co_return out;
+    // Queues `commands` on `l` back to back (nothing of another issuer between them: ASKING +
+    // command), at once: the bytes are encoded before this returns. The pending request of the
+    // last one, or null with `ec` set when the link is closed or a command cannot be encoded
+    // (the commands queued before it are then dropped).
+    std::shared_ptr<pending>
+    enqueue(link& l, std::span<const std::vector<std::string>* const> commands, error_code& ec) {
+        if (l.closed) {
+            ec = errc::unavailable;
+            return nullptr;
         }
-        std::vector<std::shared_ptr<pending>> ps;
-        for (auto& args : commands) {
+        if (commands.empty() || commands.size() > 2) { // one command, or ASKING + one
+            ec = errc::protocol;
+            return nullptr;
+        }
+        std::shared_ptr<pending> last;
+        std::shared_ptr<pending> before; // ASKING: the one command ahead of `last`
+        for (const auto* args : commands) {
             auto p = std::make_shared<pending>(ex);
-            if (!l->enqueue(p, args)) {
-                // Closed, or not encodable: the commands queued before it are dropped.
-                for (auto& q : ps) {
-                    l->mux.abandon(q, errc::protocol);
+            if (!l.enqueue(p, *args)) {
+                if (last) {
+                    l.mux.abandon(last, errc::protocol);
                 }
-                out.ec = p->ec;
-                co_return out;
+                if (before) {
+                    l.mux.abandon(before, errc::protocol);
+                }
+                ec = p->ec;
+                return nullptr;
             }
-            ps.push_back(std::move(p));
+            before = std::move(last);
+            last = std::move(p);
         }
-        auto& p = ps.back();
-        p->timer.expires_after(options.command_timeout);
+        return last;
+    }
+
+    // Waits for the reply of `p` (queued on `l` by enqueue) or the deadline; the result is that
+    // command's (an earlier one of the same batch that failed took the connection, hence `p`,
+    // down). `self` keeps the client's state alive while the reply is awaited.
+    static net::awaitable<redis_exec_result>
+    await_reply(std::shared_ptr<impl> self, std::shared_ptr<link> l, std::shared_ptr<pending> p) {
+        p->timer.expires_after(self->options.command_timeout);
         if (!p->done()) {
             auto [ec] = co_await p->timer.async_wait(use_tuple);
             if (!p->done()) {
@@ -219,21 +236,43 @@ struct redis_client::impl : std::enable_shared_from_this<redis_client::impl> {
                 }
             }
         }
-        if (options.address_source && p->done() && p->reply.is_error("READONLY")) {
+        if (self->options.address_source && p->done() && p->reply.is_error("READONLY")) {
             l->readonly = true;
             l->close(errc::unavailable); // a demoted master: find the new one
         }
+        redis_exec_result out;
         out.ec = p->ec;
         out.written = p->written;
         out.reply = std::move(p->reply);
         co_return out;
     }
 
-    net::awaitable<redis_exec_result> exec_on(std::shared_ptr<link> l,
-                                              std::vector<std::string> args) {
-        std::vector<std::vector<std::string>> commands;
-        commands.push_back(std::move(args));
-        co_return co_await exec_on(std::move(l), std::move(commands));
+    static net::awaitable<redis_exec_result> failed(error_code ec) {
+        redis_exec_result out;
+        out.ec = ec;
+        co_return out;
+    }
+
+    // Issues `commands` on `l` back to back and waits for the reply of the last one (see
+    // enqueue and await_reply). The commands are queued before this returns.
+    net::awaitable<redis_exec_result>
+    exec_on(const std::shared_ptr<link>& l,
+            std::span<const std::vector<std::string>* const> commands) {
+        if (!l) {
+            return failed(errc::unavailable);
+        }
+        error_code ec;
+        auto p = enqueue(*l, commands, ec);
+        if (!p) {
+            return failed(ec);
+        }
+        return await_reply(shared_from_this(), l, std::move(p));
+    }
+
+    net::awaitable<redis_exec_result> exec_on(const std::shared_ptr<link>& l,
+                                              const std::vector<std::string>& args) {
+        const std::array<const std::vector<std::string>*, 1> one{&args};
+        return exec_on(l, one);
     }
 
     // Wakes everyone waiting for the outcome of a connection attempt.
@@ -630,33 +669,48 @@ net::awaitable<redis_connect_report> redis_client::async_connect_once() {
     co_return co_await self->connect_once();
 }
 
-net::awaitable<redis_exec_result> redis_client::async_exec(std::vector<std::string> args) {
-    auto self = impl_;
-    if (!self->is_ready() && self->connecting && !self->stopped) {
-        // A (re)connection is under way: a command issued at start-up or during a quick
-        // reconnect waits for it (within its own deadline) instead of failing at once.
-        co_await self->wait_state_change(std::chrono::steady_clock::now() +
-                                         self->options.command_timeout);
-    }
+namespace {
+
+// async_exec when a (re)connection is under way: waits for it (within the command's own
+// deadline), then sends. Holds its own copy of the command.
+net::awaitable<redis_exec_result> exec_after_connect(std::shared_ptr<redis_client::impl> self,
+                                                     std::vector<std::string> args) {
+    co_await self->wait_state_change(std::chrono::steady_clock::now() +
+                                     self->options.command_timeout);
     if (!self->is_ready()) {
         redis_exec_result out;
         out.ec = errc::unavailable;
         co_return out;
     }
-    co_return co_await self->exec_on(self->current, std::move(args));
+    co_return co_await self->exec_on(self->current, args);
 }
 
-net::awaitable<redis_exec_result> redis_client::async_exec_asking(std::vector<std::string> args) {
-    auto self = impl_;
-    if (!self->is_ready()) {
-        redis_exec_result out;
-        out.ec = errc::unavailable;
-        co_return out;
+} // namespace
+
+net::awaitable<redis_exec_result> redis_client::async_exec(const std::vector<std::string>& args) {
+    // No coroutine frame of its own on the ready path: the command is queued now and the
+    // returned awaitable waits for its reply.
+    auto& self = impl_;
+    if (!self->is_ready() && self->connecting && !self->stopped) {
+        // A (re)connection is under way: a command issued at start-up or during a quick
+        // reconnect waits for it instead of failing at once.
+        return exec_after_connect(self, args);
     }
-    std::vector<std::vector<std::string>> commands;
-    commands.push_back({"ASKING"});
-    commands.push_back(std::move(args));
-    co_return co_await self->exec_on(self->current, std::move(commands));
+    if (!self->is_ready()) {
+        return impl::failed(errc::unavailable);
+    }
+    return self->exec_on(self->current, args);
+}
+
+net::awaitable<redis_exec_result>
+redis_client::async_exec_asking(const std::vector<std::string>& args) {
+    auto& self = impl_;
+    if (!self->is_ready()) {
+        return impl::failed(errc::unavailable);
+    }
+    static const std::vector<std::string> asking{"ASKING"};
+    const std::array<const std::vector<std::string>*, 2> both{&asking, &args};
+    return self->exec_on(self->current, both);
 }
 
 net::awaitable<bool> redis_client::async_wait_ready(std::chrono::milliseconds timeout) {

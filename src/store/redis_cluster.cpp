@@ -308,7 +308,7 @@ redis_client* redis_cluster::client_for(std::string_view key) noexcept {
 }
 
 net::awaitable<redis_exec_result> redis_cluster::async_exec(std::string_view key,
-                                                            std::vector<std::string> args) {
+                                                            const std::vector<std::string>& args) {
     auto self = impl_;
     const auto slot = redis_key_slot(key);
     // Waiting for a map or a connection is bounded by one command_timeout in all.
@@ -408,11 +408,12 @@ net::awaitable<bool> redis_cluster::async_wait_ready(std::string_view key,
     co_return false;
 }
 
-net::awaitable<redis_exec_result> redis_route::async_exec(std::vector<std::string> args) {
+net::awaitable<redis_exec_result> redis_route::async_exec(const std::vector<std::string>& args) {
+    // No coroutine frame of its own: the awaitable of the node or the cluster.
     if (cluster_ != nullptr) {
-        co_return co_await cluster_->async_exec(key_, std::move(args));
+        return cluster_->async_exec(key_, args);
     }
-    co_return co_await client_->async_exec(std::move(args));
+    return client_->async_exec(args);
 }
 
 net::awaitable<bool> redis_route::async_wait_ready(std::chrono::milliseconds timeout) {

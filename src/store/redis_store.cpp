@@ -267,7 +267,11 @@ struct redis_store::impl {
             }
             w = co_await c.async_exec(std::move(wait));
         } else {
-            auto both = co_await (c.async_exec(std::move(cmd)) && c.async_exec(std::move(wait)));
+            // Queued when called (redis_client::async_exec): WAIT goes after the write it
+            // counts, in the same pipeline write.
+            auto write = c.async_exec(cmd);
+            auto replicated = c.async_exec(wait);
+            auto both = co_await (std::move(write) && std::move(replicated));
             r = std::move(std::get<0>(both));
             w = std::move(std::get<1>(both));
         }
@@ -290,13 +294,14 @@ struct redis_store::impl {
         co_return r;
     }
 
-    // `cmd`, followed by WAIT when `durable` and durability is replicated.
-    net::awaitable<redis_exec_result> exec(redis_route& c, std::vector<std::string> cmd,
+    // `cmd`, followed by WAIT when `durable` and durability is replicated. Keep `cmd` alive
+    // while awaiting.
+    net::awaitable<redis_exec_result> exec(redis_route& c, const std::vector<std::string>& cmd,
                                            bool durable) {
         if (durable && cfg.durability == config::redis_durability::replicated) {
-            co_return co_await exec_replicated(c, std::move(cmd));
+            return exec_replicated(c, cmd);
         }
-        co_return co_await c.async_exec(std::move(cmd));
+        return c.async_exec(cmd); // no coroutine frame of its own
     }
 
     // EVALSHA; on NOSCRIPT (nothing ran), one EVAL of the same script, which also reloads it.

@@ -140,12 +140,15 @@ public:
     /// waits for its reply, at most command_timeout. When the connection is not ready it fails
     /// at once with errc::unavailable, unless a connection attempt is under way: then it waits
     /// for that attempt first (within the same command_timeout). Runs on the client's executor.
-    boost::asio::awaitable<redis_exec_result> async_exec(std::vector<std::string> args);
+    /// On a ready connection the command is queued by the call itself (`args` is not used
+    /// afterwards); the awaitable waits for the reply.
+    boost::asio::awaitable<redis_exec_result> async_exec(const std::vector<std::string>& args);
 
     /// Redis Cluster: sends `ASKING` and then `args` back to back on this connection (nothing
     /// else between them) and returns the reply to `args`, as async_exec does. Fails with
     /// errc::unavailable at once when the connection is not ready.
-    boost::asio::awaitable<redis_exec_result> async_exec_asking(std::vector<std::string> args);
+    boost::asio::awaitable<redis_exec_result>
+    async_exec_asking(const std::vector<std::string>& args);
 
     /// Waits until the connection is ready or `timeout` elapses; true when ready.
     boost::asio::awaitable<bool> async_wait_ready(std::chrono::milliseconds timeout);

@@ -117,9 +117,10 @@ public:
     /// Sends `args` to the master of `key`'s slot, following MOVED and ASK (see above). The
     /// result is as redis_client::async_exec's; a redirect still unresolved after
     /// max_redirects comes back as its error reply. errc::unavailable when no slot map is
-    /// known within command_timeout.
+    /// known within command_timeout. `key` and `args` are read until the awaitable completes:
+    /// keep them alive while awaiting it (as a co_await of the call does).
     boost::asio::awaitable<redis_exec_result> async_exec(std::string_view key,
-                                                         std::vector<std::string> args);
+                                                         const std::vector<std::string>& args);
 
     /// Waits until a slot map is known and the master of `key`'s slot is connected, or
     /// `timeout` passes; true when ready.
@@ -153,7 +154,9 @@ public:
 
     explicit operator bool() const noexcept { return client_ != nullptr || cluster_ != nullptr; }
 
-    boost::asio::awaitable<redis_exec_result> async_exec(std::vector<std::string> args);
+    /// As redis_client::async_exec or redis_cluster::async_exec (keep `args` alive while
+    /// awaiting).
+    boost::asio::awaitable<redis_exec_result> async_exec(const std::vector<std::string>& args);
     boost::asio::awaitable<bool> async_wait_ready(std::chrono::milliseconds timeout);
 
 private:
