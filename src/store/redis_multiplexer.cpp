@@ -2,40 +2,62 @@
 
 #include "onceproxy/store/error.hpp"
 
+#include <cstring>
+#include <string_view>
+
 namespace onceproxy::store {
 
 namespace {
 
-// `n` in decimal, as RESP writes lengths and counts.
-void append_decimal(std::string& out, std::size_t n) {
-    char digits[20];
-    char* const end = digits + sizeof digits;
-    char* p = end;
+// How many decimal digits `n` has.
+std::size_t decimal_width(std::size_t n) {
+    std::size_t w = 1;
+    while (n >= 10) {
+        n /= 10;
+        ++w;
+    }
+    return w;
+}
+
+// Writes `n` in decimal (`width` digits, from decimal_width) at `at`; returns the end.
+char* put_decimal(char* at, std::size_t n, std::size_t width) {
+    char* p = at + width;
     do {
         *--p = static_cast<char>('0' + n % 10);
         n /= 10;
     } while (n != 0);
-    out.append(p, end);
+    return at + width;
+}
+
+char* put_bytes(char* at, std::string_view s) {
+    if (!s.empty()) {
+        std::memcpy(at, s.data(), s.size());
+    }
+    return at + s.size();
 }
 
 // RESP encoding of one command (an array of bulk strings, binary-safe), appended to `out` in
-// one pass: sized once, no intermediate buffer, no formatted printing. Always succeeds (the
-// bool keeps the multiplexer's "not encodable" path for a future encoder that can fail).
+// one pass: sized exactly, grown once, written in place, no formatted printing. Always
+// succeeds (the bool keeps the multiplexer's "not encodable" path for a future encoder that
+// can fail).
 bool append_command(std::string& out, const std::vector<std::string>& args) {
-    std::size_t size = 16;
+    const std::size_t count_width = decimal_width(args.size());
+    std::size_t size = 1 + count_width + 2;
     for (const auto& a : args) {
-        size += a.size() + 26; // "$" + up to 20 digits + 2 CRLFs
+        size += 1 + decimal_width(a.size()) + 2 + a.size() + 2;
     }
-    out.reserve(out.size() + size);
-    out.push_back('*');
-    append_decimal(out, args.size());
-    out.append("\r\n");
+    const std::size_t at = out.size();
+    out.resize(at + size);
+    char* w = out.data() + at;
+    *w++ = '*';
+    w = put_decimal(w, args.size(), count_width);
+    w = put_bytes(w, "\r\n");
     for (const auto& a : args) {
-        out.push_back('$');
-        append_decimal(out, a.size());
-        out.append("\r\n");
-        out.append(a);
-        out.append("\r\n");
+        *w++ = '$';
+        w = put_decimal(w, a.size(), decimal_width(a.size()));
+        w = put_bytes(w, "\r\n");
+        w = put_bytes(w, a);
+        w = put_bytes(w, "\r\n");
     }
     return true;
 }
