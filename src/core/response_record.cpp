@@ -13,9 +13,11 @@ constexpr unsigned min_status = 100;
 constexpr unsigned max_status = 999;
 
 void put_uint(std::string& out, std::uint64_t v, std::size_t bytes) {
-    for (std::size_t i = bytes; i > 0; --i) {
-        out.push_back(static_cast<char>((v >> (8 * (i - 1))) & 0xffU));
+    char be[8];
+    for (std::size_t i = 0; i < bytes; ++i) {
+        be[i] = static_cast<char>((v >> (8 * (bytes - 1 - i))) & 0xffU);
     }
+    out.append(be, bytes);
 }
 
 void put_bytes32(std::string& out, std::string_view s) {
@@ -68,9 +70,13 @@ private:
 
 } // namespace
 
-std::string encode_record(const response_record& record) {
+namespace {
+
+template <class Record>
+std::string encode_any(const Record& record) {
     std::string out;
-    std::size_t size = 16 + (record.replayable ? record.body.size() : 0);
+    const std::string_view body = record.replayable ? std::string_view(record.body) : "";
+    std::size_t size = 16 + body.size();
     for (const auto& [name, value] : record.headers) {
         size += 8 + name.size() + value.size();
     }
@@ -84,10 +90,29 @@ std::string encode_record(const response_record& record) {
         put_bytes32(out, name);
         put_bytes32(out, value);
     }
-    const std::string_view body = record.replayable ? std::string_view(record.body) : "";
     put_uint(out, body.size(), 8);
     out.append(body);
     return out;
+}
+
+template <class Record>
+std::string encode_stored_any(const Record& record, const record_cipher* cipher,
+                              std::string_view store_key) {
+    auto encoded = encode_any(record);
+    if (cipher == nullptr) {
+        return encoded;
+    }
+    return cipher->seal(encoded, store_key);
+}
+
+} // namespace
+
+std::string encode_record(const response_record& record) {
+    return encode_any(record);
+}
+
+std::string encode_record(const response_record_view& record) {
+    return encode_any(record);
 }
 
 std::optional<response_record_view> decode_record_view(std::string_view data) {
@@ -151,11 +176,12 @@ std::optional<response_record> decode_record(std::string_view data) {
 
 std::string encode_stored_record(const response_record& record, const record_cipher* cipher,
                                  std::string_view store_key) {
-    auto encoded = encode_record(record);
-    if (cipher == nullptr) {
-        return encoded;
-    }
-    return cipher->seal(encoded, store_key);
+    return encode_stored_any(record, cipher, store_key);
+}
+
+std::string encode_stored_record(const response_record_view& record, const record_cipher* cipher,
+                                 std::string_view store_key) {
+    return encode_stored_any(record, cipher, store_key);
 }
 
 std::optional<std::string> open_stored_record(std::string stored, const record_cipher* cipher,

@@ -139,7 +139,16 @@ net::awaitable<void> call_upstream(std::shared_ptr<exchange_state> s) {
 /// keeps.
 const std::string& record_expiry(exchange_state& s) {
     if (s.expires.empty()) {
-        s.expires = imf_fixdate(std::chrono::system_clock::now() + s.route.idempotency.ttl);
+        // Formatted once per second of expiry per worker thread rather than per record.
+        thread_local std::chrono::sys_seconds formatted_for{};
+        thread_local std::string text;
+        const auto at = std::chrono::floor<std::chrono::seconds>(std::chrono::system_clock::now() +
+                                                                 s.route.idempotency.ttl);
+        if (text.empty() || at != formatted_for) {
+            text = imf_fixdate(at);
+            formatted_for = at;
+        }
+        s.expires = text;
     }
     return s.expires;
 }

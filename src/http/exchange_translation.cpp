@@ -5,6 +5,8 @@
 #include <boost/beast/core/string.hpp>
 #include <boost/beast/http/field.hpp>
 
+#include <optional>
+
 namespace onceproxy::http {
 
 namespace bhttp = boost::beast::http;
@@ -116,14 +118,17 @@ bool excluded_from_record(const config::idempotency_config& policy,
     return false;
 }
 
-core::response_record record_of(const response& res, const config::idempotency_config& policy,
-                                bool replayable) {
-    core::response_record rec;
+namespace {
+
+/// record_of's parts as views into `res`.
+core::response_record_view
+record_view_of(const response& res, const config::idempotency_config& policy, bool replayable) {
+    core::response_record_view rec;
     rec.status = res.result_int();
     rec.replayable = replayable;
     for (const auto& f : res) {
         if (!excluded_from_record(policy, f.name_string())) {
-            rec.headers.emplace_back(std::string(f.name_string()), std::string(f.value()));
+            rec.headers.emplace_back(f.name_string(), f.value());
         }
     }
     if (replayable) {
@@ -132,25 +137,48 @@ core::response_record record_of(const response& res, const config::idempotency_c
     return rec;
 }
 
+} // namespace
+
+core::response_record record_of(const response& res, const config::idempotency_config& policy,
+                                bool replayable) {
+    const auto v = record_view_of(res, policy, replayable);
+    core::response_record rec;
+    rec.status = v.status;
+    rec.replayable = v.replayable;
+    rec.headers.reserve(v.headers.size());
+    for (const auto& [name, value] : v.headers) {
+        rec.headers.emplace_back(std::string(name), std::string(value));
+    }
+    rec.body = v.body;
+    return rec;
+}
+
 std::string record_payload(const core::action& a, const response* upstream,
                            const config::idempotency_config& policy, std::string_view expires,
                            const core::record_cipher* cipher, std::string_view store_key) {
-    auto rec = [&] {
-        if (a.record == core::record_kind::outcome_unknown_problem) {
-            return record_of(make_problem(problem_code::upstream_outcome_unknown), policy, true);
-        }
+    // The record's parts are views into the response they come from (a problem is made here
+    // and kept until encoded).
+    std::optional<response> made;
+    const response* from = upstream;
+    bool replayable = a.replayable;
+    if (a.record == core::record_kind::outcome_unknown_problem) {
+        made = make_problem(problem_code::upstream_outcome_unknown);
+        replayable = true;
+    } else if (upstream == nullptr) {
         // The engine asks to record an upstream response only after one arrived.
-        if (upstream == nullptr) {
-            return record_of(no_answer_problem(), policy, false);
-        }
-        return record_of(*upstream, policy, a.replayable);
-    }();
+        made = no_answer_problem();
+        replayable = false;
+    }
+    if (made) {
+        from = &*made;
+    }
+    auto rec = record_view_of(*from, policy, replayable);
     if (!expires.empty()) {
         // Kept as a recorded header rather than a new field of the encoding: a replay then
         // states it with no further work, and a replica still on the previous version (which
         // refuses unknown flags or versions, so would read the record as unreadable and answer
         // 409) replays it too, so a rolling upgrade changes no answer.
-        rec.headers.emplace_back(std::string(idempotency_expires), std::string(expires));
+        rec.headers.emplace_back(idempotency_expires, expires);
     }
     return core::encode_stored_record(rec, cipher, store_key);
 }

@@ -41,6 +41,8 @@ inline constexpr unsigned char record_format_version = 1;
 /// (u64) + body; integers big-endian. A not-replayable record is encoded without its body.
 /// Precondition: every header name and value is shorter than 4 GiB.
 [[nodiscard]] std::string encode_record(const response_record& record);
+/// The same encoding from views (no copy of the parts before they are encoded).
+[[nodiscard]] std::string encode_record(const response_record_view& record);
 
 /// Decodes what encode_record produced. Returns nullopt for anything else: unknown version
 /// or flags, status outside 100..999, truncated input, trailing bytes, a body on a
@@ -50,6 +52,9 @@ inline constexpr unsigned char record_format_version = 1;
 /// The record as the store keeps it: encode_record's bytes, sealed by `cipher` (bound to
 /// `store_key`, the hashed key as stored) when encryption is on (`cipher` not null).
 [[nodiscard]] std::string encode_stored_record(const response_record& record,
+                                               const record_cipher* cipher,
+                                               std::string_view store_key);
+[[nodiscard]] std::string encode_stored_record(const response_record_view& record,
                                                const record_cipher* cipher,
                                                std::string_view store_key);
 
