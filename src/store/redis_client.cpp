@@ -111,6 +111,7 @@ struct link : std::enable_shared_from_this<link> {
     error_code close_reason;
     std::uint64_t* write_counter = nullptr; // the owning client's statistic (same thread)
     bool readonly = false;                  // closed on a -READONLY reply (a demoted master)
+    std::chrono::steady_clock::time_point ready_at{}; // when it was declared ready
 };
 
 net::awaitable<void> write_loop(std::shared_ptr<link> l) {
@@ -286,6 +287,7 @@ struct redis_client::impl : std::enable_shared_from_this<redis_client::impl> {
     }
 
     void set_ready(std::shared_ptr<link> l) {
+        l->ready_at = std::chrono::steady_clock::now();
         current = std::move(l);
         ++connects;
         connecting = false;
@@ -300,6 +302,22 @@ struct redis_client::impl : std::enable_shared_from_this<redis_client::impl> {
     }
 
     bool is_ready() const { return current && !current->closed; }
+
+    // A lost connection the run loop re-opens at once (see stable_connection): up long enough,
+    // and not closed by a command timeout (a stuck server would only stall the new one too).
+    bool reopens_at_once(const link& l) const {
+        return l.close_reason != errc::timeout &&
+               std::chrono::steady_clock::now() - l.ready_at >= options.stable_connection;
+    }
+
+    // A connection attempt is under way, or about to start: the ready connection was just lost
+    // and the run loop, not resumed yet, re-opens it at once. A command waits for it then.
+    bool attempt_due() const {
+        if (stopped) {
+            return false;
+        }
+        return connecting || (started && current && current->closed && reopens_at_once(*current));
+    }
 
     net::awaitable<void> health_loop(std::shared_ptr<link> l) {
         auto self = shared_from_this();
@@ -541,7 +559,15 @@ struct redis_client::impl : std::enable_shared_from_this<redis_client::impl> {
                 if (stopped) {
                     co_return;
                 }
-                log::warn("store", "redis connection lost; reconnecting", {{"redis", where()}});
+                const bool at_once = reopens_at_once(*l);
+                current.reset(); // from here only connecting says whether to wait for us
+                log::warn("store", "redis connection lost; reconnecting",
+                          {{"redis", where()}, {"at_once", at_once}});
+                if (at_once) {
+                    // A master switch or a restart: commands issued meanwhile wait for this
+                    // attempt rather than fail through a backoff delay.
+                    continue;
+                }
             } else {
                 if (stopped) {
                     co_return;
@@ -691,9 +717,9 @@ net::awaitable<redis_exec_result> redis_client::async_exec(const std::vector<std
     // No coroutine frame of its own on the ready path: the command is queued now and the
     // returned awaitable waits for its reply.
     auto& self = impl_;
-    if (!self->is_ready() && self->connecting && !self->stopped) {
-        // A (re)connection is under way: a command issued at start-up or during a quick
-        // reconnect waits for it instead of failing at once.
+    if (!self->is_ready() && self->attempt_due()) {
+        // A (re)connection is under way or about to start: a command issued at start-up or
+        // during a quick reconnect waits for it instead of failing at once.
         return exec_after_connect(self, args);
     }
     if (!self->is_ready()) {

@@ -195,6 +195,47 @@ TEST_CASE("redis client: a command not answered in time fails with timeout, then
     CHECK(pong.reply.str == "PONG");
 }
 
+TEST_CASE("redis client: a lost stable connection is re-opened at once, and a command issued "
+          "meanwhile waits for it instead of failing") {
+    net::io_context ioc;
+    store::redis_client_options o;
+    o.url = *store::parse_redis_url(shared_server().url());
+    o.command_timeout = 5s;
+    o.reconnect_min = 10s; // a backoff would outlast the command: only an at-once attempt helps
+    o.reconnect_max = 10s;
+    o.stable_connection = 0ms;
+    redis_client client(ioc.get_executor(), o);
+    client.start();
+    REQUIRE(run(ioc, client.async_wait_ready(5s)));
+    REQUIRE_FALSE(run(ioc, client.async_exec({"PING"})).ec);
+    // As a +switch-master or a server closing the connection does.
+    client.drop_connection();
+    CHECK_FALSE(client.ready());
+    auto pong = run(ioc, client.async_exec({"PING"}));
+    CHECK_MESSAGE(!pong.ec, "error: " << pong.ec.message());
+    CHECK(pong.reply.str == "PONG");
+    CHECK(client.connect_count() == 2);
+}
+
+TEST_CASE("redis client: a connection lost soon after it opened backs off; a command meanwhile "
+          "fails unsent") {
+    net::io_context ioc;
+    store::redis_client_options o;
+    o.url = *store::parse_redis_url(shared_server().url());
+    o.command_timeout = 5s;
+    o.reconnect_min = 10s;
+    o.reconnect_max = 10s;
+    o.stable_connection = 1h; // every connection counts as short-lived
+    redis_client client(ioc.get_executor(), o);
+    client.start();
+    REQUIRE(run(ioc, client.async_wait_ready(5s)));
+    client.drop_connection();
+    auto r = run(ioc, client.async_exec({"PING"}));
+    CHECK(r.ec == store::errc::unavailable);
+    CHECK_FALSE(r.written);
+    CHECK(client.connect_count() == 1); // still in its backoff
+}
+
 TEST_CASE("redis store: INFO commandstats shows one command per operation: a native SET per "
           "claim, one EVALSHA per completion") {
     redis_server server;

@@ -66,6 +66,12 @@ struct redis_client_options {
     std::chrono::milliseconds health_check_interval{5'000}; ///< 0 = no health check
     std::chrono::milliseconds reconnect_min{50};            ///< first backoff delay
     std::chrono::milliseconds reconnect_max{2'000};         ///< backoff cap
+    /// A connection that was up at least this long and is lost (closed by the peer, a master
+    /// switch, -READONLY; not a command timeout) is re-opened at once, without backoff, and
+    /// commands issued meanwhile wait for that attempt (within command_timeout) instead of
+    /// failing. A shorter-lived one backs off, so a server that drops every connection is not
+    /// hammered.
+    std::chrono::milliseconds stable_connection{1'000};
     /// Lua scripts loaded with SCRIPT LOAD on every (re)connect, before the connection is
     /// declared ready (so EVALSHA normally finds them after a restart or failover).
     std::vector<std::string> scripts;
@@ -108,7 +114,8 @@ public:
 
     /// Spawns the connection loop on the executor: connect, and after any loss reconnect with
     /// exponential backoff (reconnect_min doubling to reconnect_max, each delay drawn in [d/2, d]),
-    /// forever until stop(). Call once.
+    /// forever until stop(); the first attempt after losing a stable connection goes at once
+    /// (see stable_connection). Call once.
     void start();
 
     /// Closes the connection, fails pending commands with errc::unavailable and ends the loop.
@@ -138,8 +145,9 @@ public:
 
     /// Sends one command (`args[0]` is the command name; every argument is binary-safe) and
     /// waits for its reply, at most command_timeout. When the connection is not ready it fails
-    /// at once with errc::unavailable, unless a connection attempt is under way: then it waits
-    /// for that attempt first (within the same command_timeout). Runs on the client's executor.
+    /// at once with errc::unavailable, unless a connection attempt is under way or about to
+    /// start (a stable connection was just lost): then it waits for that attempt first (within
+    /// the same command_timeout). Runs on the client's executor.
     /// On a ready connection the command is queued by the call itself (`args` is not used
     /// afterwards); the awaitable waits for the reply.
     boost::asio::awaitable<redis_exec_result> async_exec(const std::vector<std::string>& args);
