@@ -21,6 +21,7 @@
 
 #include <atomic>
 #include <ctime>
+#include <iterator>
 #include <optional>
 #include <vector>
 
@@ -463,6 +464,7 @@ net::awaitable<void> drive_background(std::shared_ptr<exchange_state> s, core::a
 /// The neutral view of `req` the engine derives its facts from; `lines` holds the header views.
 core::request_view view_of(const request& req, std::vector<core::header_view>& lines) {
     lines.clear();
+    lines.reserve(static_cast<std::size_t>(std::distance(req.begin(), req.end())));
     for (const auto& f : req) {
         lines.emplace_back(f.name_string(), f.value());
     }

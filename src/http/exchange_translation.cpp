@@ -5,6 +5,7 @@
 #include <boost/beast/core/string.hpp>
 #include <boost/beast/http/field.hpp>
 
+#include <iterator>
 #include <optional>
 
 namespace onceproxy::http {
@@ -126,6 +127,8 @@ record_view_of(const response& res, const config::idempotency_config& policy, bo
     core::response_record_view rec;
     rec.status = res.result_int();
     rec.replayable = replayable;
+    // One allocation: every field, and the Idempotency-Expires record_payload adds.
+    rec.headers.reserve(static_cast<std::size_t>(std::distance(res.begin(), res.end())) + 1);
     for (const auto& f : res) {
         if (!excluded_from_record(policy, f.name_string())) {
             rec.headers.emplace_back(f.name_string(), f.value());
