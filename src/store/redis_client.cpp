@@ -92,6 +92,7 @@ struct link : std::enable_shared_from_this<link> {
         }
         closed = true;
         close_reason = why;
+        closed_at = std::chrono::steady_clock::now();
         error_code ignored;
         socket().shutdown(tcp::socket::shutdown_both, ignored);
         socket().close(ignored);
@@ -111,7 +112,8 @@ struct link : std::enable_shared_from_this<link> {
     error_code close_reason;
     std::uint64_t* write_counter = nullptr; // the owning client's statistic (same thread)
     bool readonly = false;                  // closed on a -READONLY reply (a demoted master)
-    std::chrono::steady_clock::time_point ready_at{}; // when it was declared ready
+    std::chrono::steady_clock::time_point ready_at{};  // when it was declared ready
+    std::chrono::steady_clock::time_point closed_at{}; // when close() ran
 };
 
 net::awaitable<void> write_loop(std::shared_ptr<link> l) {
@@ -198,6 +200,12 @@ struct redis_client::impl : std::enable_shared_from_this<redis_client::impl> {
             ec = errc::protocol;
             return nullptr;
         }
+        for (const auto* args : commands) {
+            if (args->empty()) { // refused before anything is queued: no ASKING goes out alone
+                ec = errc::protocol;
+                return nullptr;
+            }
+        }
         std::shared_ptr<pending> last;
         std::shared_ptr<pending> before; // ASKING: the one command ahead of `last`
         for (const auto* args : commands) {
@@ -222,8 +230,9 @@ struct redis_client::impl : std::enable_shared_from_this<redis_client::impl> {
     // command's (an earlier one of the same batch that failed took the connection, hence `p`,
     // down). `self` keeps the client's state alive while the reply is awaited.
     static net::awaitable<redis_exec_result>
-    await_reply(std::shared_ptr<impl> self, std::shared_ptr<link> l, std::shared_ptr<pending> p) {
-        p->timer.expires_after(self->options.command_timeout);
+    await_reply(std::shared_ptr<impl> self, std::shared_ptr<link> l, std::shared_ptr<pending> p,
+                std::chrono::steady_clock::time_point deadline) {
+        p->timer.expires_at(deadline);
         if (!p->done()) {
             auto [ec] = co_await p->timer.async_wait(use_tuple);
             if (!p->done()) {
@@ -254,11 +263,13 @@ struct redis_client::impl : std::enable_shared_from_this<redis_client::impl> {
         co_return out;
     }
 
-    // Issues `commands` on `l` back to back and waits for the reply of the last one (see
-    // enqueue and await_reply). The commands are queued before this returns.
+    // Issues `commands` on `l` back to back and waits for the reply of the last one until
+    // `deadline` (default: command_timeout from now; see enqueue and await_reply). The
+    // commands are queued before this returns.
     net::awaitable<redis_exec_result>
     exec_on(const std::shared_ptr<link>& l,
-            std::span<const std::vector<std::string>* const> commands) {
+            std::span<const std::vector<std::string>* const> commands,
+            std::optional<std::chrono::steady_clock::time_point> deadline = std::nullopt) {
         if (!l) {
             return failed(errc::unavailable);
         }
@@ -267,13 +278,16 @@ struct redis_client::impl : std::enable_shared_from_this<redis_client::impl> {
         if (!p) {
             return failed(ec);
         }
-        return await_reply(shared_from_this(), l, std::move(p));
+        return await_reply(
+            shared_from_this(), l, std::move(p),
+            deadline.value_or(std::chrono::steady_clock::now() + options.command_timeout));
     }
 
-    net::awaitable<redis_exec_result> exec_on(const std::shared_ptr<link>& l,
-                                              const std::vector<std::string>& args) {
+    net::awaitable<redis_exec_result>
+    exec_on(const std::shared_ptr<link>& l, const std::vector<std::string>& args,
+            std::optional<std::chrono::steady_clock::time_point> deadline = std::nullopt) {
         const std::array<const std::vector<std::string>*, 1> one{&args};
-        return exec_on(l, one);
+        return exec_on(l, one, deadline);
     }
 
     // Wakes everyone waiting for the outcome of a connection attempt.
@@ -305,9 +319,12 @@ struct redis_client::impl : std::enable_shared_from_this<redis_client::impl> {
 
     // A lost connection the run loop re-opens at once (see stable_connection): up long enough,
     // and not closed by a command timeout (a stuck server would only stall the new one too).
+    // Judged by how long it was up (ready to closed), whenever asked; a stable_connection of
+    // zero or less turns it off.
     bool reopens_at_once(const link& l) const {
-        return l.close_reason != errc::timeout &&
-               std::chrono::steady_clock::now() - l.ready_at >= options.stable_connection;
+        return l.closed && options.stable_connection.count() > 0 &&
+               l.close_reason != errc::timeout && l.ready_at != decltype(l.ready_at){} &&
+               l.closed_at - l.ready_at >= options.stable_connection;
     }
 
     // A connection attempt is under way, or about to start: the ready connection was just lost
@@ -701,14 +718,18 @@ namespace {
 // deadline), then sends. Holds its own copy of the command.
 net::awaitable<redis_exec_result> exec_after_connect(std::shared_ptr<redis_client::impl> self,
                                                      std::vector<std::string> args) {
-    co_await self->wait_state_change(std::chrono::steady_clock::now() +
-                                     self->options.command_timeout);
-    if (!self->is_ready()) {
+    // One command_timeout for the wait and the reply together.
+    const auto deadline = std::chrono::steady_clock::now() + self->options.command_timeout;
+    // Asked again here: the attempt may have ended between the call and the first resumption.
+    if (!self->is_ready() && self->attempt_due()) {
+        co_await self->wait_state_change(deadline);
+    }
+    if (!self->is_ready() || std::chrono::steady_clock::now() >= deadline) {
         redis_exec_result out;
-        out.ec = errc::unavailable;
+        out.ec = errc::unavailable; // never sent
         co_return out;
     }
-    co_return co_await self->exec_on(self->current, args);
+    co_return co_await self->exec_on(self->current, args, deadline);
 }
 
 } // namespace

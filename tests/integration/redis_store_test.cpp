@@ -203,11 +203,12 @@ TEST_CASE("redis client: a lost stable connection is re-opened at once, and a co
     o.command_timeout = 5s;
     o.reconnect_min = 10s; // a backoff would outlast the command: only an at-once attempt helps
     o.reconnect_max = 10s;
-    o.stable_connection = 0ms;
+    o.stable_connection = 1ms;
     redis_client client(ioc.get_executor(), o);
     client.start();
     REQUIRE(run(ioc, client.async_wait_ready(5s)));
     REQUIRE_FALSE(run(ioc, client.async_exec({"PING"})).ec);
+    std::this_thread::sleep_for(20ms); // up longer than stable_connection
     // As a +switch-master or a server closing the connection does.
     client.drop_connection();
     CHECK_FALSE(client.ready());

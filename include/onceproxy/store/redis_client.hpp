@@ -70,7 +70,7 @@ struct redis_client_options {
     /// switch, -READONLY; not a command timeout) is re-opened at once, without backoff, and
     /// commands issued meanwhile wait for that attempt (within command_timeout) instead of
     /// failing. A shorter-lived one backs off, so a server that drops every connection is not
-    /// hammered.
+    /// hammered. Zero or less: always back off.
     std::chrono::milliseconds stable_connection{1'000};
     /// Lua scripts loaded with SCRIPT LOAD on every (re)connect, before the connection is
     /// declared ready (so EVALSHA normally finds them after a restart or failover).
