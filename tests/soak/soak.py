@@ -222,11 +222,15 @@ class Processes:
         self.kill_windows = defaultdict(list)  # name -> [(t_begin, t_end)]
         self.expected_exit = set()  # Popen objects stopped on purpose
         self.logs = []
+        self.spawned = []  # every process started, so that stop_all() leaves none behind
 
     def _spawn(self, argv, logname):
         f = open(os.path.join(self.work, logname), "ab")
         self.logs.append(f)
-        return subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        p = subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        with self.lock:
+            self.spawned.append(p)
+        return p
 
     def start_upstream(self):
         pf = os.path.join(self.work, "upstream.port")
@@ -322,8 +326,11 @@ class Processes:
         return out
 
     def stop_all(self):
+        # Everything _spawn started (the Sentinel set's nodes and sentinels too), not only the
+        # processes this class names.
         with self.lock:
             procs = [self.upstream, self.redis] + list(self.proxies.values())
+            procs += [p for p in self.spawned if p not in procs]
         for p in procs:
             if p is not None and p.poll() is None:
                 p.terminate()
@@ -923,7 +930,7 @@ class SentinelSet:
         return old, new
 
     def stop_all(self):
-        pass  # the processes are Popen objects of `procs`, stopped by procs.stop_all()
+        pass  # the processes were started by procs._spawn: procs.stop_all() stops them
 
 
 def failover_main(args):
