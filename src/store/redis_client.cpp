@@ -605,7 +605,12 @@ struct redis_client::impl : std::enable_shared_from_this<redis_client::impl> {
             }
             backoff_timer.expires_after(jittered(delay));
             co_await backoff_timer.async_wait(use_tuple);
-            delay = std::min(delay * 2, options.reconnect_max);
+            if (backoff_cut) { // drop_connection_unless_at: a new master was announced
+                backoff_cut = false;
+                delay = options.reconnect_min;
+            } else {
+                delay = std::min(delay * 2, options.reconnect_max);
+            }
         }
     }
 
@@ -626,6 +631,7 @@ struct redis_client::impl : std::enable_shared_from_this<redis_client::impl> {
     ssl::context ssl_ctx;
     std::string ca_error;
     net::steady_timer backoff_timer;
+    bool backoff_cut = false;      // the backoff wait was cut short by a new master's address
     std::shared_ptr<link> current; // the ready link, if any
     std::shared_ptr<link> attempt; // the link of the latest attempt (ready or not)
     std::vector<std::weak_ptr<net::steady_timer>> waiters;
@@ -692,6 +698,11 @@ void redis_client::drop_connection_unless_at(const std::string& host, std::uint1
     // sentinels again.
     if (impl_->attempt && impl_->attempt != impl_->current) {
         impl_->attempt->close(errc::unavailable);
+    }
+    // Backing off after failed attempts (towards a master that died): the new address is
+    // known now, so the next attempt goes at once, with the backoff started over.
+    if (impl_->backoff_timer.cancel() > 0) {
+        impl_->backoff_cut = true;
     }
 }
 

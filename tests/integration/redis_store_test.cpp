@@ -237,6 +237,48 @@ TEST_CASE("redis client: a connection lost soon after it opened backs off; a com
     CHECK(client.connect_count() == 1); // still in its backoff
 }
 
+namespace {
+
+/// Where a test's address source sends the client; changed by the test between attempts.
+struct moving_address {
+    std::string host = "127.0.0.1";
+    std::uint16_t port = 0;
+};
+
+net::awaitable<store::redis_address> address_of(std::shared_ptr<moving_address> a) {
+    store::redis_address out;
+    out.host = a->host;
+    out.port = a->port;
+    co_return out;
+}
+
+} // namespace
+
+TEST_CASE("redis client: a new master's address cuts a reconnect backoff short") {
+    net::io_context ioc;
+    auto where = std::make_shared<moving_address>();
+    where->port = onceproxy::test::free_port(); // nobody listens: a master that died
+    store::redis_client_options o;
+    o.url = *store::parse_redis_url(shared_server().url());
+    o.address_source = [where] { return address_of(where); };
+    o.connect_timeout = 1s;
+    o.reconnect_min = 20s; // the backoff after the failed attempt outlasts every wait below
+    o.reconnect_max = 20s;
+    redis_client client(ioc.get_executor(), o);
+    client.start();
+    CHECK_FALSE(run(ioc, client.async_wait_ready(500ms)));
+    REQUIRE(client.attempt_count() == 1);
+    // As a +switch-master announcement does.
+    where->port = shared_server().port();
+    client.drop_connection_unless_at(where->host, where->port);
+    CHECK_MESSAGE(run(ioc, client.async_wait_ready(5s)),
+                  "attempts: " << client.attempt_count()
+                               << ", last failure: " << client.last_failure().message);
+    CHECK(client.attempt_count() == 2);
+    auto pong = run(ioc, client.async_exec({"PING"}));
+    CHECK(pong.reply.str == "PONG");
+}
+
 TEST_CASE("redis store: INFO commandstats shows one command per operation: a native SET per "
           "claim, one EVALSHA per completion") {
     redis_server server;

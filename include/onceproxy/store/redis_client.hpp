@@ -128,6 +128,8 @@ public:
     /// Closes the open connection, as drop_connection() does, and an attempt still under way,
     /// unless they are to host:port (the address of the latest attempt). Call on the client's
     /// executor.
+    /// A client waiting out its reconnect backoff (after failed attempts, e.g. towards a master
+    /// that died) tries again at once, its backoff started over.
     void drop_connection_unless_at(const std::string& host, std::uint16_t port);
 
     /// Waits until the connection open now closes (at once when none is open), e.g. the loss
