@@ -333,7 +333,8 @@ struct redis_client::impl : std::enable_shared_from_this<redis_client::impl> {
         if (stopped) {
             return false;
         }
-        return connecting || (started && current && current->closed && reopens_at_once(*current));
+        return connecting || (started && backoff_cut) ||
+               (started && current && current->closed && reopens_at_once(*current));
     }
 
     net::awaitable<void> health_loop(std::shared_ptr<link> l) {
@@ -556,6 +557,7 @@ struct redis_client::impl : std::enable_shared_from_this<redis_client::impl> {
         std::string last_reason;
         bool after_readonly = false; // the last connection ended on -READONLY
         while (!stopped) {
+            backoff_cut = false; // an announcement from here on is for this attempt's outcome
             auto report = co_await connect_once();
             if (!report.ec) {
                 if (options.on_connected) {
@@ -603,8 +605,10 @@ struct redis_client::impl : std::enable_shared_from_this<redis_client::impl> {
                             {"retry_in_ms", static_cast<std::int64_t>(delay.count())}});
                 last_reason = std::move(report.message);
             }
-            backoff_timer.expires_after(jittered(delay));
-            co_await backoff_timer.async_wait(use_tuple);
+            if (!backoff_cut) {
+                backoff_timer.expires_after(jittered(delay));
+                co_await backoff_timer.async_wait(use_tuple);
+            }
             if (backoff_cut) { // drop_connection_unless_at: a new master was announced
                 backoff_cut = false;
                 delay = options.reconnect_min;
@@ -631,7 +635,7 @@ struct redis_client::impl : std::enable_shared_from_this<redis_client::impl> {
     ssl::context ssl_ctx;
     std::string ca_error;
     net::steady_timer backoff_timer;
-    bool backoff_cut = false;      // the backoff wait was cut short by a new master's address
+    bool backoff_cut = false;      // a new master's address came since the current attempt began
     std::shared_ptr<link> current; // the ready link, if any
     std::shared_ptr<link> attempt; // the link of the latest attempt (ready or not)
     std::vector<std::weak_ptr<net::steady_timer>> waiters;
@@ -701,9 +705,9 @@ void redis_client::drop_connection_unless_at(const std::string& host, std::uint1
     }
     // Backing off after failed attempts (towards a master that died): the new address is
     // known now, so the next attempt goes at once, with the backoff started over.
-    if (impl_->backoff_timer.cancel() > 0) {
-        impl_->backoff_cut = true;
-    }
+    // Also when it is connecting now: that attempt's failure skips the backoff.
+    impl_->backoff_cut = true;
+    impl_->backoff_timer.cancel();
 }
 
 net::awaitable<void> redis_client::async_wait_closed() {
@@ -729,18 +733,20 @@ namespace {
 // deadline), then sends. Holds its own copy of the command.
 net::awaitable<redis_exec_result> exec_after_connect(std::shared_ptr<redis_client::impl> self,
                                                      std::vector<std::string> args) {
-    // One command_timeout for the wait and the reply together.
-    const auto deadline = std::chrono::steady_clock::now() + self->options.command_timeout;
+    // Up to command_timeout for the attempt, then a whole command_timeout for the reply: a
+    // reply deadline shortened by the wait could expire before any reply can come, and a
+    // timeout closes the connection just opened (failing everything else on it).
     // Asked again here: the attempt may have ended between the call and the first resumption.
     if (!self->is_ready() && self->attempt_due()) {
-        co_await self->wait_state_change(deadline);
+        co_await self->wait_state_change(std::chrono::steady_clock::now() +
+                                         self->options.command_timeout);
     }
-    if (!self->is_ready() || std::chrono::steady_clock::now() >= deadline) {
+    if (!self->is_ready()) {
         redis_exec_result out;
         out.ec = errc::unavailable; // never sent
         co_return out;
     }
-    co_return co_await self->exec_on(self->current, args, deadline);
+    co_return co_await self->exec_on(self->current, args);
 }
 
 } // namespace

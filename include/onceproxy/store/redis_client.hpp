@@ -68,7 +68,7 @@ struct redis_client_options {
     std::chrono::milliseconds reconnect_max{2'000};         ///< backoff cap
     /// A connection that was up at least this long and is lost (closed by the peer, a master
     /// switch, -READONLY; not a command timeout) is re-opened at once, without backoff, and
-    /// commands issued meanwhile wait for that attempt (within command_timeout) instead of
+    /// commands issued meanwhile wait for that attempt (at most command_timeout) instead of
     /// failing. A shorter-lived one backs off, so a server that drops every connection is not
     /// hammered. Zero or less: always back off.
     std::chrono::milliseconds stable_connection{1'000};
@@ -148,8 +148,9 @@ public:
     /// Sends one command (`args[0]` is the command name; every argument is binary-safe) and
     /// waits for its reply, at most command_timeout. When the connection is not ready it fails
     /// at once with errc::unavailable, unless a connection attempt is under way or about to
-    /// start (a stable connection was just lost): then it waits for that attempt first (within
-    /// the same command_timeout). Runs on the client's executor.
+    /// start (a stable connection was just lost, or a new master was announced): then it waits for
+    /// that attempt first (at most command_timeout) and its reply gets a command_timeout of its
+    /// own. Runs on the client's executor.
     /// On a ready connection the command is queued by the call itself (`args` is not used
     /// afterwards); the awaitable waits for the reply.
     boost::asio::awaitable<redis_exec_result> async_exec(const std::vector<std::string>& args);
