@@ -263,13 +263,12 @@ struct redis_client::impl : std::enable_shared_from_this<redis_client::impl> {
         co_return out;
     }
 
-    // Issues `commands` on `l` back to back and waits for the reply of the last one until
-    // `deadline` (default: command_timeout from now; see enqueue and await_reply). The
-    // commands are queued before this returns.
+    // Issues `commands` on `l` back to back and waits for the reply of the last one, at most
+    // command_timeout (see enqueue and await_reply). The commands are queued before this
+    // returns.
     net::awaitable<redis_exec_result>
     exec_on(const std::shared_ptr<link>& l,
-            std::span<const std::vector<std::string>* const> commands,
-            std::optional<std::chrono::steady_clock::time_point> deadline = std::nullopt) {
+            std::span<const std::vector<std::string>* const> commands) {
         if (!l) {
             return failed(errc::unavailable);
         }
@@ -278,16 +277,14 @@ struct redis_client::impl : std::enable_shared_from_this<redis_client::impl> {
         if (!p) {
             return failed(ec);
         }
-        return await_reply(
-            shared_from_this(), l, std::move(p),
-            deadline.value_or(std::chrono::steady_clock::now() + options.command_timeout));
+        return await_reply(shared_from_this(), l, std::move(p),
+                           std::chrono::steady_clock::now() + options.command_timeout);
     }
 
-    net::awaitable<redis_exec_result>
-    exec_on(const std::shared_ptr<link>& l, const std::vector<std::string>& args,
-            std::optional<std::chrono::steady_clock::time_point> deadline = std::nullopt) {
+    net::awaitable<redis_exec_result> exec_on(const std::shared_ptr<link>& l,
+                                              const std::vector<std::string>& args) {
         const std::array<const std::vector<std::string>*, 1> one{&args};
-        return exec_on(l, one, deadline);
+        return exec_on(l, one);
     }
 
     // Wakes everyone waiting for the outcome of a connection attempt.
