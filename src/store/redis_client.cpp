@@ -226,13 +226,12 @@ struct redis_client::impl : std::enable_shared_from_this<redis_client::impl> {
         return last;
     }
 
-    // Waits for the reply of `p` (queued on `l` by enqueue) or the deadline; the result is that
-    // command's (an earlier one of the same batch that failed took the connection, hence `p`,
-    // down). `self` keeps the client's state alive while the reply is awaited.
+    // Waits for the reply of `p` (queued on `l` by enqueue), at most command_timeout; the result
+    // is that command's (an earlier one of the same batch that failed took the connection, hence
+    // `p`, down). `self` keeps the client's state alive while the reply is awaited.
     static net::awaitable<redis_exec_result>
-    await_reply(std::shared_ptr<impl> self, std::shared_ptr<link> l, std::shared_ptr<pending> p,
-                std::chrono::steady_clock::time_point deadline) {
-        p->timer.expires_at(deadline);
+    await_reply(std::shared_ptr<impl> self, std::shared_ptr<link> l, std::shared_ptr<pending> p) {
+        p->timer.expires_after(self->options.command_timeout);
         if (!p->done()) {
             auto [ec] = co_await p->timer.async_wait(use_tuple);
             if (!p->done()) {
@@ -277,8 +276,7 @@ struct redis_client::impl : std::enable_shared_from_this<redis_client::impl> {
         if (!p) {
             return failed(ec);
         }
-        return await_reply(shared_from_this(), l, std::move(p),
-                           std::chrono::steady_clock::now() + options.command_timeout);
+        return await_reply(shared_from_this(), l, std::move(p));
     }
 
     net::awaitable<redis_exec_result> exec_on(const std::shared_ptr<link>& l,
