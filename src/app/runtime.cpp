@@ -3,8 +3,10 @@
 #include "app/admin.hpp"
 #include "app/config_errors_log.hpp"
 #include "app/store_factory.hpp"
+#include "onceproxy/config/file_stamp.hpp"
 #include "onceproxy/config/live_changes.hpp"
 #include "onceproxy/config/load.hpp"
+#include "onceproxy/config/upstream_tls.hpp"
 #include "onceproxy/http/handler.hpp"
 #include "onceproxy/http/loop_guard.hpp"
 #include "onceproxy/http/server.hpp"
@@ -24,7 +26,6 @@
 
 #include <openssl/sha.h>
 #include <sys/resource.h>
-#include <sys/stat.h>
 
 #include <algorithm>
 #include <array>
@@ -32,12 +33,15 @@
 #include <condition_variable>
 #include <csignal>
 #include <fstream>
+#include <map>
 #include <mutex>
 #include <thread>
 
 namespace onceproxy::app {
 
 namespace net = boost::asio;
+using config::file_stamp;
+using config::file_stamp_of;
 using clock = std::chrono::steady_clock;
 
 namespace {
@@ -337,6 +341,8 @@ public:
         if (tls_) {
             watch_tls();
         }
+        upstream_tls_seen_ = upstream_tls_stamps_of(*current_);
+        watch_upstream_tls();
         http::run_guarded(main_ioc_, "admin event loop", reg_.internal_errors);
     }
 
@@ -448,26 +454,6 @@ private:
         hup_.async_wait([this](const auto& e, int) { on_hup(e); });
     }
 
-    /// What tells a changed config file apart: a ConfigMap update swaps a symlink (a new
-    /// inode), an edit changes the size or the modification time. Unreadable: all zero.
-    struct file_stamp {
-        std::uint64_t device = 0;
-        std::uint64_t inode = 0;
-        std::int64_t size = 0;
-        std::int64_t mtime_ns = 0;
-        bool operator==(const file_stamp&) const = default;
-    };
-
-    static file_stamp file_stamp_of(const std::string& path) {
-        struct stat st {};
-        if (::stat(path.c_str(), &st) != 0) {
-            return {};
-        }
-        return {static_cast<std::uint64_t>(st.st_dev), static_cast<std::uint64_t>(st.st_ino),
-                static_cast<std::int64_t>(st.st_size),
-                static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec};
-    }
-
     /// --watch-config: every interval, the file's stamp; a change (not a file that is missing
     /// for a moment mid-swap) reloads as SIGHUP does. A file that fails to load is not retried
     /// until it changes again.
@@ -511,6 +497,87 @@ private:
             }
             watch_tls();
         });
+    }
+
+    /// The stamps of every https:// upstream's TLS files, by upstream name.
+    static std::map<std::string, std::array<file_stamp, 3>>
+    upstream_tls_stamps_of(const config::config& c) {
+        std::map<std::string, std::array<file_stamp, 3>> out;
+        for (const auto& u : c.upstreams) {
+            if (u.tls) {
+                out.emplace(u.name, config::upstream_tls_stamps(u.tls_settings));
+            }
+        }
+        return out;
+    }
+
+    /// Upstream certificate rotation: every tick (the shortest upstream tls.reload_interval;
+    /// 5 s when none is set, so that a reload may set one), the stamps of the CA, client
+    /// certificate and key of each https:// upstream due for a check. Files that changed and
+    /// load make every worker rebuild its forwarder from the running config: the pools whose
+    /// files changed get a new TLS context for their new connections, open connections keep
+    /// theirs. Files that do not load are logged and counted, and the ones in use stay; the
+    /// next change is tried again.
+    void watch_upstream_tls() {
+        config::duration every{};
+        for (const auto& u : current_->upstreams) {
+            const auto ri = u.tls_settings.reload_interval;
+            if (u.tls && ri.count() > 0 && (every.count() == 0 || ri < every)) {
+                every = ri;
+            }
+        }
+        upstream_tls_timer_.expires_after(every.count() > 0 ? every : std::chrono::seconds(5));
+        upstream_tls_timer_.async_wait([this](const boost::system::error_code& ec) {
+            if (ec || signalled_) {
+                return;
+            }
+            check_upstream_tls();
+            watch_upstream_tls();
+        });
+    }
+
+    void check_upstream_tls() {
+        const auto now = clock::now();
+        bool rotated = false;
+        for (const auto& u : current_->upstreams) {
+            const auto every = u.tls_settings.reload_interval;
+            if (!u.tls || every.count() <= 0) {
+                continue;
+            }
+            auto& due = upstream_tls_due_[u.name];
+            if (now < due) {
+                continue;
+            }
+            due = now + every;
+            const auto stamps = config::upstream_tls_stamps(u.tls_settings);
+            auto& seen = upstream_tls_seen_[u.name];
+            const auto& t = u.tls_settings;
+            const bool mid_swap = (!t.ca_file.empty() && stamps[0].missing()) ||
+                                  (!t.client_cert_file.empty() && stamps[1].missing()) ||
+                                  (!t.client_key_file.empty() && stamps[2].missing());
+            if (stamps == seen || mid_swap) {
+                continue; // unchanged, or a file missing for a moment: the next tick looks again
+            }
+            seen = stamps;
+            if (const auto built = config::make_upstream_tls_context(t); !built.ctx) {
+                reg_.upstream_tls_reloads_failure.fetch_add(1, std::memory_order_relaxed);
+                log::error("upstream",
+                           "upstream TLS files changed but do not load; the ones in use stay",
+                           {{"upstream", u.name}, {"error", built.error}});
+                continue;
+            }
+            reg_.upstream_tls_reloads_success.fetch_add(1, std::memory_order_relaxed);
+            log::info("upstream", "upstream TLS files reloaded; new connections use them",
+                      {{"upstream", u.name}});
+            rotated = true;
+        }
+        if (rotated) {
+            for (const auto& w : workers_) {
+                net::post(w->ioc, [&w = *w, cfg = current_, st = st_, &reg = reg_] {
+                    w.install(cfg, st, reg);
+                });
+            }
+        }
     }
 
     /// Loads the current config's TLS files for new connections; open connections keep theirs.
@@ -596,6 +663,7 @@ private:
             });
         }
         current_ = std::move(next);
+        upstream_tls_seen_ = upstream_tls_stamps_of(*current_); // what the new pools loaded
         if (tls_ && (tls_changed || tls_stamps_of(*current_->tls) != tls_stamps_)) {
             reload_tls(why);
         }
@@ -614,9 +682,13 @@ private:
     std::unique_ptr<admin_server> admin_;
     unsigned short port_ = 0;
     unsigned short tls_port_ = 0;
-    std::shared_ptr<http::tls_source> tls_;  ///< null: no TLS
-    std::array<file_stamp, 3> tls_stamps_{}; ///< the TLS files as last loaded
-    net::steady_timer tls_timer_{main_ioc_}; ///< certificate rotation polling
+    std::shared_ptr<http::tls_source> tls_;           ///< null: no TLS
+    std::array<file_stamp, 3> tls_stamps_{};          ///< the TLS files as last loaded
+    net::steady_timer tls_timer_{main_ioc_};          ///< certificate rotation polling
+    net::steady_timer upstream_tls_timer_{main_ioc_}; ///< upstream certificate rotation polling
+    /// By upstream name: its TLS files as last seen, and when they are next checked.
+    std::map<std::string, std::array<file_stamp, 3>> upstream_tls_seen_;
+    std::map<std::string, clock::time_point> upstream_tls_due_;
     unsigned short admin_port_ = 0;
     net::signal_set signals_{main_ioc_, SIGTERM, SIGINT};
     net::signal_set hup_{main_ioc_, SIGHUP};

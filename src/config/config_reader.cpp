@@ -519,7 +519,7 @@ private:
     void read_upstream_tls(const yaml_field& f, bool url_ok, upstream_config& up) {
         auto& t = up.tls_settings;
         if (f.present() && w_.mapping(f, {"verify", "ca_file", "server_name", "client_cert_file",
-                                          "client_key_file"})) {
+                                          "client_key_file", "reload_interval"})) {
             if (url_ok && !up.tls) {
                 w_.error(f, "tls settings on upstream '" + up.name + "' with the http:// url '" +
                                 up.url + "'; use an https:// url or remove tls");
@@ -533,6 +533,8 @@ private:
                 set(into, std::move(value));
             };
             read("verify", t.verify, w_.boolean(w_.get(f, "verify")));
+            read("reload_interval", t.reload_interval,
+                 w_.duration_or_zero(w_.get(f, "reload_interval")));
             const yaml_field ca = w_.get(f, "ca_file");
             read("ca_file", t.ca_file, w_.string(ca));
             const yaml_field server_name = w_.get(f, "server_name");

@@ -111,4 +111,11 @@ upstream_tls_context make_upstream_tls_context(const upstream_tls_config& s) {
     return out;
 }
 
+std::array<file_stamp, 3> upstream_tls_stamps(const upstream_tls_config& s) {
+    const auto of = [](const std::string& path) {
+        return path.empty() ? file_stamp{} : file_stamp_of(path);
+    };
+    return {of(s.ca_file), of(s.client_cert_file), of(s.client_key_file)};
+}
+
 } // namespace onceproxy::config

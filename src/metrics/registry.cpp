@@ -237,6 +237,12 @@ std::string registry::render() const {
            "When the config serving new requests was loaded (start or the last successful "
            "reload), in seconds since the epoch.",
            {{"", static_cast<std::uint64_t>(config_loaded_at_.load(std::memory_order_relaxed))}});
+    family("onceproxy_upstream_tls_reloads_total", "counter",
+           "Changed TLS files (ca_file, client_cert_file, client_key_file) of https:// "
+           "upstreams, by result: success (new upstream connections use them) or failure "
+           "(logged; the files in use stay).",
+           {{"{result=\"success\"}", get(upstream_tls_reloads_success)},
+            {"{result=\"failure\"}", get(upstream_tls_reloads_failure)}});
     if (const auto expiry = tls_certificate_expiry.load(std::memory_order_relaxed); expiry != 0) {
         family("onceproxy_tls_certificate_reloads_total", "counter",
                "Inbound TLS certificate reloads (a changed cert/key/CA file, or SIGHUP) by "

@@ -2,6 +2,8 @@
 
 #include "upstream/tls_client.hpp"
 
+#include "onceproxy/config/upstream_tls.hpp"
+
 #include "onceproxy/wire/head_writer.hpp"
 #include "onceproxy/wire/message_parser.hpp"
 #include "onceproxy/wire/message_reader.hpp"
@@ -54,8 +56,13 @@ struct forwarder::impl {
     /// stay the same; used from the one worker executor only.
     struct pool {
         explicit pool(config::upstream_config c)
-            : cfg(std::move(c)), tls(cfg.tls ? std::make_unique<tls_client>(cfg) : nullptr) {}
+            : cfg(std::move(c)), tls_stamps(cfg.tls ? config::upstream_tls_stamps(cfg.tls_settings)
+                                                    : std::array<config::file_stamp, 3>{}),
+              tls(cfg.tls ? std::make_unique<tls_client>(cfg) : nullptr) {}
         const config::upstream_config cfg;
+        /// The TLS files as they were when `tls` loaded them (stamped first: a change while
+        /// loading only means one more rebuild).
+        const std::array<config::file_stamp, 3> tls_stamps;
         /// https://: the TLS context and the session to resume; outlives the connections.
         const std::unique_ptr<tls_client> tls;
         std::vector<std::unique_ptr<connection>> idle;
@@ -79,6 +86,14 @@ struct forwarder::impl {
                         same = p;
                         break;
                     }
+                }
+            }
+            if (same && u.tls && same->tls_stamps != config::upstream_tls_stamps(u.tls_settings)) {
+                // Rotated TLS files: new connections use them once they load; files that do not
+                // (yet) load leave the pool in use as it is, and the next forwarder tries again.
+                auto rotated = std::make_shared<pool>(u);
+                if (rotated->tls->loaded()) {
+                    same = std::move(rotated);
                 }
             }
             pools.push_back(same ? std::move(same) : std::make_shared<pool>(u));

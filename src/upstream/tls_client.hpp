@@ -23,6 +23,9 @@ public:
     tls_client(const tls_client&) = delete;
     tls_client& operator=(const tls_client&) = delete;
 
+    /// The settings' files loaded (else every handshake fails with why they did not).
+    bool loaded() const noexcept;
+
     /// Wraps `c.sock` (connected) in TLS and completes the handshake by `c.dl`'s deadline: SNI,
     /// certificate and host-name checks (RFC 6125) when verifying, the client certificate when
     /// configured, and the session of the last handshake offered for resumption. Empty on

@@ -104,6 +104,10 @@ tls_client::~tls_client() {
     }
 }
 
+bool tls_client::loaded() const noexcept {
+    return s_->ctx != nullptr;
+}
+
 void tls_client::keep_session(SSL_SESSION* session) noexcept {
     if (s_->session != nullptr) {
         SSL_SESSION_free(s_->session);

@@ -13,9 +13,12 @@
 #include <signal.h>
 
 #include <chrono>
+#include <cstdio>
 #include <fstream>
+#include <iterator>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 using namespace onceproxy::test;
@@ -270,6 +273,77 @@ TEST_SUITE("https upstreams") {
         CHECK(eventually(
             [&] { return fetch(proxy.port, "POST", "/v1/pay", key, "{\"n\":1}").status == 200; }));
         CHECK(up.count("handshake-released") == 1);
+    }
+
+    TEST_CASE("rotated TLS files: new connections use them, without a restart") {
+        temp_dir dir;
+        test_pki pki(dir.path());
+        temp_dir other_dir;
+        test_pki other(other_dir.path(), "another-ca");
+        tls_upstream up(pki.issue("server"));
+        const auto read = [](const std::string& path) {
+            std::ifstream in(path);
+            return std::string(std::istreambuf_iterator<char>(in), {});
+        };
+        // As a Secret update or cert-manager does it: the new file appears at once (rename).
+        temp_dir mounted;
+        const auto ca = mounted.file("ca.pem");
+        const auto replace_ca = [&](const std::string& content) {
+            const auto next = mounted.write("ca.pem.next", content);
+            REQUIRE(std::rename(next.c_str(), ca.c_str()) == 0);
+        };
+        const auto with_admin = [](const std::string& yaml) {
+            return yaml + "admin:\n  listen: 127.0.0.1:0\n";
+        };
+        const header_list closing{{"X-Test-Close-After-Reply", "1"}}; // the next one reconnects
+        const auto status = [&](const proxy_process& p) {
+            return fetch(p.port, "GET", "/rotated", closing).status;
+        };
+        const std::string successes = "onceproxy_upstream_tls_reloads_total{result=\"success\"}";
+        const std::string failures = "onceproxy_upstream_tls_reloads_total{result=\"failure\"}";
+
+        SUBCASE("a ca_file replaced is seen within reload_interval") {
+            replace_ca(read(other.ca_file()));
+            proxy_process proxy(with_admin(
+                config_for(up.tls_port, ca_line(ca) + "      reload_interval: 100ms\n")));
+            INFO(proxy.log());
+            check_problem(fetch(proxy.port, "GET", "/before"), 502, "upstream.tls_error");
+            replace_ca(read(pki.ca_file()));
+            CHECK(eventually([&] { return status(proxy) == 200; }));
+            CHECK(proxy.metric(successes) == 1);
+            CHECK(proxy.metric(failures) == 0);
+            CHECK(proxy.log().find("upstream TLS files reloaded") != std::string::npos);
+        }
+        SUBCASE("files that do not load: the ones in use stay, the next change is used") {
+            replace_ca(read(pki.ca_file()));
+            proxy_process proxy(with_admin(
+                config_for(up.tls_port, ca_line(ca) + "      reload_interval: 100ms\n")));
+            INFO(proxy.log());
+            REQUIRE(status(proxy) == 200);
+            replace_ca("not a certificate\n");
+            REQUIRE(eventually([&] { return proxy.metric(failures) == 1; }));
+            CHECK(proxy.log().find("upstream TLS files changed but do not load") !=
+                  std::string::npos);
+            const auto handshakes = up.tls("handshakes");
+            CHECK(status(proxy) == 200); // a new connection, made with the CA loaded before
+            CHECK(up.tls("handshakes") == handshakes + 1);
+            replace_ca(read(other.ca_file())); // loads, but does not vouch for the upstream
+            REQUIRE(eventually([&] { return proxy.metric(successes) == 1; }));
+            CHECK(eventually([&] { return status(proxy) == 502; }));
+        }
+        SUBCASE("reload_interval: 0: read on SIGHUP only") {
+            replace_ca(read(other.ca_file()));
+            proxy_process proxy(
+                with_admin(config_for(up.tls_port, ca_line(ca) + "      reload_interval: 0\n")));
+            INFO(proxy.log());
+            check_problem(fetch(proxy.port, "GET", "/before"), 502, "upstream.tls_error");
+            replace_ca(read(pki.ca_file()));
+            std::this_thread::sleep_for(500ms);
+            check_problem(fetch(proxy.port, "GET", "/unchecked"), 502, "upstream.tls_error");
+            REQUIRE(::kill(proxy.proc.pid(), SIGHUP) == 0); // the same config file
+            CHECK(eventually([&] { return status(proxy) == 200; }));
+            CHECK(proxy.metric(successes) == 0);
+        }
     }
 
     TEST_CASE("bad TLS files: --check-config and a start fail alike, with file:line:column") {

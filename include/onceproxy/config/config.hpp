@@ -121,6 +121,9 @@ struct upstream_tls_config {
     std::string server_name;      ///< SNI and the name checked; empty: the url's host
     std::string client_cert_file; ///< PEM chain presented to the upstream; empty: none
     std::string client_key_file;  ///< its private key (PEM)
+    /// How often ca_file, client_cert_file and client_key_file are checked for a change (inode,
+    /// size, mtime); a change that loads is used for new connections. 0: on SIGHUP only.
+    duration reload_interval{5'000};
 
     friend bool operator==(const upstream_tls_config&, const upstream_tls_config&) = default;
 };

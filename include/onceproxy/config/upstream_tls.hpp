@@ -4,7 +4,9 @@
 // builds the one it connects with.
 
 #include "onceproxy/config/config.hpp"
+#include "onceproxy/config/file_stamp.hpp"
 
+#include <array>
 #include <memory>
 #include <string>
 
@@ -30,5 +32,9 @@ struct upstream_tls_context {
 /// (or the system's trust store); the client certificate and key when set. Encrypted keys are
 /// refused (no passphrase prompt). Host names are set per connection, not here.
 upstream_tls_context make_upstream_tls_context(const upstream_tls_config& settings);
+
+/// The stamps of the files `settings` loads, in the order ca_file, client_cert_file,
+/// client_key_file (all zero for one not set): a change means the context should be rebuilt.
+std::array<file_stamp, 3> upstream_tls_stamps(const upstream_tls_config& settings);
 
 } // namespace onceproxy::config

@@ -160,6 +160,10 @@ public:
     std::atomic<std::uint64_t> tls_reloads_success{0};
     std::atomic<std::uint64_t> tls_reloads_failure{0};
     std::atomic<std::int64_t> tls_certificate_expiry{0};
+    /// https:// upstreams (README "TLS: upstreams"): rotations of their CA, client certificate
+    /// or key seen by the file check, by result.
+    std::atomic<std::uint64_t> upstream_tls_reloads_success{0};
+    std::atomic<std::uint64_t> upstream_tls_reloads_failure{0};
 
     /// Prometheus text exposition format 0.0.4.
     std::string render() const;

@@ -468,6 +468,16 @@ TEST_CASE("https:// upstreams: tls settings, checked where they are written") {
     REQUIRE(c);
     CHECK_FALSE(c->upstreams[0].tls_settings.verify);
     CHECK(c->upstreams[0].tls_settings.server_name == "payments.internal");
+    CHECK(c->upstreams[0].tls_settings.reload_interval == std::chrono::seconds(5)); // default
+
+    c = load("    url: https://10.0.0.7:8443\n"
+             "    tls: { reload_interval: 250ms }\n");
+    REQUIRE(c);
+    CHECK(c->upstreams[0].tls_settings.reload_interval == std::chrono::milliseconds(250));
+    c = load("    url: https://10.0.0.7:8443\n"
+             "    tls: { reload_interval: 0 }\n");
+    REQUIRE(c);
+    CHECK(c->upstreams[0].tls_settings.reload_interval.count() == 0); // SIGHUP only
 
     struct bad_case {
         std::string upstream;
@@ -487,6 +497,8 @@ TEST_CASE("https:// upstreams: tls settings, checked where they are written") {
              {"    url: https://h\n    tls: { verify: maybe }\n", "upstreams.app.tls.verify", 4,
               ""},
              {"    url: https://h\n    tls: { cafile: x }\n", "upstreams.app.tls.cafile", 4, ""},
+             {"    url: https://h\n    tls: { reload_interval: soon }\n",
+              "upstreams.app.tls.reload_interval", 4, ""},
          }) {
         CAPTURE(bad.upstream);
         const auto errors = errors_of([&] { return load(bad.upstream); });

@@ -55,6 +55,7 @@ TEST_CASE("metrics: the exposed metric families are stable") {
                                   "# TYPE onceproxy_config_info gauge",
                                   "# TYPE onceproxy_config_last_reload_success_timestamp_seconds "
                                   "gauge",
+                                  "# TYPE onceproxy_upstream_tls_reloads_total counter",
                               });
 }
 
