@@ -39,6 +39,9 @@ namespace {
 
 constexpr auto use_tuple = net::as_tuple(net::use_awaitable);
 
+/// How long a TLS connection waits for the client's close_notify after sending its own.
+constexpr std::chrono::milliseconds tls_shutdown_timeout{1'000};
+
 /// The upstream's Transfer-Encoding is hop-by-hop and stripped, and the body is buffered whole:
 /// without a Content-Length a keep-alive client could not tell where the body ends. Responses
 /// that never carry a body (HEAD, 1xx, 204, 304) keep their headers as they are.
@@ -404,6 +407,14 @@ net::awaitable<void> server::impl::session(tcp::socket sock,
         if (!co_await c.serve(verdict)) {
             break;
         }
+    }
+    if (c.stream.tls()) {
+        // close_notify before the close, also after an idle or header timeout (a connection
+        // closed by the drain skips it; one reset fails it at once). The wait for the client's
+        // own close_notify is bounded by a short deadline.
+        c.dl.expires_after(
+            std::min<std::chrono::milliseconds>(c.limits().idle_timeout, tls_shutdown_timeout));
+        co_await c.stream.async_shutdown();
     }
 }
 

@@ -41,6 +41,14 @@ net::awaitable<boost::system::error_code> client_stream::async_handshake() {
     co_return ec;
 }
 
+net::awaitable<void> client_stream::async_shutdown() {
+    if (tls_ == nullptr || !sock_.is_open()) {
+        co_return;
+    }
+    auto [ec] = co_await tls_->stream.async_shutdown(net::as_tuple(net::use_awaitable));
+    (void)ec; // the client closing first, or cutting the connection, ends it just as well
+}
+
 std::string client_stream::verified_client_subject() const {
     if (tls_ == nullptr) {
         return {};

@@ -10,7 +10,13 @@
 
 #include <doctest/doctest.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -148,7 +154,76 @@ struct pki_fixture {
     upstream_process upstream;
 };
 
+/// How a TLS connection to 127.0.0.1:`port` ended after `request` was sent: what was read,
+/// then "|close_notify" when the server ended the TLS session (SSL_ERROR_ZERO_RETURN), or
+/// "|cut: <OpenSSL's reason>" when the connection closed without it (OpenSSL 3 reports
+/// "unexpected eof while reading"). Reads are bounded at 5 s.
+std::string tls_ending(unsigned short port, const std::string& ca, const std::string& request) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    REQUIRE(fd >= 0);
+    timeval tv{5, 0};
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(port);
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+    SSL_CTX* ctx = SSL_CTX_new(TLS_client_method());
+    REQUIRE(SSL_CTX_load_verify_locations(ctx, ca.c_str(), nullptr) == 1);
+    SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, nullptr);
+    SSL* ssl = SSL_new(ctx);
+    SSL_set_fd(ssl, fd);
+    SSL_set_tlsext_host_name(ssl, "localhost");
+    std::string out;
+    if (SSL_connect(ssl) != 1) {
+        out = "|handshake failed";
+    } else {
+        REQUIRE(SSL_write(ssl, request.data(), static_cast<int>(request.size())) ==
+                static_cast<int>(request.size()));
+        std::array<char, 4096> buf{};
+        int n = 0;
+        while ((n = SSL_read(ssl, buf.data(), static_cast<int>(buf.size()))) > 0) {
+            out.append(buf.data(), static_cast<std::size_t>(n));
+        }
+        if (SSL_get_error(ssl, n) == SSL_ERROR_ZERO_RETURN) {
+            out += "|close_notify";
+        } else {
+            std::array<char, 256> why{};
+            ERR_error_string_n(ERR_peek_error(), why.data(), why.size());
+            out += std::string("|cut: ") + why.data();
+        }
+        ERR_clear_error();
+    }
+    SSL_free(ssl);
+    SSL_CTX_free(ctx);
+    ::close(fd);
+    return out;
+}
+
 } // namespace
+
+TEST_CASE("TLS connections end with close_notify, so a client can tell the end from a cut") {
+    pki_fixture f;
+    auto c = config_for(f.upstream.port);
+    c.top = tls_block(f.server.cert_file, f.server.key_file);
+    proxy_process p(c.yaml());
+    SUBCASE("after an answer with Connection: close") {
+        const auto r = tls_ending(p.tls_port, f.ca.ca_file(),
+                                  "GET /ends HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+        CHECK(r.starts_with("HTTP/1.1 200"));
+        CHECK(r.ends_with("|close_notify"));
+    }
+    SUBCASE("after a refused request (400)") {
+        const auto r = tls_ending(p.tls_port, f.ca.ca_file(), "GET /ends HTTP/1.1\r\n\r\n");
+        CHECK(r.starts_with("HTTP/1.1 400"));
+        CHECK(r.ends_with("|close_notify"));
+    }
+    SUBCASE("an HTTP/1.0 answer, which ends at the close") {
+        const auto r = tls_ending(p.tls_port, f.ca.ca_file(), "GET /ends HTTP/1.0\r\n\r\n");
+        CHECK(r.starts_with("HTTP/1.1 200"));
+        CHECK(r.ends_with("|close_notify"));
+    }
+}
 
 TEST_CASE("TLS on the listener: curl verifies the chain, speaks HTTP/1.1 over TLS 1.3") {
     pki_fixture f;
