@@ -129,6 +129,7 @@ std::vector<std::string_view> split_segments(std::string_view path) {
 /// Marks of the idempotency fields that cross-field checks may have to blame.
 struct block_marks {
     yaml_field lease;
+    yaml_field principal; ///< scope.principal
 };
 
 class reader {
@@ -1108,9 +1109,10 @@ private:
         const yaml_field scope = w_.get(f, "scope");
         if (scope.present() && w_.mapping(scope, {"headers", "principal"})) {
             b.scope_headers = read_header_list(w_.get(scope, "headers"));
+            marks.principal = w_.get(scope, "principal");
             b.principal = w_.enumeration<principal_source>(
-                w_.get(scope, "principal"), {{"headers", principal_source::headers},
-                                             {"client_cert", principal_source::client_cert}});
+                marks.principal, {{"headers", principal_source::headers},
+                                  {"client_cert", principal_source::client_cert}});
         }
         const yaml_field fp = w_.get(f, "fingerprint");
         if (fp.present() && w_.mapping(fp, {"headers", "json_canonical"})) {
@@ -1253,6 +1255,7 @@ private:
             if (up != nullptr) {
                 check_lease(route, *up, marks, defaults_marks, upstream);
             }
+            check_principal(route, cfg, marks, defaults_marks);
             cfg.routes.push_back(std::move(route));
         }
     }
@@ -1310,6 +1313,29 @@ private:
                             " of upstream '" + up.name +
                             "'; expected a lease at least as long as the upstream timeout, so "
                             "the key of a crashed proxy stays held until its request has ended");
+    }
+
+    // principal: client_cert scopes keys by the subject of a verified client certificate. Without
+    // tls.client_ca_file no client is ever asked for one: every request would have the same
+    // empty subject, and clients that scoping was meant to keep apart would share their keys.
+    void check_principal(const route_config& route, const config& cfg, const block_marks& own,
+                         const block_marks& defaults) {
+        const idempotency_config& idem = route.idempotency;
+        if (idem.mode == idempotency_mode::off || idem.principal != principal_source::client_cert ||
+            (cfg.tls && !cfg.tls->client_ca_file.empty())) {
+            return;
+        }
+        if (!own.principal.present()) {
+            if (defaults_principal_blamed_) {
+                return; // one error for the defaults, not one per route inheriting them
+            }
+            defaults_principal_blamed_ = true;
+        }
+        w_.error(own.principal.present() ? own.principal : defaults.principal,
+                 "principal client_cert on route '" + route.name +
+                     "' needs tls.client_ca_file: without it no client certificate is asked "
+                     "for, every request would share one empty principal, and clients would "
+                     "see each other's keys");
     }
 
     void read_match(const yaml_field& f, route_match& match) {
@@ -1379,6 +1405,7 @@ private:
     yaml_walker w_;
     yaml_field admin_listen_mark_;
     yaml_field tls_listen_mark_;
+    bool defaults_principal_blamed_ = false;
     yaml_field drain_timeout_mark_;
     bool drain_timeout_given_ = false; ///< a default yaml_field counts as present: track it here
     std::vector<yaml_field> upstream_timeout_marks_; ///< one per upstream, in order

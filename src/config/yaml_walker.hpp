@@ -20,7 +20,9 @@ namespace onceproxy::config {
 
 /// One value looked up in the tree, with what is needed to blame it.
 struct yaml_field {
-    YAML::Node node; ///< undefined when the key is absent
+    /// Undefined when the key is absent, and in a field never read (a default YAML::Node would
+    /// count as a present null value: a mark never set must not be blamed at 1:1).
+    YAML::Node node{YAML::NodeType::Undefined};
     YAML::Mark mark; ///< the value; the key when the value is empty; the parent when absent
     std::string path;
     bool present() const { return node.IsDefined(); }

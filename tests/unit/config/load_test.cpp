@@ -426,6 +426,45 @@ TEST_CASE("lease equal to the upstream timeout is accepted; off routes are not c
     REQUIRE(errors.size() == 1);
     CHECK(errors[0].line == 2);
     CHECK(errors[0].path == "defaults.lease");
+    // A route without an idempotency block of its own blames the defaults too.
+    const auto inherited =
+        errors_of_text(up + "defaults:\n  mode: required\n  lease: 10s\n"
+                            "routes: [{ name: a, match: { prefix: / }, upstream: app }]\n");
+    REQUIRE(inherited.size() == 1);
+    CHECK(inherited[0].line == 4);
+    CHECK(inherited[0].column == 10);
+    CHECK(inherited[0].path == "defaults.lease");
+}
+
+TEST_CASE("principal client_cert needs tls.client_ca_file (else every principal is empty)") {
+    const std::string up = std::string{minimal_upstream};
+    auto errors = errors_of_text(up + "routes:\n"
+                                      "  - name: pay\n"
+                                      "    match: { prefix: / }\n"
+                                      "    upstream: app\n"
+                                      "    idempotency: { mode: required,\n"
+                                      "                   scope: { principal: client_cert } }\n");
+    REQUIRE(errors.size() == 1);
+    CHECK(errors[0].line == 7);
+    CHECK(errors[0].path == "routes[0].idempotency.scope.principal");
+    CHECK(errors[0].message.find("needs tls.client_ca_file") != std::string::npos);
+    // From defaults: one error at the defaults, not one per route; a route with idempotency off
+    // and one that scopes by headers are not concerned.
+    errors = errors_of_text(up + "defaults: { mode: required, scope: { principal: client_cert } }\n"
+                                 "routes:\n"
+                                 "  - { name: a, match: { prefix: /a }, upstream: app }\n"
+                                 "  - { name: b, match: { prefix: /b }, upstream: app }\n"
+                                 "  - { name: c, match: { prefix: /c }, upstream: app,\n"
+                                 "      idempotency: { mode: off } }\n"
+                                 "  - { name: d, match: { prefix: /d }, upstream: app,\n"
+                                 "      idempotency: { scope: { principal: headers } } }\n");
+    REQUIRE(errors.size() == 1);
+    CHECK(errors[0].line == 2);
+    CHECK(errors[0].path == "defaults.scope.principal");
+    CHECK(errors_of_text(up +
+                         "routes: [{ name: a, match: { prefix: / }, upstream: app,\n"
+                         "  idempotency: { mode: off, scope: { principal: client_cert } } }]\n")
+              .empty());
 }
 
 TEST_CASE("upstream urls") {
