@@ -498,6 +498,14 @@ struct redis_client::impl : std::enable_shared_from_this<redis_client::impl> {
             if (addr.ec) {
                 co_return fail(l, addr.ec, std::move(addr.message));
             }
+            if (l->closed) {
+                // A +switch-master announcement closed this attempt while the sentinels were
+                // asked: their answer may predate it. Ask again (the backoff is cut) rather
+                // than connect and fail the ROLE check with a misleading "not a master".
+                co_return fail(l, errc::unavailable,
+                               "a new master was announced while the sentinels were asked; "
+                               "asking again");
+            }
             options.url.host = std::move(addr.host);
             options.url.port = addr.port;
         }
