@@ -275,6 +275,8 @@ public:
             tls_stamps_ = tls_stamps_of(*current_->tls);
             reg_.tls_certificate_expiry = tls_->not_after();
         }
+        // Before the pools load them: a file rotated while they do is seen as a change.
+        upstream_tls_seen_ = upstream_tls_stamps_of(*current_);
         try {
             for (auto& l : loops_) {
                 workers_.push_back(std::make_unique<worker>(*l, current_, st_, reg_, tls_));
@@ -341,7 +343,6 @@ public:
         if (tls_) {
             watch_tls();
         }
-        upstream_tls_seen_ = upstream_tls_stamps_of(*current_);
         watch_upstream_tls();
         http::run_guarded(main_ioc_, "admin event loop", reg_.internal_errors);
     }
@@ -511,22 +512,22 @@ private:
         return out;
     }
 
-    /// Upstream certificate rotation: every tick (the shortest upstream tls.reload_interval;
-    /// 5 s when none is set, so that a reload may set one), the stamps of the CA, client
-    /// certificate and key of each https:// upstream due for a check. Files that changed and
-    /// load make every worker rebuild its forwarder from the running config: the pools whose
-    /// files changed get a new TLS context for their new connections, open connections keep
-    /// theirs. Files that do not load are logged and counted, and the ones in use stay; the
-    /// next change is tried again.
+    /// Upstream certificate rotation: every tick (1 s, or the shortest upstream
+    /// tls.reload_interval when shorter), the stamps of the CA, client certificate and key of
+    /// each https:// upstream whose own reload_interval has passed since its last check. Files
+    /// that changed and load make every worker rebuild its forwarder from the running config:
+    /// the pools whose files changed get a new TLS context for their new connections, open
+    /// connections keep theirs. Files that do not load are logged and counted, and the ones in
+    /// use stay; the next change is tried again.
     void watch_upstream_tls() {
-        config::duration every{};
+        config::duration tick = std::chrono::seconds(1);
         for (const auto& u : current_->upstreams) {
             const auto ri = u.tls_settings.reload_interval;
-            if (u.tls && ri.count() > 0 && (every.count() == 0 || ri < every)) {
-                every = ri;
+            if (u.tls && ri.count() > 0 && ri < tick) {
+                tick = ri;
             }
         }
-        upstream_tls_timer_.expires_after(every.count() > 0 ? every : std::chrono::seconds(5));
+        upstream_tls_timer_.expires_after(tick);
         upstream_tls_timer_.async_wait([this](const boost::system::error_code& ec) {
             if (ec || signalled_) {
                 return;
@@ -664,6 +665,7 @@ private:
         }
         current_ = std::move(next);
         upstream_tls_seen_ = upstream_tls_stamps_of(*current_); // what the new pools loaded
+        upstream_tls_due_.clear(); // a changed reload_interval counts from now
         if (tls_ && (tls_changed || tls_stamps_of(*current_->tls) != tls_stamps_)) {
             reload_tls(why);
         }

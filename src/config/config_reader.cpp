@@ -205,6 +205,7 @@ private:
     /// tls: the files are loaded as the running proxy loads them, so that a file that would
     /// not serve is an error here, blamed on its key.
     void read_tls(const yaml_field& f, config& cfg) {
+        tls_present_ = f.present();
         if (!f.present() || !w_.mapping(f, {"listen", "cert_file", "key_file", "client_ca_file",
                                             "require_client_cert", "reload_interval"})) {
             return;
@@ -1322,8 +1323,8 @@ private:
                          const block_marks& defaults) {
         const idempotency_config& idem = route.idempotency;
         if (idem.mode == idempotency_mode::off || idem.principal != principal_source::client_cert ||
-            (cfg.tls && !cfg.tls->client_ca_file.empty())) {
-            return;
+            (cfg.tls && !cfg.tls->client_ca_file.empty()) || (!cfg.tls && tls_present_)) {
+            return; // a tls block that did not load has its own error already
         }
         if (!own.principal.present()) {
             if (defaults_principal_blamed_) {
@@ -1406,8 +1407,9 @@ private:
     yaml_field admin_listen_mark_;
     yaml_field tls_listen_mark_;
     bool defaults_principal_blamed_ = false;
+    bool tls_present_ = false; ///< a tls block is written (cfg.tls stays unset when it fails)
     yaml_field drain_timeout_mark_;
-    bool drain_timeout_given_ = false; ///< a default yaml_field counts as present: track it here
+    bool drain_timeout_given_ = false;               ///< limits.drain_timeout is written
     std::vector<yaml_field> upstream_timeout_marks_; ///< one per upstream, in order
     yaml_field upstream_check_name_;
 };

@@ -25,6 +25,32 @@ struct yaml_field {
     YAML::Node node{YAML::NodeType::Undefined};
     YAML::Mark mark; ///< the value; the key when the value is empty; the parent when absent
     std::string path;
+
+    yaml_field() = default;
+    yaml_field(YAML::Node n, YAML::Mark m, std::string p)
+        : node(std::move(n)), mark(m), path(std::move(p)) {}
+    yaml_field(const yaml_field&) = default;
+    yaml_field(yaml_field&&) = default;
+    /// Rebinds the field: YAML::Node's own assignment would write the value into the node it
+    /// refers to, which for a mark assigned twice is a node of the parsed document.
+    yaml_field& operator=(const yaml_field& o) {
+        if (this != &o) {
+            node.reset(o.node);
+            mark = o.mark;
+            path = o.path;
+        }
+        return *this;
+    }
+    yaml_field& operator=(yaml_field&& o) noexcept {
+        if (this != &o) {
+            node.reset(o.node);
+            mark = o.mark;
+            path = std::move(o.path);
+        }
+        return *this;
+    }
+    ~yaml_field() = default;
+
     bool present() const { return node.IsDefined(); }
 };
 

@@ -39,7 +39,8 @@ namespace {
 
 constexpr auto use_tuple = net::as_tuple(net::use_awaitable);
 
-/// How long a TLS connection waits for the client's close_notify after sending its own.
+/// How long the close_notify of a closing TLS connection may take to be written (a client
+/// that reads nothing).
 constexpr std::chrono::milliseconds tls_shutdown_timeout{1'000};
 
 /// The upstream's Transfer-Encoding is hop-by-hop and stripped, and the body is buffered whole:
@@ -409,9 +410,8 @@ net::awaitable<void> server::impl::session(tcp::socket sock,
         }
     }
     if (c.stream.tls()) {
-        // close_notify before the close, also after an idle or header timeout (a connection
-        // closed by the drain skips it; one reset fails it at once). The wait for the client's
-        // own close_notify is bounded by a short deadline.
+        // close_notify before the close, also after an idle or header timeout and at a drain
+        // (a connection the drain closed skips it; one reset fails it at once).
         c.dl.expires_after(
             std::min<std::chrono::milliseconds>(c.limits().idle_timeout, tls_shutdown_timeout));
         co_await c.stream.async_shutdown();

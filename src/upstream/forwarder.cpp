@@ -3,6 +3,7 @@
 #include "upstream/tls_client.hpp"
 
 #include "onceproxy/config/upstream_tls.hpp"
+#include "onceproxy/log/log.hpp"
 
 #include "onceproxy/wire/head_writer.hpp"
 #include "onceproxy/wire/message_parser.hpp"
@@ -94,6 +95,10 @@ struct forwarder::impl {
                 auto rotated = std::make_shared<pool>(u);
                 if (rotated->tls->loaded()) {
                     same = std::move(rotated);
+                } else {
+                    log::warn("upstream",
+                              "upstream TLS files changed but do not load; the ones in use stay",
+                              {{"upstream", u.name}});
                 }
             }
             pools.push_back(same ? std::move(same) : std::make_shared<pool>(u));

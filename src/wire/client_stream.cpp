@@ -45,6 +45,11 @@ net::awaitable<void> client_stream::async_shutdown() {
     if (tls_ == nullptr || !sock_.is_open()) {
         co_return;
     }
+    // One-way (RFC 8446 §6.1 lets the closing side go without the peer's close_notify): marked
+    // as received, SSL_shutdown sends ours and completes once it is written, so a client that
+    // keeps the connection open (an idle pooled one, at a drain) costs no wait.
+    SSL* ssl = tls_->stream.native_handle();
+    SSL_set_shutdown(ssl, SSL_get_shutdown(ssl) | SSL_RECEIVED_SHUTDOWN);
     auto [ec] = co_await tls_->stream.async_shutdown(net::as_tuple(net::use_awaitable));
     (void)ec; // the client closing first, or cutting the connection, ends it just as well
 }

@@ -218,6 +218,19 @@ TEST_CASE("TLS connections end with close_notify, so a client can tell the end f
         CHECK(r.starts_with("HTTP/1.1 400"));
         CHECK(r.ends_with("|close_notify"));
     }
+    SUBCASE("an idle keep-alive connection at a drain") {
+        std::string r;
+        std::thread client([&] {
+            r = tls_ending(p.tls_port, f.ca.ca_file(), "GET /idle HTTP/1.1\r\nHost: x\r\n\r\n");
+        });
+        // The answer is read, the connection stays open: idle until SIGTERM drains it.
+        CHECK(eventually([&] { return metric(p, "onceproxy_open_connections") == 1; }));
+        std::this_thread::sleep_for(200ms);
+        CHECK(p.terminate() == 0);
+        client.join();
+        CHECK(r.starts_with("HTTP/1.1 200"));
+        CHECK(r.ends_with("|close_notify"));
+    }
     SUBCASE("an HTTP/1.0 answer, which ends at the close") {
         const auto r = tls_ending(p.tls_port, f.ca.ca_file(), "GET /ends HTTP/1.0\r\n\r\n");
         CHECK(r.starts_with("HTTP/1.1 200"));

@@ -338,7 +338,7 @@ TEST_SUITE("https upstreams") {
             INFO(proxy.log());
             check_problem(fetch(proxy.port, "GET", "/before"), 502, "upstream.tls_error");
             replace_ca(read(pki.ca_file()));
-            std::this_thread::sleep_for(500ms);
+            std::this_thread::sleep_for(1500ms); // past a check tick (1 s): no upstream is due
             check_problem(fetch(proxy.port, "GET", "/unchecked"), 502, "upstream.tls_error");
             REQUIRE(::kill(proxy.proc.pid(), SIGHUP) == 0); // the same config file
             CHECK(eventually([&] { return status(proxy) == 200; }));

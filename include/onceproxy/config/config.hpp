@@ -125,7 +125,13 @@ struct upstream_tls_config {
     /// size, mtime); a change that loads is used for new connections. 0: on SIGHUP only.
     duration reload_interval{5'000};
 
-    friend bool operator==(const upstream_tls_config&, const upstream_tls_config&) = default;
+    /// The settings a connection is made with: reload_interval only says how often the files
+    /// are looked at, so changing it alone keeps the pool (its connections and TLS session) and
+    /// needs no restart.
+    friend bool operator==(const upstream_tls_config& a, const upstream_tls_config& b) {
+        return a.verify == b.verify && a.ca_file == b.ca_file && a.server_name == b.server_name &&
+               a.client_cert_file == b.client_cert_file && a.client_key_file == b.client_key_file;
+    }
 };
 
 struct upstream_config {

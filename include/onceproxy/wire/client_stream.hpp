@@ -50,9 +50,9 @@ public:
     /// TLS: the server handshake. Plain: nothing to do.
     boost::asio::awaitable<boost::system::error_code> async_handshake();
     /// TLS: ends the TLS session before the connection closes: sends close_notify (RFC 8446
-    /// §6.1), so the client can tell the end of the connection from a cut, then reads until
-    /// the client's close_notify or its close. Bounded by the caller's deadline on the socket.
-    /// Plain: nothing to do.
+    /// §6.1), so the client can tell the end of the connection from a cut, without waiting for
+    /// the client's. Bounded by the caller's deadline on the socket (a client that reads
+    /// nothing). Plain: nothing to do.
     boost::asio::awaitable<void> async_shutdown();
     /// TLS: the subject of the client certificate the handshake verified (RFC 2253 form);
     /// empty when there is none (or the connection is plain).
