@@ -14,6 +14,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <stdexcept>
@@ -330,6 +331,41 @@ TEST_SUITE("https upstreams") {
             replace_ca(read(other.ca_file())); // loads, but does not vouch for the upstream
             REQUIRE(eventually([&] { return proxy.metric(successes) == 1; }));
             CHECK(eventually([&] { return status(proxy) == 502; }));
+        }
+        SUBCASE("a client certificate renewed in place (cert-manager): mTLS goes on") {
+            tls_upstream mtls(pki.issue("mtls-server"), pki.ca_file());
+            const auto expired = pki.issue(
+                "expired-client", {.common_name = "onceproxy", .days = -1, .client = true});
+            const auto renewed =
+                pki.issue("renewed-client", {.common_name = "onceproxy", .client = true});
+            const auto cert = mounted.file("tls.crt");
+            const auto key = mounted.file("tls.key");
+            // The pair swapped at once, as a Secret volume does: a new directory, one rename.
+            int version = 0;
+            const auto mount = [&](const cert_pair& pair) {
+                const auto versioned = mounted.file("v" + std::to_string(++version));
+                std::filesystem::create_directory(versioned);
+                std::filesystem::copy_file(pair.cert_file, versioned + "/tls.crt");
+                std::filesystem::copy_file(pair.key_file, versioned + "/tls.key");
+                const auto link = mounted.file("data.next");
+                std::filesystem::create_directory_symlink(versioned, link);
+                REQUIRE(std::rename(link.c_str(), mounted.file("data").c_str()) == 0);
+            };
+            mount(expired);
+            if (!std::filesystem::exists(cert)) {
+                std::filesystem::create_symlink(mounted.file("data/tls.crt"), cert);
+                std::filesystem::create_symlink(mounted.file("data/tls.key"), key);
+            }
+            proxy_process proxy(with_admin(config_for(
+                mtls.tls_port, ca_line(pki.ca_file()) + "      client_cert_file: " + cert +
+                                   "\n      client_key_file: " + key +
+                                   "\n      reload_interval: 100ms\n")));
+            INFO(proxy.log());
+            check_problem(fetch(proxy.port, "GET", "/expired"), 502, "upstream.tls_error");
+            CHECK(mtls.total() == 0);
+            mount(renewed);
+            CHECK(eventually([&] { return status(proxy) == 200; }));
+            CHECK(proxy.metric(successes) >= 1);
         }
         SUBCASE("reload_interval: 0: read on SIGHUP only") {
             replace_ca(read(other.ca_file()));
