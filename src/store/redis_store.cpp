@@ -688,33 +688,8 @@ net::awaitable<result<claim_result>> redis_store::async_claim(claim_request req)
     }
     auto r = co_await impl_->exec(c, claim_command(key, req), true);
     if (r.ec) {
-        const bool lost_reply = r.written && (r.ec == errc::timeout || r.ec == errc::unavailable);
-        if (!lost_reply) {
-            co_return r.ec;
-        }
-        // The claim may have taken effect: never claim again blindly, read who holds the key.
-        if (!co_await c.async_wait_ready(impl_->cfg.connect_timeout)) {
-            co_return r.ec;
-        }
-        std::vector<std::string> get{"GET", key};
-        auto held = co_await c.async_exec(std::move(get));
-        if (!held.ec && held.reply.type == redis_reply::kind::string) {
-            const auto v = redis_record::parse(held.reply.str);
-            if (v && v->state == redis_record::in_flight && v->owner == req.owner) {
-                if (impl_->cfg.durability == config::redis_durability::replicated) {
-                    // Ours, but replicas must hold it too before it counts as taken.
-                    std::vector<std::string> wait{"WAIT", std::to_string(impl_->cfg.replicas),
-                                                  std::to_string(impl_->cfg.wait_timeout.count())};
-                    auto w = co_await c.async_exec(std::move(wait));
-                    if (w.ec || w.reply.type != redis_reply::kind::integer ||
-                        w.reply.integer < static_cast<long long>(impl_->cfg.replicas)) {
-                        co_return error_code(errc::not_replicated);
-                    }
-                }
-                claim_result out;
-                out.status = claim_status::acquired;
-                co_return out;
-            }
+        if (r.written && (r.ec == errc::timeout || r.ec == errc::unavailable)) {
+            co_return co_await recover_lost_claim(c, key, req, r.ec);
         }
         co_return r.ec;
     }
@@ -750,6 +725,36 @@ net::awaitable<result<claim_result>> redis_store::async_claim(claim_request req)
         out.remaining_lease = duration{std::max<long long>(left.reply.integer, 0)};
     }
     co_return out;
+}
+
+net::awaitable<result<claim_result>> redis_store::recover_lost_claim(redis_route& c,
+                                                                     const std::string& key,
+                                                                     const claim_request& req,
+                                                                     error_code ec) {
+    if (!co_await c.async_wait_ready(impl_->cfg.connect_timeout)) {
+        co_return ec;
+    }
+    std::vector<std::string> get{"GET", key};
+    auto held = co_await c.async_exec(get);
+    if (!held.ec && held.reply.type == redis_reply::kind::string) {
+        const auto v = redis_record::parse(held.reply.str);
+        if (v && v->state == redis_record::in_flight && v->owner == req.owner) {
+            if (impl_->cfg.durability == config::redis_durability::replicated) {
+                // Ours, but replicas must hold it too before it counts as taken.
+                std::vector<std::string> wait{"WAIT", std::to_string(impl_->cfg.replicas),
+                                              std::to_string(impl_->cfg.wait_timeout.count())};
+                auto w = co_await c.async_exec(wait);
+                if (w.ec || w.reply.type != redis_reply::kind::integer ||
+                    w.reply.integer < static_cast<long long>(impl_->cfg.replicas)) {
+                    co_return error_code(errc::not_replicated);
+                }
+            }
+            claim_result out;
+            out.status = claim_status::acquired;
+            co_return out;
+        }
+    }
+    co_return ec;
 }
 
 net::awaitable<result<claim_result>> redis_store::claim_v1(redis_route& c, const std::string& key,
@@ -788,6 +793,13 @@ net::awaitable<result<claim_result>> redis_store::claim_v1(redis_route& c, const
         // The version 1 record lapsed between the two reads: claim it in this layout, once.
         auto again = co_await impl_->exec(c, claim_command(key, req), true);
         if (again.ec) {
+            if (again.written && (again.ec == errc::timeout || again.ec == errc::unavailable)) {
+                auto recovered = co_await recover_lost_claim(c, key, req, again.ec);
+                if (recovered) {
+                    recovered->round_trips = 3;
+                }
+                co_return recovered;
+            }
             co_return again.ec; // (not retried blindly: the caller's policy decides)
         }
         if (again.reply.type == redis_reply::kind::nil) {

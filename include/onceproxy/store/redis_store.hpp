@@ -151,6 +151,13 @@ private:
     /// A claim that met a record of layout version 1 (a hash, written by an earlier version).
     boost::asio::awaitable<result<claim_result>> claim_v1(redis_route& c, const std::string& key,
                                                           const claim_request& req);
+    /// A claim whose reply was lost after it was written (`ec`: timeout or a lost connection):
+    /// it may have taken effect, so it is never sent again blindly; the key is read instead,
+    /// and our own in-flight value means the claim is ours. Else `ec`.
+    boost::asio::awaitable<result<claim_result>> recover_lost_claim(redis_route& c,
+                                                                    const std::string& key,
+                                                                    const claim_request& req,
+                                                                    boost::system::error_code ec);
 
     std::unique_ptr<impl> impl_;
 };
