@@ -1,6 +1,7 @@
 #include "app/admin.hpp"
 
 #include "app/key_admin.hpp"
+#include "onceproxy/config/upstream_tls.hpp"
 #include "onceproxy/core/fingerprint.hpp"
 #include "onceproxy/http/loop_guard.hpp"
 #include "onceproxy/wire/message_parser.hpp"
@@ -9,6 +10,8 @@
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/ssl/context.hpp>
+#include <boost/asio/ssl/stream.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
@@ -23,6 +26,7 @@
 #include <boost/url/parse.hpp>
 
 #include <openssl/crypto.h>
+#include <openssl/ssl.h>
 
 #include <atomic>
 #include <optional>
@@ -131,6 +135,39 @@ struct admin_server::impl : std::enable_shared_from_this<impl> {
         if (check.http_path.empty()) {
             co_return std::string{};
         }
+        if (!up.tls) {
+            co_return co_await get_status(stream, check, up);
+        }
+        // https://: the handshake the forwarder makes (the upstream's tls settings, SNI, chain
+        // and name checks), with its files read afresh, so a rotation is checked too.
+        auto built = config::make_upstream_tls_context(up.tls_settings);
+        if (!built.ctx) {
+            co_return "TLS settings: " + built.error;
+        }
+        net::ssl::context ctx(built.ctx.release()); // takes ownership
+        net::ssl::stream<beast::tcp_stream&> tls(stream, ctx);
+        if (!config::set_upstream_peer_name(tls.native_handle(), up)) {
+            co_return "cannot check the certificate against '" + config::upstream_peer_name(up) +
+                "'";
+        }
+        auto [hec] = co_await tls.async_handshake(net::ssl::stream_base::client, use_tuple);
+        if (hec) {
+            std::string reason = "TLS handshake: " + hec.message();
+            if (const long verify = SSL_get_verify_result(tls.native_handle());
+                verify != X509_V_OK) {
+                reason += std::string(": ") + X509_verify_cert_error_string(verify);
+            }
+            co_return reason;
+        }
+        co_return co_await get_status(tls, check, up);
+    }
+
+    /// GET http_path on `stream` (connected; TLS done): empty when the status is 2xx or 3xx,
+    /// else what failed.
+    template <class Stream>
+    net::awaitable<std::string> get_status(Stream& stream,
+                                           const config::upstream_check_config& check,
+                                           const config::upstream_config& up) {
         bhttp::request<bhttp::empty_body> req{bhttp::verb::get, check.http_path, 11};
         const bool v6 = up.host.find(':') != std::string::npos;
         req.set(bhttp::field::host,

@@ -355,12 +355,6 @@ private:
             return;
         }
         check->upstream_index = static_cast<std::size_t>(it - cfg.upstreams.begin());
-        if (it->tls && !check->http_path.empty()) {
-            w_.error(upstream_check_name_,
-                     "the readiness check of https:// upstream '" + check->upstream +
-                         "' cannot GET http_path in this version; omit http_path to check "
-                         "that it accepts connections");
-        }
     }
 
     void read_trusted_proxies(const yaml_field& f, config& cfg) {

@@ -4,6 +4,7 @@
 #include <openssl/err.h>
 #include <openssl/pem.h>
 #include <openssl/ssl.h>
+#include <openssl/x509v3.h>
 
 #include <cerrno>
 #include <cstdio>
@@ -109,6 +110,29 @@ upstream_tls_context make_upstream_tls_context(const upstream_tls_config& s) {
     upstream_tls_context out;
     out.ctx = std::move(ctx);
     return out;
+}
+
+std::string upstream_peer_name(const upstream_config& up) {
+    return up.tls_settings.server_name.empty() ? up.host : up.tls_settings.server_name;
+}
+
+bool set_upstream_peer_name(ssl_st* ssl, const upstream_config& up) {
+    const auto name = upstream_peer_name(up);
+    const bool is_ip = [&] {
+        ASN1_OCTET_STRING* ip = a2i_IPADDRESS(name.c_str());
+        ASN1_OCTET_STRING_free(ip);
+        return ip != nullptr;
+    }();
+    if (!is_ip && SSL_set_tlsext_host_name(ssl, name.c_str()) != 1) {
+        return false;
+    }
+    if (!up.tls_settings.verify) {
+        return true;
+    }
+    X509_VERIFY_PARAM* param = SSL_get0_param(ssl);
+    X509_VERIFY_PARAM_set_hostflags(param, X509_CHECK_FLAG_NO_PARTIAL_WILDCARDS);
+    return (is_ip ? X509_VERIFY_PARAM_set1_ip_asc(param, name.c_str())
+                  : X509_VERIFY_PARAM_set1_host(param, name.c_str(), 0)) == 1;
 }
 
 std::array<file_stamp, 3> upstream_tls_stamps(const upstream_tls_config& s) {

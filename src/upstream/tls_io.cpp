@@ -7,7 +7,6 @@
 #include "onceproxy/log/log.hpp"
 
 #include <boost/asio/as_tuple.hpp>
-#include <boost/asio/ip/address.hpp>
 #include <boost/asio/ssl/context.hpp>
 #include <boost/asio/ssl/error.hpp>
 #include <boost/asio/ssl/stream.hpp>
@@ -16,7 +15,6 @@
 
 #include <openssl/err.h>
 #include <openssl/ssl.h>
-#include <openssl/x509v3.h>
 
 namespace onceproxy::upstream {
 
@@ -64,10 +62,11 @@ int on_new_session(SSL* ssl, SSL_SESSION* session) {
 } // namespace
 
 struct tls_client::state {
-    std::string upstream;    ///< the upstream's name (logs)
-    std::string name;        ///< SNI and the name the certificate must carry
-    bool name_is_ip = false; ///< an IP address: checked against IP SANs, no SNI (RFC 6066 §3)
-    bool verify = true;
+    explicit state(const config::upstream_config& c)
+        : cfg(c), upstream(c.name), name(config::upstream_peer_name(c)) {}
+    config::upstream_config cfg;       ///< host and tls settings: the peer name of each connection
+    std::string upstream;              ///< the upstream's name (logs)
+    std::string name;                  ///< SNI and the name the certificate must carry
     std::unique_ptr<ssl::context> ctx; ///< null when the settings did not load
     std::string ctx_error;
     SSL_SESSION* session = nullptr; ///< of the last handshake; owned
@@ -75,13 +74,7 @@ struct tls_client::state {
     clock::time_point logged_at{};
 };
 
-tls_client::tls_client(const config::upstream_config& cfg) : s_(std::make_unique<state>()) {
-    s_->upstream = cfg.name;
-    s_->name = cfg.tls_settings.server_name.empty() ? cfg.host : cfg.tls_settings.server_name;
-    boost::system::error_code ec;
-    (void)net::ip::make_address(s_->name, ec);
-    s_->name_is_ip = !ec;
-    s_->verify = cfg.tls_settings.verify;
+tls_client::tls_client(const config::upstream_config& cfg) : s_(std::make_unique<state>(cfg)) {
     auto built = config::make_upstream_tls_context(cfg.tls_settings);
     if (!built.ctx) {
         s_->ctx_error = built.error;
@@ -134,20 +127,11 @@ net::awaitable<std::string> tls_client::handshake(connection& c) {
     }
     c.tls = std::make_unique<tls_layer>(c.sock, *s_->ctx, *this);
     SSL* ssl = c.tls->stream.native_handle();
-    if (!s_->name_is_ip) {
-        SSL_set_tlsext_host_name(ssl, s_->name.c_str());
-    }
-    if (s_->verify) {
-        X509_VERIFY_PARAM* param = SSL_get0_param(ssl);
-        X509_VERIFY_PARAM_set_hostflags(param, X509_CHECK_FLAG_NO_PARTIAL_WILDCARDS);
-        const int set = s_->name_is_ip ? X509_VERIFY_PARAM_set1_ip_asc(param, s_->name.c_str())
-                                       : X509_VERIFY_PARAM_set1_host(param, s_->name.c_str(), 0);
-        if (set != 1) {
-            std::string reason = "cannot check the certificate against '" + s_->name + "'";
-            log_failure(reason);
-            c.tls.reset();
-            co_return reason;
-        }
+    if (!config::set_upstream_peer_name(ssl, s_->cfg)) {
+        std::string reason = "cannot check the certificate against '" + s_->name + "'";
+        log_failure(reason);
+        c.tls.reset();
+        co_return reason;
     }
     if (s_->session != nullptr) {
         SSL_set_session(ssl, s_->session);

@@ -382,6 +382,41 @@ TEST_SUITE("https upstreams") {
         }
     }
 
+    TEST_CASE("readiness http_path on an https:// upstream: GET over the upstream's TLS") {
+        temp_dir dir;
+        test_pki pki(dir.path());
+        temp_dir other_dir;
+        test_pki other(other_dir.path(), "another-ca");
+        tls_upstream up(pki.issue("server"));
+        const auto with_readiness = [&](const std::string& ca) {
+            return config_for(up.tls_port, ca_line(ca)) +
+                   "admin:\n  listen: 127.0.0.1:0\n  readiness:\n"
+                   "    upstream: { name: app, http_path: /__health, interval: 200ms, "
+                   "timeout: 200ms }\n";
+        };
+        SUBCASE("a certificate that verifies: ready") {
+            proxy_process proxy(with_readiness(pki.ca_file()));
+            INFO(proxy.log());
+            http_response r;
+            CHECK(eventually([&] {
+                r = proxy.admin("/readyz");
+                return r.status == 200;
+            }));
+            CHECK(r.body.find("upstream app: answers /__health") != std::string::npos);
+            CHECK(up.tls("handshakes") >= 1);
+        }
+        SUBCASE("a certificate from another CA: not ready, and the body says why") {
+            proxy_process proxy(with_readiness(other.ca_file()));
+            INFO(proxy.log());
+            http_response r;
+            CHECK(eventually([&] {
+                r = proxy.admin("/readyz");
+                return r.body.find("certificate verify failed") != std::string::npos;
+            }));
+            CHECK(r.status == 503);
+        }
+    }
+
     TEST_CASE("bad TLS files: --check-config and a start fail alike, with file:line:column") {
         temp_dir dir;
         test_pki pki(dir.path());

@@ -11,6 +11,7 @@
 #include <string>
 
 struct ssl_ctx_st; // OpenSSL's SSL_CTX
+struct ssl_st;     // OpenSSL's SSL
 
 namespace onceproxy::config {
 
@@ -32,6 +33,14 @@ struct upstream_tls_context {
 /// (or the system's trust store); the client certificate and key when set. Encrypted keys are
 /// refused (no passphrase prompt). Host names are set per connection, not here.
 upstream_tls_context make_upstream_tls_context(const upstream_tls_config& settings);
+
+/// The name an https:// upstream's certificate must carry: `server_name`, else the url's host.
+std::string upstream_peer_name(const upstream_config& up);
+
+/// Sets on `ssl` (a client connection to `up`) the SNI and, when verifying, the name its
+/// certificate is checked against (RFC 6125; an IP address is checked against IP SANs and
+/// not sent as SNI, RFC 6066 §3). False when the name cannot be set.
+bool set_upstream_peer_name(ssl_st* ssl, const upstream_config& up);
 
 /// The stamps of the files `settings` loads, in the order ca_file, client_cert_file,
 /// client_key_file (all zero for one not set): a change means the context should be rebuilt.
