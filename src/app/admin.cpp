@@ -28,7 +28,9 @@
 #include <openssl/crypto.h>
 #include <openssl/ssl.h>
 
+#include <array>
 #include <atomic>
+#include <memory>
 #include <optional>
 #include <string>
 #include <variant>
@@ -113,6 +115,11 @@ struct admin_server::impl : std::enable_shared_from_this<impl> {
     std::atomic<bool> upstream_checked{false}; ///< at least one check finished
     std::atomic<bool> upstream_ok{false};      ///< the last check succeeded
     std::string upstream_detail;               ///< admin loop only: what the last check saw
+    /// Admin loop only: the TLS context of an https:// upstream's check, and what it was built
+    /// from (its settings, the stamps of their files).
+    std::unique_ptr<net::ssl::context> check_tls;
+    config::upstream_tls_config check_tls_settings;
+    std::array<config::file_stamp, 3> check_tls_stamps{};
 
     /// One check of admin.readiness.upstream: connect (and GET http_path, 2xx/3xx), bounded by
     /// its timeout. Returns an empty string on success, else what failed.
@@ -139,13 +146,20 @@ struct admin_server::impl : std::enable_shared_from_this<impl> {
             co_return co_await get_status(stream, check, up);
         }
         // https://: the handshake the forwarder makes (the upstream's tls settings, SNI, chain
-        // and name checks), with its files read afresh, so a rotation is checked too.
-        auto built = config::make_upstream_tls_context(up.tls_settings);
-        if (!built.ctx) {
-            co_return "TLS settings: " + built.error;
+        // and name checks), with a context rebuilt when its files change, so a rotation is
+        // checked too (and the system trust store is not reloaded at every check).
+        const auto stamps = config::upstream_tls_stamps(up.tls_settings);
+        if (!check_tls || stamps != check_tls_stamps || !(up.tls_settings == check_tls_settings)) {
+            auto built = config::make_upstream_tls_context(up.tls_settings);
+            if (!built.ctx) {
+                check_tls.reset();
+                co_return "TLS settings: " + built.error;
+            }
+            check_tls = std::make_unique<net::ssl::context>(built.ctx.release()); // owns it
+            check_tls_stamps = stamps;
+            check_tls_settings = up.tls_settings;
         }
-        net::ssl::context ctx(built.ctx.release()); // takes ownership
-        net::ssl::stream<beast::tcp_stream&> tls(stream, ctx);
+        net::ssl::stream<beast::tcp_stream&> tls(stream, *check_tls);
         if (!config::set_upstream_peer_name(tls.native_handle(), up)) {
             co_return "cannot check the certificate against '" + config::upstream_peer_name(up) +
                 "'";

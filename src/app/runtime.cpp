@@ -648,6 +648,9 @@ private:
         }
         const bool tls_changed = next->tls && current_->tls && !(*next->tls == *current_->tls);
         const auto digest = config_digest(*next);
+        // Before the workers load them: a file rotated meanwhile is seen as a change.
+        upstream_tls_seen_ = upstream_tls_stamps_of(*next);
+        upstream_tls_due_.clear(); // a changed reload_interval counts from now
         auto pending = std::make_shared<std::atomic<std::size_t>>(workers_.size());
         for (const auto& w : workers_) {
             net::post(w->ioc, [&w = *w, next, st = st_, &reg = reg_, pending, digest] {
@@ -664,8 +667,6 @@ private:
             });
         }
         current_ = std::move(next);
-        upstream_tls_seen_ = upstream_tls_stamps_of(*current_); // what the new pools loaded
-        upstream_tls_due_.clear(); // a changed reload_interval counts from now
         if (tls_ && (tls_changed || tls_stamps_of(*current_->tls) != tls_stamps_)) {
             reload_tls(why);
         }

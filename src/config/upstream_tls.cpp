@@ -6,6 +6,9 @@
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
 
+#include <arpa/inet.h>
+#include <sys/socket.h>
+
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -118,13 +121,13 @@ std::string upstream_peer_name(const upstream_config& up) {
 
 bool set_upstream_peer_name(ssl_st* ssl, const upstream_config& up) {
     const auto name = upstream_peer_name(up);
-    const bool is_ip = [&] {
-        ASN1_OCTET_STRING* ip = a2i_IPADDRESS(name.c_str());
-        ASN1_OCTET_STRING_free(ip);
-        return ip != nullptr;
-    }();
-    if (!is_ip && SSL_set_tlsext_host_name(ssl, name.c_str()) != 1) {
-        return false;
+    // An IP literal (an IPv6 zone id aside) is checked against IP SANs and sent as no SNI.
+    const auto bare = name.substr(0, name.find('%'));
+    unsigned char addr[16];
+    const bool is_ip = ::inet_pton(AF_INET, bare.c_str(), addr) == 1 ||
+                       ::inet_pton(AF_INET6, bare.c_str(), addr) == 1;
+    if (!is_ip) {
+        SSL_set_tlsext_host_name(ssl, name.c_str()); // too long a name: no SNI, as before
     }
     if (!up.tls_settings.verify) {
         return true;

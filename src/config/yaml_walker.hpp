@@ -41,7 +41,7 @@ struct yaml_field {
         }
         return *this;
     }
-    yaml_field& operator=(yaml_field&& o) noexcept {
+    yaml_field& operator=(yaml_field&& o) {
         if (this != &o) {
             node.reset(o.node);
             mark = o.mark;

@@ -138,10 +138,12 @@ net::awaitable<body_end> relay_body(wire::response_parser& rp, body_source from,
         auto ec = co_await upstream::async_read(conn, rp, wire::read_until::some);
         if (ec && ec != bhttp::error::need_buffer) {
             failure = read_failure(ec, conn.dl.fired());
+            to.sock.mark_cut(); // the client connection ends without a proper end
             co_return body_end::upstream_failed;
         }
         if (!body.empty()) {
             if (!co_await write_piece(to.sock, to.dl, to.timeout, body, to.rechunk)) {
+                to.sock.mark_cut();
                 co_return body_end::client_failed;
             }
             relayed += body.size();
@@ -151,6 +153,7 @@ net::awaitable<body_end> relay_body(wire::response_parser& rp, body_source from,
     if (to.rechunk) {
         const auto end = last_chunk(rp.trailers(), {});
         if (!co_await write_piece(to.sock, to.dl, to.timeout, end, false)) {
+            to.sock.mark_cut();
             co_return body_end::client_failed;
         }
     }

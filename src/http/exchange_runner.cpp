@@ -192,6 +192,9 @@ net::awaitable<bool> write_answer_start(exchange_state& s, core::idempotency_sta
     auto [ec, n] = co_await net::async_write(client.sock, first.buffers(), use_tuple);
     (void)n;
     res.body() = std::string();
+    if (ec) {
+        client.sock.mark_cut();
+    }
     co_return !ec;
 }
 

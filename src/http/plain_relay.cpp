@@ -559,6 +559,7 @@ struct plain_relay::exchange {
 
     /// The answer broke off after its head reached the client: close both connections.
     net::awaitable<bool> abort_response(unsigned status) {
+        client.sock.mark_cut(); // no close_notify: the close must not read as the body's end
         relay.reg_.upstream_errors.fetch_add(1, std::memory_order_relaxed);
         relay.fwd_.release(route.upstream_index, std::move(conn), false);
         finish(status);

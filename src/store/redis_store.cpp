@@ -689,7 +689,7 @@ net::awaitable<result<claim_result>> redis_store::async_claim(claim_request req)
     auto r = co_await impl_->exec(c, claim_command(key, req), true);
     if (r.ec) {
         if (r.written && (r.ec == errc::timeout || r.ec == errc::unavailable)) {
-            co_return co_await recover_lost_claim(c, key, req, r.ec);
+            co_return co_await recover_lost_claim(c, key, req, r.ec, 1);
         }
         co_return r.ec;
     }
@@ -727,19 +727,20 @@ net::awaitable<result<claim_result>> redis_store::async_claim(claim_request req)
     co_return out;
 }
 
-net::awaitable<result<claim_result>> redis_store::recover_lost_claim(redis_route& c,
-                                                                     const std::string& key,
-                                                                     const claim_request& req,
-                                                                     error_code ec) {
+net::awaitable<result<claim_result>>
+redis_store::recover_lost_claim(redis_route& c, const std::string& key, const claim_request& req,
+                                error_code ec, unsigned round_trips) {
     if (!co_await c.async_wait_ready(impl_->cfg.connect_timeout)) {
         co_return ec;
     }
     std::vector<std::string> get{"GET", key};
     auto held = co_await c.async_exec(get);
+    ++round_trips;
     if (!held.ec && held.reply.type == redis_reply::kind::string) {
         const auto v = redis_record::parse(held.reply.str);
         if (v && v->state == redis_record::in_flight && v->owner == req.owner) {
             if (impl_->cfg.durability == config::redis_durability::replicated) {
+                ++round_trips;
                 // Ours, but replicas must hold it too before it counts as taken.
                 std::vector<std::string> wait{"WAIT", std::to_string(impl_->cfg.replicas),
                                               std::to_string(impl_->cfg.wait_timeout.count())};
@@ -751,6 +752,7 @@ net::awaitable<result<claim_result>> redis_store::recover_lost_claim(redis_route
             }
             claim_result out;
             out.status = claim_status::acquired;
+            out.round_trips = round_trips;
             co_return out;
         }
     }
@@ -794,11 +796,7 @@ net::awaitable<result<claim_result>> redis_store::claim_v1(redis_route& c, const
         auto again = co_await impl_->exec(c, claim_command(key, req), true);
         if (again.ec) {
             if (again.written && (again.ec == errc::timeout || again.ec == errc::unavailable)) {
-                auto recovered = co_await recover_lost_claim(c, key, req, again.ec);
-                if (recovered) {
-                    recovered->round_trips = 3;
-                }
-                co_return recovered;
+                co_return co_await recover_lost_claim(c, key, req, again.ec, 3);
             }
             co_return again.ec; // (not retried blindly: the caller's policy decides)
         }

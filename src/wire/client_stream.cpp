@@ -42,7 +42,7 @@ net::awaitable<boost::system::error_code> client_stream::async_handshake() {
 }
 
 net::awaitable<void> client_stream::async_shutdown() {
-    if (tls_ == nullptr || !sock_.is_open()) {
+    if (tls_ == nullptr || !sock_.is_open() || cut_) {
         co_return;
     }
     // One-way (RFC 8446 §6.1 lets the closing side go without the peer's close_notify): marked

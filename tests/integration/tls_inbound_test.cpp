@@ -231,6 +231,18 @@ TEST_CASE("TLS connections end with close_notify, so a client can tell the end f
         CHECK(r.starts_with("HTTP/1.1 200"));
         CHECK(r.ends_with("|close_notify"));
     }
+    SUBCASE("an HTTP/1.0 answer the upstream broke off: no close_notify, the cut shows") {
+        // Chunked from the upstream, so close-delimited to the HTTP/1.0 client: only a close
+        // without close_notify tells it that the body is not whole.
+        const auto r = tls_ending(p.tls_port, f.ca.ca_file(),
+                                  "GET /cut HTTP/1.0\r\nX-Test-Chunked: 1\r\n"
+                                  "X-Test-Body-Bytes: 4194304\r\n"
+                                  "X-Test-Cut-After-Bytes: 1048576\r\n\r\n");
+        CHECK(r.starts_with("HTTP/1.1 200"));
+        CHECK(r.size() < 4194304);
+        CHECK(r.find("|close_notify") == std::string::npos);
+        CHECK(r.find("|cut: ") != std::string::npos);
+    }
     SUBCASE("an HTTP/1.0 answer, which ends at the close") {
         const auto r = tls_ending(p.tls_port, f.ca.ca_file(), "GET /ends HTTP/1.0\r\n\r\n");
         CHECK(r.starts_with("HTTP/1.1 200"));

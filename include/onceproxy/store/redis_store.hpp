@@ -153,11 +153,11 @@ private:
                                                           const claim_request& req);
     /// A claim whose reply was lost after it was written (`ec`: timeout or a lost connection):
     /// it may have taken effect, so it is never sent again blindly; the key is read instead,
-    /// and our own in-flight value means the claim is ours. Else `ec`.
-    boost::asio::awaitable<result<claim_result>> recover_lost_claim(redis_route& c,
-                                                                    const std::string& key,
-                                                                    const claim_request& req,
-                                                                    boost::system::error_code ec);
+    /// and our own in-flight value means the claim is ours. Else `ec`. `round_trips`: those
+    /// made before the read (which adds one, and a WAIT one more).
+    boost::asio::awaitable<result<claim_result>>
+    recover_lost_claim(redis_route& c, const std::string& key, const claim_request& req,
+                       boost::system::error_code ec, unsigned round_trips);
 
     std::unique_ptr<impl> impl_;
 };

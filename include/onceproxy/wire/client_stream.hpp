@@ -46,13 +46,18 @@ public:
     boost::asio::ip::tcp::socket& socket() noexcept { return sock_; }
     lowest_layer_type& lowest_layer() noexcept { return sock_; }
     bool tls() const noexcept { return tls_ != nullptr; }
+    /// An answer was broken off part-way (the upstream failed mid-body, or a write to the
+    /// client failed): the connection must end without close_notify, which would make a body
+    /// delimited by the close look complete.
+    void mark_cut() noexcept { cut_ = true; }
+    bool cut() const noexcept { return cut_; }
 
     /// TLS: the server handshake. Plain: nothing to do.
     boost::asio::awaitable<boost::system::error_code> async_handshake();
     /// TLS: ends the TLS session before the connection closes: sends close_notify (RFC 8446
     /// §6.1), so the client can tell the end of the connection from a cut, without waiting for
     /// the client's. Bounded by the caller's deadline on the socket (a client that reads
-    /// nothing). Plain: nothing to do.
+    /// nothing). Plain, closed, or cut (mark_cut): nothing to do.
     boost::asio::awaitable<void> async_shutdown();
     /// TLS: the subject of the client certificate the handshake verified (RFC 2253 form);
     /// empty when there is none (or the connection is plain).
@@ -135,6 +140,7 @@ private:
     static constexpr std::size_t max_gather = 16 * 1024; ///< one TLS record's plaintext
     boost::asio::ip::tcp::socket sock_;
     std::unique_ptr<tls_state> tls_;
+    bool cut_ = false;
 };
 
 } // namespace onceproxy::wire
