@@ -63,10 +63,9 @@ int on_new_session(SSL* ssl, SSL_SESSION* session) {
 
 struct tls_client::state {
     explicit state(const config::upstream_config& c)
-        : cfg(c), upstream(c.name), name(config::upstream_peer_name(c)) {}
-    config::upstream_config cfg;       ///< host and tls settings: the peer name of each connection
-    std::string upstream;              ///< the upstream's name (logs)
-    std::string name;                  ///< SNI and the name the certificate must carry
+        : cfg(c), name(config::upstream_peer_name(c)) {}
+    config::upstream_config cfg;       ///< its name (logs), host and tls settings (each peer name)
+    std::string name;                  ///< SNI and the name the certificate must carry (logs)
     std::unique_ptr<ssl::context> ctx; ///< null when the settings did not load
     std::string ctx_error;
     SSL_SESSION* session = nullptr; ///< of the last handshake; owned
@@ -117,7 +116,7 @@ void tls_client::log_failure(const std::string& reason) {
         s_->logged_at = now;
     }
     log::write(loud ? log::level::warn : log::level::debug, "upstream", "TLS handshake failed",
-               {{"upstream", s_->upstream}, {"server_name", s_->name}, {"reason", reason}});
+               {{"upstream", s_->cfg.name}, {"server_name", s_->name}, {"reason", reason}});
 }
 
 net::awaitable<std::string> tls_client::handshake(connection& c) {
@@ -139,7 +138,7 @@ net::awaitable<std::string> tls_client::handshake(connection& c) {
     auto [ec] = co_await c.tls->stream.async_handshake(ssl::stream_base::client, use_tuple);
     if (!ec) {
         log::debug("upstream", "TLS handshake",
-                   {{"upstream", s_->upstream},
+                   {{"upstream", s_->cfg.name},
                     {"offered", s_->session != nullptr},
                     {"resumed", SSL_session_reused(ssl) == 1}});
         co_return std::string();
