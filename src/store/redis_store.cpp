@@ -46,6 +46,12 @@ if head == '2f' .. o then
   return 1
 end
 if head == '2c' .. o then
+  -- Completed by this owner already (a retry whose first reply was lost). The expiry is set
+  -- again unchanged: a write, so that a WAIT behind this call covers the record.
+  local t = redis.call('PTTL', KEYS[1])
+  if t > 0 then
+    redis.call('PEXPIRE', KEYS[1], t)
+  end
   return 1
 end
 return 0
@@ -733,26 +739,30 @@ redis_store::recover_lost_claim(redis_route& c, const std::string& key, const cl
     if (!co_await c.async_wait_ready(impl_->cfg.connect_timeout)) {
         co_return ec;
     }
+    claim_result out;
+    out.status = claim_status::acquired;
+    if (impl_->cfg.durability == config::redis_durability::replicated) {
+        // Ours only if the replicas hold it too. The claim's own WAIT went with its reply, and a
+        // WAIT counts only what its connection wrote: on a re-opened connection it would
+        // return at once. So the lease is asserted again with the fenced extend, a write that
+        // replicates after the claim, and the WAIT goes behind it.
+        std::vector<std::string> args{req.owner, millis(req.lease)};
+        auto held = co_await impl_->eval(c, impl_->extend, key, std::move(args), true);
+        out.round_trips = round_trips + 1;
+        if (held.ec == errc::not_replicated) {
+            co_return held.ec;
+        }
+        if (!held.ec && held.reply.type == redis_reply::kind::integer && held.reply.integer == 1) {
+            co_return out;
+        }
+        co_return ec;
+    }
     std::vector<std::string> get{"GET", key};
     auto held = co_await c.async_exec(get);
-    ++round_trips;
+    out.round_trips = round_trips + 1;
     if (!held.ec && held.reply.type == redis_reply::kind::string) {
         const auto v = redis_record::parse(held.reply.str);
         if (v && v->state == redis_record::in_flight && v->owner == req.owner) {
-            if (impl_->cfg.durability == config::redis_durability::replicated) {
-                ++round_trips;
-                // Ours, but replicas must hold it too before it counts as taken.
-                std::vector<std::string> wait{"WAIT", std::to_string(impl_->cfg.replicas),
-                                              std::to_string(impl_->cfg.wait_timeout.count())};
-                auto w = co_await c.async_exec(wait);
-                if (w.ec || w.reply.type != redis_reply::kind::integer ||
-                    w.reply.integer < static_cast<long long>(impl_->cfg.replicas)) {
-                    co_return error_code(errc::not_replicated);
-                }
-            }
-            claim_result out;
-            out.status = claim_status::acquired;
-            out.round_trips = round_trips;
             co_return out;
         }
     }

@@ -703,6 +703,85 @@ TEST_CASE("redis store: a claim whose reply was lost is resolved by reading the 
     s.stop();
 }
 
+TEST_CASE("redis store, durability replicated: a write whose reply was lost counts only once a "
+          "replica holds it") {
+    // A master and one replica; the store reaches the master through the gate. With the
+    // replica paused (connected, not acknowledging), a claim or a completion lands on the
+    // master alone and its reply is dropped. Reading the key back on a new connection shows
+    // it as ours, but a WAIT there counts nothing that connection wrote: it would report the
+    // replica at once. The store must report not_replicated instead.
+    redis_server master;
+    redis_server_options ro;
+    ro.extra_args = {"--replicaof", "127.0.0.1", std::to_string(master.port())};
+    redis_server replica(ro);
+    REQUIRE(onceproxy::test::eventually(
+        [&] {
+            return master.cli({"INFO", "replication"}).find("state=online") != std::string::npos;
+        },
+        10s));
+    struct resume_on_exit {
+        redis_server& r;
+        ~resume_on_exit() { r.resume(); }
+    } guard{replica};
+
+    net::io_context ioc;
+    tcp_gate gate(ioc, master.port());
+    auto cfg = make_config("redis://127.0.0.1:" + std::to_string(gate.port()));
+    cfg.command_timeout = 500ms;
+    cfg.durability = onceproxy::config::redis_durability::replicated;
+    cfg.replicas = 1;
+    cfg.wait_timeout = 150ms;
+    redis_store s(cfg, {ioc.get_executor()});
+    s.start();
+    redis_client& client = *s.client_for(ioc.get_executor());
+    REQUIRE(run(ioc, client.async_wait_ready(5s)));
+    REQUIRE_FALSE(run(ioc, client.async_exec({"PING"})).ec); // the gate has this connection
+    auto on_master = [&](const std::string& key) {
+        return master.cli({"EXISTS", s.redis_key(key)}) == "1\n";
+    };
+
+    SUBCASE("a claim") {
+        const std::string key = unique("replicated-claim");
+        replica.pause();
+        gate.set_existing(tcp_gate::mode::drop_replies);
+        auto r = run(ioc, s.async_claim({key, "fp", "me", 30'000ms}));
+        CHECK(client.connect_count() == 2); // the recovery read the key on a new connection
+        CHECK(on_master(key));              // the claim took effect on the master
+        REQUIRE_FALSE(r.has_value());
+        CHECK(r.error() == store::errc::not_replicated);
+
+        // Once the replica acknowledges again, the same recovery finds the claim replicated.
+        replica.resume();
+        const std::string key2 = unique("replicated-claim");
+        gate.set_existing(tcp_gate::mode::drop_replies);
+        auto r2 = run(ioc, s.async_claim({key2, "fp", "me", 30'000ms}));
+        REQUIRE_MESSAGE(r2.has_value(), r2.error().message());
+        CHECK(r2->status == claim_status::acquired);
+    }
+    SUBCASE("a completion retried after its reply was lost") {
+        const std::string key = unique("replicated-complete");
+        auto claimed = run(ioc, s.async_claim({key, "fp", "me", 30'000ms}));
+        REQUIRE_MESSAGE(claimed.has_value(), claimed.error().message());
+        REQUIRE(claimed->status == claim_status::acquired);
+        replica.pause();
+        gate.set_existing(tcp_gate::mode::drop_replies);
+        auto first = run(ioc, s.async_complete(key, "me", "p", 60'000ms));
+        REQUIRE_FALSE(first.has_value());
+        // The record is on the master; the retry (on a new connection) finds it completed by
+        // its own owner, which is not proof that a replica has it.
+        REQUIRE(run(ioc, client.async_wait_ready(5s)));
+        auto again = run(ioc, s.async_complete(key, "me", "p", 60'000ms));
+        REQUIRE_FALSE(again.has_value());
+        CHECK(again.error() == store::errc::not_replicated);
+        replica.resume();
+        REQUIRE(run(ioc, client.async_wait_ready(5s)));
+        auto settled = run(ioc, s.async_complete(key, "me", "p", 60'000ms));
+        REQUIRE_MESSAGE(settled.has_value(), settled.error().message());
+        CHECK(*settled == fence_status::ok);
+    }
+    s.stop();
+}
+
 TEST_CASE("redis client: the health check replaces a connection that stopped answering") {
     net::io_context ioc;
     tcp_gate gate(ioc, shared_server().port());

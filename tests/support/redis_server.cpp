@@ -93,9 +93,22 @@ void redis_server::stop() {
         return;
     }
     proc_.signal(SIGTERM);
+    proc_.signal(SIGCONT); // a paused server handles SIGTERM only once it runs again
     if (proc_.wait(std::chrono::milliseconds(5'000)) == -1) {
         proc_.signal(SIGKILL);
         proc_.wait(std::chrono::milliseconds(5'000));
+    }
+}
+
+void redis_server::pause() {
+    if (proc_.running()) {
+        proc_.signal(SIGSTOP);
+    }
+}
+
+void redis_server::resume() {
+    if (proc_.running()) {
+        proc_.signal(SIGCONT);
     }
 }
 

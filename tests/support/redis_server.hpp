@@ -43,6 +43,10 @@ public:
     void start();
     /// SIGKILL (no shutdown, nothing written), wait.
     void kill();
+    /// SIGSTOP: the server stays connected but does nothing (a replica stops acknowledging).
+    void pause();
+    /// SIGCONT after pause().
+    void resume();
     void restart() {
         stop();
         start();
