@@ -243,6 +243,68 @@ def bulk(d: pathlib.Path, meta: dict, summary: dict, problems: list) -> None:
                   f"(+{a['peak_rss_mib'] - a['rss_before_mib']:.1f} MiB during the transfer)")
 
 
+def times_seconds(text: str) -> float:
+    """User plus system seconds of the children line of bash's `times` ("0m0.231s 0m0.770s")."""
+    lines = text.split("\n")
+    if len(lines) < 2:
+        return float("nan")
+    total = 0.0
+    for part in lines[1].split():
+        m = re.fullmatch(r"(\d+)m([\d.]+)s", part)
+        if not m:
+            return float("nan")
+        total += int(m.group(1)) * 60 + float(m.group(2))
+    return total
+
+
+def machine_share(f: pathlib.Path, requests: int) -> dict:
+    """The rest of the machine during one load: CPU time per request of the test upstream and
+    of wrk, and the share of the CPUs left idle (NaN where a file is missing)."""
+    out = {"upstream_us": float("nan"), "wrk_us": float("nan"), "idle": float("nan")}
+    if requests <= 0:
+        return out
+    up = f.with_name(f.name + ".upstream-cpu")
+    if up.exists():
+        ticks, hz = (int(x) for x in up.read_text().split())
+        out["upstream_us"] = ticks * 1e6 / hz / requests
+    wt = f.with_name(f.name + ".wrk-times")
+    if wt.exists():
+        out["wrk_us"] = times_seconds(wt.read_text()) * 1e6 / requests
+    mf = f.with_name(f.name + ".machine")
+    if mf.exists():
+        idle0, total0, idle1, total1 = (int(x) for x in mf.read_text().split())
+        if total1 > total0:
+            out["idle"] = (idle1 - idle0) / (total1 - total0)
+    return out
+
+
+def budget(meta: dict, med: dict, fig: dict) -> None:
+    """Where the shared CPUs go per request, for the plain and guarded loads, and the most the
+    first-execution throughput ratio could reach with every CPU busy: the ratio of the whole
+    machine's CPU time per request (proxy, Redis, upstream and wrk all share the cores)."""
+    rows = [(n, lbl) for n, lbl in SCENARIOS if n in ("proxy", "proxy_post", "first", "replay")
+            and n in med]
+    if not rows or any(math.isnan(med[n]["upstream_us"]) for n, _ in rows):
+        return
+    print()
+    print(f"CPU time per request on the {meta['cpus']} shared CPUs, us (median over rounds)")
+    print(f"{'scenario':<40} {'onceproxy':>9} {'Redis':>7} {'upstream':>9} {'wrk':>7} "
+          f"{'all':>7} {'CPUs idle':>9}")
+    whole = {}
+    for name, label in rows:
+        r = med[name]
+        redis = 0.0 if math.isnan(r["redis_us"]) else r["redis_us"]
+        whole[name] = r["cpu_us"] + redis + r["upstream_us"] + r["wrk_us"]
+        print(f"{label:<40} {r['cpu_us']:>9.1f} {redis:>7.1f} {r['upstream_us']:>9.1f} "
+              f"{r['wrk_us']:>7.1f} {whole[name]:>7.1f} {100 * r['idle']:>8.0f}%")
+    fig["cpu_per_request_all_processes"] = whole
+    if "first" in whole and "proxy" in whole and whole["first"] > 0:
+        bound = whole["proxy"] / whole["first"]
+        fig["first_vs_plain_get_bound_all_cpus_busy"] = bound
+        print(f"  first execution / plain GET, bounded by the whole machine's CPU per request: "
+              f"at most {bound:.2f}x with every CPU busy")
+
+
 def fmt(v: float, unit: str = "") -> str:
     if v != v:  # NaN
         return "n/a"
@@ -285,6 +347,7 @@ def main() -> int:
             if redis_file.exists() and parsed["requests"] > 0:
                 ticks, hz = (int(x) for x in redis_file.read_text().split())
                 parsed["redis_us"] = ticks * 1e6 / hz / parsed["requests"]
+            parsed.update(machine_share(f, parsed["requests"]))
             parsed["round"] = int(m.group(1))
             runs.setdefault(m.group(2), []).append(parsed)
         except ValueError as e:
@@ -292,7 +355,9 @@ def main() -> int:
 
     med = {}
     for name, rs in runs.items():
-        med[name] = {k: statistics.median(r[k] for r in rs) for k in ("rps", "p50", "p99", "cpu_us", "redis_us")}
+        med[name] = {k: statistics.median(r[k] for r in rs)
+                     for k in ("rps", "p50", "p99", "cpu_us", "redis_us", "upstream_us", "wrk_us",
+                               "idle")}
         med[name]["non2xx"] = sum(r["non2xx"] for r in rs)
         med[name]["errors"] = sum(r["errors"] for r in rs)
         med[name]["rounds_rps"] = [r["rps"] for r in rs]
@@ -410,6 +475,7 @@ def main() -> int:
         print(f"  p99 added at half of peak load (paced, -c{meta['half_connections']}): direct "
               f"{med['half_direct']['p99']:.2f} ms, onceproxy {med['half_proxy']['p99']:.2f} ms, "
               f"added {added:.2f} ms  [<= 1 ms]")
+    budget(meta, med, fig)
     cluster_figures(d, meta, med, runs, summary)
     proxy_round_trips(d, summary)
     for n in meta.get("cluster_masters", []):

@@ -243,6 +243,10 @@ cpu_ticks() {
     done
     echo "$total"
 }
+# machine_ticks: "IDLE TOTAL" jiffies of all CPUs so far (/proc/stat; idle counts iowait too).
+machine_ticks() {
+    awk '/^cpu /{print $5 + $6, $2 + $3 + $4 + $5 + $6 + $7 + $8 + $9}' /proc/stat
+}
 measured_pids() {
     case "$1" in
     nginx | nginx_tls) echo "$nginx_pid" $(pgrep -P "$nginx_pid" || true) ;;
@@ -279,12 +283,19 @@ run_wrk() {
     before=$(cpu_ticks $pids)
     # shellcheck disable=SC2086
     [ -n "$redis_pids" ] && redis_before=$(cpu_ticks $redis_pids)
-    if ! timeout $((seconds + 30)) "${cmd[@]}" >"$out" 2>&1; then
+    local up_before machine_before
+    up_before=$(cpu_ticks "$upstream_pid")
+    machine_before=$(machine_ticks)
+    # In a subshell whose `times` reports wrk's own CPU time (the load generator's share of
+    # the cores).
+    if ! (timeout $((seconds + 30)) "${cmd[@]}" >"$out" 2>&1 && times >"$out.wrk-times"); then
         log "wrk failed for $name (round $round): $(tail -n1 "$out")"
     fi
     # shellcheck disable=SC2086
     after=$(cpu_ticks $pids)
     echo "$((after - before)) $(getconf CLK_TCK)" >"$out.cpu"
+    echo "$(($(cpu_ticks "$upstream_pid") - up_before)) $(getconf CLK_TCK)" >"$out.upstream-cpu"
+    echo "$machine_before $(machine_ticks)" >"$out.machine"
     # The Redis server's CPU time too: on this machine it shares the cores with the proxy.
     if [ -n "$redis_pids" ]; then
         # shellcheck disable=SC2086
