@@ -6,6 +6,7 @@
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
+#include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
@@ -307,9 +308,20 @@ redis_client* redis_cluster::client_for(std::string_view key) noexcept {
     return impl_->for_slot(redis_key_slot(key)).get();
 }
 
-net::awaitable<redis_exec_result> redis_cluster::async_exec(std::string_view key,
-                                                            const std::vector<std::string>& args) {
-    auto self = impl_;
+namespace {
+
+/// The connection a command ran on: its node, and that node's connect_count() when it was
+/// sent.
+struct ran_on {
+    std::shared_ptr<redis_client> client;
+    std::uint64_t connection = 0;
+};
+
+/// redis_cluster::async_exec; `at` (if given) learns where the command ran when it got a
+/// reply that is not a redirect.
+net::awaitable<redis_exec_result> exec_routed(std::shared_ptr<redis_cluster::impl> self,
+                                              std::string_view key,
+                                              const std::vector<std::string>& args, ran_on* at) {
     const auto slot = redis_key_slot(key);
     // Waiting for a map or a connection is bounded by one command_timeout in all.
     const auto deadline = clock::now() + self->options.node.command_timeout;
@@ -346,6 +358,7 @@ net::awaitable<redis_exec_result> redis_cluster::async_exec(std::string_view key
                 co_return none;
             }
         }
+        const auto connection = target->connect_count();
         if (asking) {
             r = co_await target->async_exec_asking(args);
         } else {
@@ -376,9 +389,42 @@ net::awaitable<redis_exec_result> redis_cluster::async_exec(std::string_view key
         if (r.reply.is_error("CLUSTERDOWN") || r.reply.is_error("TRYAGAIN")) {
             self->request_refresh();
         }
+        if (at != nullptr) {
+            at->client = target;
+            at->connection = connection;
+        }
         co_return r;
     }
     co_return r;
+}
+
+} // namespace
+
+net::awaitable<redis_exec_result> redis_cluster::async_exec(std::string_view key,
+                                                            const std::vector<std::string>& args) {
+    return exec_routed(impl_, key, args, nullptr); // no coroutine frame of its own
+}
+
+net::awaitable<std::pair<redis_exec_result, redis_exec_result>>
+redis_cluster::async_exec_then(std::string_view key, const std::vector<std::string>& args,
+                               const std::vector<std::string>& then) {
+    ran_on at;
+    std::pair<redis_exec_result, redis_exec_result> out;
+    out.first = co_await exec_routed(impl_, key, args, &at);
+    out.second.ec = errc::unavailable;
+    if (out.first.ec || out.first.reply.is_error() || !at.client) {
+        co_return out;
+    }
+    // On the node that ran `args` (after a MOVED or ASK too), not the slot's owner by the map:
+    // a map refreshed meanwhile, or an ASK, would send `then` to another master.
+    out.second = co_await at.client->async_exec(then);
+    if (at.client->connect_count() != at.connection) {
+        // The connection was replaced between the two: `then` did not follow `args` on it.
+        out.second = {};
+        out.second.ec = errc::unavailable;
+        out.second.written = true;
+    }
+    co_return out;
 }
 
 net::awaitable<bool> redis_cluster::async_wait_ready(std::string_view key,
@@ -414,6 +460,22 @@ net::awaitable<redis_exec_result> redis_route::async_exec(const std::vector<std:
         return cluster_->async_exec(key_, args);
     }
     return client_->async_exec(args);
+}
+
+net::awaitable<std::pair<redis_exec_result, redis_exec_result>>
+redis_route::async_exec_then(const std::vector<std::string>& args,
+                             const std::vector<std::string>& then) {
+    if (cluster_ != nullptr) {
+        co_return co_await cluster_->async_exec_then(key_, args, then);
+    }
+    // Queued when called (redis_client::async_exec): `then` goes right behind `args`, in the
+    // same pipeline write on the same connection.
+    using namespace net::experimental::awaitable_operators;
+    auto first = client_->async_exec(args);
+    auto second = client_->async_exec(then);
+    auto both = co_await (std::move(first) && std::move(second));
+    co_return std::pair<redis_exec_result, redis_exec_result>{std::move(std::get<0>(both)),
+                                                              std::move(std::get<1>(both))};
 }
 
 net::awaitable<bool> redis_route::async_wait_ready(std::chrono::milliseconds timeout) {

@@ -9,7 +9,6 @@
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/execution/context.hpp>
-#include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/query.hpp>
 #include <boost/asio/this_coro.hpp>
@@ -254,33 +253,17 @@ struct redis_store::impl {
         return {};
     }
 
-    // durability replicated: `cmd` and a WAIT right behind it (issued in the same event-loop
-    // turn, so in the same write). Fewer acknowledgements than `replicas` → not_replicated.
-    // In Cluster mode the WAIT follows the command's reply instead: a MOVED redirect (which
-    // updates the slot map) may have sent the command to another master, and the WAIT must go
-    // to the master that ran it.
+    // durability replicated: `cmd` and a WAIT behind it on the same connection (a WAIT counts
+    // only what its own connection wrote). On one node both go in the same pipeline write; in
+    // Cluster mode the WAIT follows the command's reply, on the connection of the master that
+    // ran it after any MOVED or ASK. Fewer acknowledgements than `replicas` → not_replicated.
     net::awaitable<redis_exec_result> exec_replicated(redis_route& c,
                                                       std::vector<std::string> cmd) {
-        using namespace net::experimental::awaitable_operators;
         std::vector<std::string> wait{"WAIT", std::to_string(cfg.replicas),
                                       std::to_string(cfg.wait_timeout.count())};
-        redis_exec_result r;
-        redis_exec_result w;
-        if (clustered()) {
-            r = co_await c.async_exec(std::move(cmd));
-            if (r.ec || r.reply.is_error()) {
-                co_return r;
-            }
-            w = co_await c.async_exec(std::move(wait));
-        } else {
-            // Queued when called (redis_client::async_exec): WAIT goes after the write it
-            // counts, in the same pipeline write.
-            auto write = c.async_exec(cmd);
-            auto replicated = c.async_exec(wait);
-            auto both = co_await (std::move(write) && std::move(replicated));
-            r = std::move(std::get<0>(both));
-            w = std::move(std::get<1>(both));
-        }
+        auto both = co_await c.async_exec_then(cmd, wait);
+        redis_exec_result& r = both.first;
+        const redis_exec_result& w = both.second;
         if (r.ec || r.reply.is_error()) {
             co_return r;
         }

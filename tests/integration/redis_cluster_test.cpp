@@ -207,6 +207,92 @@ TEST_CASE("redis cluster store: -MOVED after a slot changed master is followed, 
     cluster.finish_migration(slot, from);
 }
 
+TEST_CASE("redis cluster store, durability replicated: the WAIT of a claim sent on by -ASK goes "
+          "to the master that ran it") {
+    auto& cluster = shared_cluster();
+    auto cfg = cluster_config(cluster.addresses());
+    cfg.durability = onceproxy::config::redis_durability::replicated;
+    cfg.replicas = 1;
+    cfg.wait_timeout = 200ms;
+    net::io_context ioc;
+    redis_store st(cfg, {ioc.get_executor()});
+    st.start();
+    const auto up = std::chrono::steady_clock::now() + 10s;
+    bool answered = false;
+    while (!answered && std::chrono::steady_clock::now() < up) {
+        answered = run(ioc, st.async_ping()).has_value();
+    }
+    REQUIRE(answered);
+
+    const std::string key = test::unique_key("cluster", "ask-wait");
+    const auto slot = redis_key_slot(st.redis_key(key));
+    const auto from = cluster.master_of_slot(slot);
+    std::uint16_t to = 0;
+    for (const auto p : cluster.master_ports()) {
+        if (p != from) {
+            to = p;
+            break;
+        }
+    }
+    REQUIRE(to != 0);
+    // The replica of the target: paused, it acknowledges nothing written on the target.
+    test::redis_server* to_replica = nullptr;
+    for (auto* n : cluster.nodes()) {
+        const auto info = n->cli({"INFO", "replication"});
+        const std::string field = "master_port:" + std::to_string(to);
+        const auto at = info.find(field);
+        const auto after = at + field.size();
+        if (info.find("role:slave") != std::string::npos && at != std::string::npos &&
+            (after == info.size() || info[after] < '0' || info[after] > '9')) {
+            to_replica = n;
+        }
+    }
+    REQUIRE(to_replica != nullptr);
+    // Both masters' replicas past their first sync (a WAIT counts only replicas online).
+    for (const auto port : {from, to}) {
+        REQUIRE(test::eventually(
+            [&] {
+                return cluster.cli(port, {"INFO", "replication"}).find("state=online") !=
+                       std::string::npos;
+            },
+            30s, 100ms));
+    }
+    cluster.begin_migration(slot, from, to);
+    to_replica->pause();
+    // The source does not hold the key and answers -ASK: the claim lands on the target, whose
+    // replica cannot acknowledge it. A WAIT sent to the slot's owner by the map (the source,
+    // whose replica is up) would report it replicated.
+    auto r = run(ioc, st.async_claim({key, "fp", "me", 30'000ms}));
+    to_replica->resume();
+    CHECK(exists_on(cluster, to, st.redis_key(key)));
+    REQUIRE_FALSE(r.has_value());
+    CHECK(r.error() == store::errc::not_replicated);
+    // With the replica running again, another new key of the slot (-ASK again) is claimed:
+    // the target's replica acknowledges it.
+    const std::string again = test::unique_key("cluster", "ask-wait");
+    std::string again_key;
+    for (int i = 0; i < 100000 && again_key.empty(); ++i) {
+        const std::string k = again + "-" + std::to_string(i);
+        if (redis_key_slot(st.redis_key(k)) == slot) {
+            again_key = k;
+        }
+    }
+    REQUIRE_FALSE(again_key.empty());
+    auto r2 = run(ioc, st.async_claim({again_key, "fp", "me", 30'000ms}));
+    REQUIRE_MESSAGE(r2.has_value(), r2.error().message());
+    CHECK(r2->status == claim_status::acquired);
+    CHECK(exists_on(cluster, to, st.redis_key(again_key)));
+    st.stop();
+    ioc.restart();
+    ioc.run_for(100ms);
+    // Put the slot back for the other tests.
+    cluster.migrate_keys(slot, from, to);
+    cluster.finish_migration(slot, to);
+    cluster.begin_migration(slot, to, from);
+    cluster.migrate_keys(slot, to, from);
+    cluster.finish_migration(slot, from);
+}
+
 TEST_CASE("redis cluster store: the router alone: slot map from CLUSTER SHARDS, clients per "
           "master") {
     auto& cluster = shared_cluster();

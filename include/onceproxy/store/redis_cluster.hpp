@@ -33,6 +33,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace onceproxy::store {
@@ -122,6 +123,15 @@ public:
     boost::asio::awaitable<redis_exec_result> async_exec(std::string_view key,
                                                          const std::vector<std::string>& args);
 
+    /// async_exec of `args`, then `then` on the very connection that ran it (after any MOVED
+    /// or ASK): the WAIT of durability replicated, which counts only what its own connection
+    /// wrote. `then` is not sent when `args` failed or came back an error reply (its result is
+    /// then errc::unavailable), and its result is errc::unavailable, written, when that
+    /// connection was replaced in between. Keep `key`, `args` and `then` alive while awaiting.
+    boost::asio::awaitable<std::pair<redis_exec_result, redis_exec_result>>
+    async_exec_then(std::string_view key, const std::vector<std::string>& args,
+                    const std::vector<std::string>& then);
+
     /// Waits until a slot map is known and the master of `key`'s slot is connected, or
     /// `timeout` passes; true when ready.
     boost::asio::awaitable<bool> async_wait_ready(std::string_view key,
@@ -157,6 +167,10 @@ public:
     /// As redis_client::async_exec or redis_cluster::async_exec (keep `args` alive while
     /// awaiting).
     boost::asio::awaitable<redis_exec_result> async_exec(const std::vector<std::string>& args);
+    /// `args`, then `then` on the same connection: one pipeline write on a single node, or
+    /// redis_cluster::async_exec_then.
+    boost::asio::awaitable<std::pair<redis_exec_result, redis_exec_result>>
+    async_exec_then(const std::vector<std::string>& args, const std::vector<std::string>& then);
     boost::asio::awaitable<bool> async_wait_ready(std::chrono::milliseconds timeout);
 
 private:
