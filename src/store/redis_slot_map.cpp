@@ -177,6 +177,12 @@ std::optional<redis_slot_map> parse_cluster_shards(const redis_reply& reply,
             if (role == nullptr || role->str != "master") {
                 continue;
             }
+            // After a failover, Redis 7.2+ and Valkey keep the failed old master in its shard,
+            // still with role master: the promoted replica is the one to use.
+            const redis_reply* health = field(node, "health");
+            if (health != nullptr && health->str == "fail") {
+                continue;
+            }
             const redis_reply* endpoint = field(node, "endpoint");
             const redis_reply* ip = field(node, "ip");
             const redis_reply* port = field(node, tls ? "tls-port" : "port");

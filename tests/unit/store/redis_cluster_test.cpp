@@ -35,10 +35,11 @@ std::string integer(long long v) {
 }
 
 // A node of CLUSTER SHARDS as Redis 7.0 sends it in RESP2 (a flat key/value array).
-std::string shard_node(const std::string& ip, long long port, const std::string& role) {
+std::string shard_node(const std::string& ip, long long port, const std::string& role,
+                       const std::string& health = "online") {
     return "*14\r\n" + bulk("id") + bulk(std::string(40, 'a')) + bulk("port") + integer(port) +
            bulk("ip") + bulk(ip) + bulk("endpoint") + bulk(ip) + bulk("role") + bulk(role) +
-           bulk("replication-offset") + integer(1234) + bulk("health") + bulk("online");
+           bulk("replication-offset") + integer(1234) + bulk("health") + bulk(health);
 }
 
 } // namespace
@@ -121,6 +122,28 @@ TEST_CASE("parse_cluster_shards: masters own their slot ranges; replicas and emp
                                             shard_node("a", 1, "master")),
                                      asked, false));
     CHECK_FALSE(parse_cluster_shards(decode("+OK\r\n"), asked, false));
+}
+
+TEST_CASE("parse_cluster_shards: a failed old master listed first does not own the slots") {
+    // As Redis 7.2+ and Valkey answer after a failover: the old master stays in its shard with
+    // role master and health fail, next to the promoted replica.
+    const std::string wire = "*1\r\n*4\r\n" + bulk("slots") + "*2\r\n" + integer(0) +
+                             integer(16383) + bulk("nodes") + "*2\r\n" +
+                             shard_node("127.0.0.1", 7000, "master", "fail") +
+                             shard_node("127.0.0.1", 7003, "master");
+    const redis_node_address asked{"127.0.0.1", 7003};
+    auto map = parse_cluster_shards(decode(wire), asked, false);
+    REQUIRE(map);
+    REQUIRE(map->masters.size() == 1);
+    CHECK(map->masters[0] == redis_node_address{"127.0.0.1", 7003});
+    CHECK(map->covered() == 16384);
+    // Only the failed one known: no owner for those slots (MOVED or a later refresh tells).
+    const std::string only_failed = "*1\r\n*4\r\n" + bulk("slots") + "*2\r\n" + integer(0) +
+                                    integer(16383) + bulk("nodes") + "*1\r\n" +
+                                    shard_node("127.0.0.1", 7000, "master", "fail");
+    auto none = parse_cluster_shards(decode(only_failed), asked, false);
+    REQUIRE(none);
+    CHECK(none->covered() == 0);
 }
 
 TEST_CASE("parse_cluster_slots: the first node of each range is its master") {
