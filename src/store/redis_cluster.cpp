@@ -76,8 +76,9 @@ struct redis_cluster::impl : std::enable_shared_from_this<redis_cluster::impl> {
         by_master = std::move(clients);
         have_map = true;
         ++refreshes;
-        // Connections to nodes that are neither masters nor seeds any more are closed (an
-        // operation still using one holds its own reference and fails with unavailable).
+        // Connections to nodes that are neither masters nor seeds any more are let go: one no
+        // operation uses closes now, one still in use (an ASK target that owns no slot yet)
+        // closes once its last operation has its reply.
         for (auto it = nodes.begin(); it != nodes.end();) {
             const bool master =
                 std::any_of(map.masters.begin(), map.masters.end(),
@@ -86,8 +87,7 @@ struct redis_cluster::impl : std::enable_shared_from_this<redis_cluster::impl> {
                 std::any_of(options.seeds.begin(), options.seeds.end(),
                             [&](const redis_node_address& a) { return a.text() == it->first; });
             if (!master && !seed) {
-                it->second->stop();
-                it = nodes.erase(it);
+                it = nodes.erase(it); // ~redis_client stops it with the last reference
             } else {
                 ++it;
             }
