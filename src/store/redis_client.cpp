@@ -462,6 +462,14 @@ struct redis_client::impl : std::enable_shared_from_this<redis_client::impl> {
             if (wd->timed_out) {
                 co_return timeout_failure(l);
             }
+            if (!r.ec && r.reply.is_error()) {
+                // Refused (a user without +role: -NOPERM), not a replica: say so, the sentinels
+                // cannot help.
+                const bool noperm = r.reply.str.rfind("NOPERM", 0) == 0;
+                co_return fail(l, noperm ? errc::auth_failed : errc::protocol,
+                               "Redis at " + where() + " refused ROLE, which following a master " +
+                                   "through Sentinel needs: " + r.reply.str);
+            }
             if (r.ec || r.reply.type != redis_reply::kind::array || r.reply.elements.empty() ||
                 r.reply.elements[0].str != "master") {
                 co_return fail(l, errc::unavailable,
