@@ -167,19 +167,29 @@ net::awaitable<redis_address> redis_sentinel::async_master_address() {
     out.ec = errc::unavailable;
     std::string failures;
     bool auth_refused = false;
-    const std::size_t start = first_.load(std::memory_order_relaxed);
+    std::size_t start = first_.load(std::memory_order_relaxed);
+    {
+        std::lock_guard lock(mutex_);
+        if (unconfirmed_ && count > 0) {
+            start = (unconfirmed_by_ + 1) % count; // its last answer led to no verified master
+        }
+    }
     for (std::size_t i = 0; i < count; ++i) {
         const std::size_t index = (start + i) % count;
         auto a = co_await ask(index);
         if (!a.address.ec) {
             out = std::move(a.address);
             first_.store(index, std::memory_order_relaxed);
+            std::lock_guard lock(mutex_);
             if (announcements_.load(std::memory_order_acquire) != announced_before) {
                 // A switch was announced meanwhile: this answer may predate it.
-                std::lock_guard lock(mutex_);
                 out.host = master_host_;
                 out.port = master_port_;
             }
+            unconfirmed_ = true;
+            unconfirmed_host_ = out.host;
+            unconfirmed_port_ = out.port;
+            unconfirmed_by_ = index;
             log::debug(
                 "store", "sentinel named the master",
                 {{"sentinel", address_text(options_.nodes[index].host, options_.nodes[index].port)},
@@ -258,6 +268,12 @@ bool redis_sentinel::move_to(const std::string& host, std::uint16_t port, master
 
 void redis_sentinel::note_connected(const std::string& host, std::uint16_t port,
                                     bool after_readonly) {
+    {
+        std::lock_guard lock(mutex_);
+        if (unconfirmed_ && host == unconfirmed_host_ && port == unconfirmed_port_) {
+            unconfirmed_ = false;
+        }
+    }
     move_to(host, port,
             after_readonly ? master_switch_cause::readonly : master_switch_cause::connection_lost,
             "reconnect");
@@ -375,8 +391,11 @@ net::awaitable<bool> redis_sentinel::follow(std::shared_ptr<watch> w, std::size_
     log::info("store", "following failovers through a sentinel",
               {{"sentinel", where}, {"master", options_.master_name}});
     // A failover announced while no subscription was up: the master the sentinels name now.
+    // An announcement heard while asking is newer than the answer: the answer is dropped.
+    const auto announced_before = announcements_.load(std::memory_order_acquire);
     auto a = co_await ask(index);
-    if (!a.address.ec && !w->stopped) {
+    if (!a.address.ec && !w->stopped &&
+        announcements_.load(std::memory_order_acquire) == announced_before) {
         bool moved = false;
         {
             std::lock_guard lock(mutex_);

@@ -18,11 +18,19 @@
 #include "support/redis_sentinel_set.hpp"
 #include "support/run_awaitable.hpp"
 
+#include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
 
 #include <doctest/doctest.h>
 
+#include <unistd.h>
+
+#include <array>
 #include <chrono>
 #include <map>
 #include <memory>
@@ -140,6 +148,54 @@ std::vector<std::string> subscriptions(const test::proxy_process& proxy) {
     return out;
 }
 
+/// A stale sentinel: answers every command it is sent with the address `port` on loopback
+/// (as a sentinel cut off from the others keeps naming a master that was demoted).
+class stale_sentinel {
+public:
+    stale_sentinel(net::io_context& ioc, std::uint16_t port)
+        : acceptor_(ioc, {net::ip::make_address("127.0.0.1"), 0}), port_(port) {
+        net::co_spawn(ioc, accept_loop(), net::detached);
+    }
+    std::string node() const {
+        return "127.0.0.1:" + std::to_string(acceptor_.local_endpoint().port());
+    }
+    int questions() const { return questions_; }
+
+private:
+    net::awaitable<void> serve(net::ip::tcp::socket s) {
+        const std::string p = std::to_string(port_);
+        const std::string answer =
+            "*2\r\n$9\r\n127.0.0.1\r\n$" + std::to_string(p.size()) + "\r\n" + p + "\r\n";
+        std::array<char, 4096> buf{};
+        for (;;) {
+            auto [ec, n] =
+                co_await s.async_read_some(net::buffer(buf), net::as_tuple(net::use_awaitable));
+            if (ec) {
+                co_return;
+            }
+            ++questions_;
+            auto [wec, wn] = co_await net::async_write(s, net::buffer(answer),
+                                                       net::as_tuple(net::use_awaitable));
+            if (wec) {
+                co_return;
+            }
+        }
+    }
+    net::awaitable<void> accept_loop() {
+        for (;;) {
+            auto [ec, s] = co_await acceptor_.async_accept(net::as_tuple(net::use_awaitable));
+            if (ec) {
+                co_return;
+            }
+            net::co_spawn(acceptor_.get_executor(), serve(std::move(s)), net::detached);
+        }
+    }
+
+    net::ip::tcp::acceptor acceptor_;
+    std::uint16_t port_;
+    int questions_ = 0;
+};
+
 const std::string switch_master_series =
     "onceproxy_store_master_switches_total{cause=\"switch_master\"}";
 const std::string readonly_series = "onceproxy_store_master_switches_total{cause=\"readonly\"}";
@@ -214,6 +270,57 @@ TEST_SUITE("redis sentinel") {
         CHECK(report.message.find("no sentinel gave the address of master 'onceproxy-test'") !=
               std::string::npos);
         CHECK(report.message.find("127.0.0.1:") != std::string::npos);
+    }
+
+    TEST_CASE("a sentinel that keeps naming a replica is not asked first again: the store "
+              "reaches the master through the others") {
+        auto& set = shared_set();
+        const auto master = set.master_port();
+        std::uint16_t replica = 0;
+        for (const auto p : set.node_ports()) {
+            if (p != master) {
+                replica = p;
+            }
+        }
+        REQUIRE(replica != 0);
+        auto cfg = sentinel_config(set);
+        cfg.connect_timeout = 500ms;
+        net::io_context ioc;
+        stale_sentinel stale(ioc, replica);
+        // The stale one first: it answers, the ROLE check on its answer fails.
+        cfg.sentinel->nodes.insert(
+            cfg.sentinel->nodes.begin(),
+            {"127.0.0.1", static_cast<std::uint16_t>(std::stoi(stale.node().substr(10)))});
+        redis_store s(cfg, {ioc.get_executor()});
+        s.start();
+        auto& client = *s.client_for(ioc.get_executor());
+        CHECK_MESSAGE(run(ioc, client.async_wait_ready(10s)),
+                      "no connection: " << client.last_failure().message);
+        CHECK(stale.questions() >= 1);
+        const auto r =
+            run(ioc, s.async_claim({test::unique_key("sentinel", "stale"), "fp", "o", 30'000ms}));
+        REQUIRE_MESSAGE(r.has_value(), r.error().message());
+        CHECK(r->status == claim_status::acquired);
+        s.stop();
+        ioc.restart();
+        ioc.run_for(100ms);
+    }
+
+    TEST_CASE("a data-node user refused ROLE: a start-up error that says so") {
+        auto& set = shared_set();
+        auto& master = set.master();
+        const std::string user = "norole-" + std::to_string(::getpid());
+        master.cli({"ACL", "SETUSER", user, "on", ">pw", "~*", "&*", "+@all", "-role"});
+        auto cfg = sentinel_config(set);
+        cfg.username = user;
+        cfg.password = "pw";
+        net::io_context ioc;
+        redis_store s(cfg, {ioc.get_executor()});
+        const auto report = run(ioc, s.async_check_startup());
+        master.cli({"ACL", "DELUSER", user});
+        CHECK(report.ec == store::errc::auth_failed);
+        CHECK_MESSAGE(report.message.find("refused ROLE") != std::string::npos, report.message);
+        CHECK_MESSAGE(report.message.find("NOPERM") != std::string::npos, report.message);
     }
 
     TEST_CASE("durability replicated: WAIT behind each claim and completion; too few replicas is "

@@ -170,6 +170,13 @@ private:
     std::uint16_t master_port_ = 0;
     std::function<void(master_switch_cause)> observer_;
     std::shared_ptr<watch> watch_;
+    /// The last master named to a connection attempt, until a connection to it is verified
+    /// (note_connected): while it is not, the next question starts at another sentinel, so a
+    /// stale one that keeps naming a demoted node is not asked first forever.
+    bool unconfirmed_ = false;
+    std::string unconfirmed_host_;
+    std::uint16_t unconfirmed_port_ = 0;
+    std::size_t unconfirmed_by_ = 0;
 };
 
 } // namespace onceproxy::store
