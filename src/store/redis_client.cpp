@@ -245,9 +245,12 @@ struct redis_client::impl : std::enable_shared_from_this<redis_client::impl> {
                 }
             }
         }
-        if (self->options.address_source && p->done() && p->reply.is_error("READONLY")) {
+        if (p->done() && p->reply.is_error("READONLY")) {
+            // A demoted master: find the new one. Behind Sentinel the sentinels are asked again;
+            // with a plain URL the reconnect resolves its name again (a managed primary
+            // endpoint or a Service that now points at the new master).
             l->readonly = true;
-            l->close(errc::unavailable); // a demoted master: find the new one
+            l->close(errc::unavailable);
         }
         redis_exec_result out;
         out.ec = p->ec;

@@ -600,6 +600,8 @@ public:
         net::co_spawn(ioc_, accept_loop(), net::detached);
     }
     std::uint16_t port() const { return acceptor_.local_endpoint().port(); }
+    /// Where new connections go from now on (a name that now resolves elsewhere).
+    void set_target(std::uint16_t target) { target_ = target; }
     /// Applies `m` to every connection accepted so far; later ones pass.
     void set_existing(mode m) {
         for (auto& c : conns_) {
@@ -779,6 +781,40 @@ TEST_CASE("redis store, durability replicated: a write whose reply was lost coun
         REQUIRE_MESSAGE(settled.has_value(), settled.error().message());
         CHECK(*settled == fence_status::ok);
     }
+    s.stop();
+}
+
+TEST_CASE("redis store: a node that answers -READONLY is left; the reconnect finds the master "
+          "its address points at now") {
+    // A plain URL whose name moved to a new master after a failover (a managed primary
+    // endpoint, a Service): the gate stands for the name, first in front of a replica.
+    redis_server master;
+    redis_server_options ro;
+    ro.extra_args = {"--replicaof", "127.0.0.1", std::to_string(master.port())};
+    redis_server replica(ro);
+    REQUIRE(onceproxy::test::eventually(
+        [&] {
+            return replica.cli({"INFO", "replication"}).find("master_link_status:up") !=
+                   std::string::npos;
+        },
+        10s));
+    net::io_context ioc;
+    tcp_gate gate(ioc, replica.port());
+    auto cfg = make_config("redis://127.0.0.1:" + std::to_string(gate.port()));
+    redis_store s(cfg, {ioc.get_executor()});
+    s.start();
+    redis_client& client = *s.client_for(ioc.get_executor());
+    REQUIRE(run(ioc, client.async_wait_ready(5s)));
+    const std::string key = unique("readonly");
+    auto refused = run(ioc, s.async_claim({key, "fp", "me", 30'000ms}));
+    CHECK_FALSE(refused.has_value()); // the replica refused the write
+    gate.set_target(master.port());
+    // The connection on the replica was closed: the next one reaches the master.
+    REQUIRE(run(ioc, client.async_wait_ready(5s)));
+    auto r = run(ioc, s.async_claim({key, "fp", "me", 30'000ms}));
+    REQUIRE_MESSAGE(r.has_value(), r.error().message());
+    CHECK(r->status == claim_status::acquired);
+    CHECK(client.connect_count() == 2);
     s.stop();
 }
 
