@@ -181,6 +181,9 @@ struct redis_cluster::impl : std::enable_shared_from_this<redis_cluster::impl> {
                     log::warn("store", "redis cluster: slot map is incomplete",
                               {{"asked", a.text()},
                                {"covered_slots", static_cast<std::uint64_t>(m->covered())}});
+                    if (have_map) {
+                        m->keep_known(map); // the slots it left out keep the owner we knew
+                    }
                 }
                 install(std::move(*m));
                 co_return true;

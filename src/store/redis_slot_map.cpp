@@ -155,6 +155,15 @@ std::size_t redis_slot_map::covered() const noexcept {
         std::count_if(owner.begin(), owner.end(), [](int o) { return o >= 0; }));
 }
 
+void redis_slot_map::keep_known(const redis_slot_map& before) {
+    for (std::size_t slot = 0; slot < owner.size(); ++slot) {
+        const int was = before.owner[slot];
+        if (owner[slot] < 0 && was >= 0 && static_cast<std::size_t>(was) < before.masters.size()) {
+            owner[slot] = add_master(before.masters[static_cast<std::size_t>(was)]);
+        }
+    }
+}
+
 std::optional<redis_slot_map> parse_cluster_shards(const redis_reply& reply,
                                                    const redis_node_address& asked, bool tls) {
     if (reply.type != redis_reply::kind::array) {

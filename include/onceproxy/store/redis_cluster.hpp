@@ -74,6 +74,10 @@ struct redis_slot_map {
     int add_master(const redis_node_address& a);
     /// Slots with an owner.
     std::size_t covered() const noexcept;
+    /// The slots this map leaves without an owner keep their owner in `before`: a node that
+    /// answers with a partial map (a shard listed without its slots, as some Redis 7.2 builds
+    /// do after a failover) does not make the router forget what it knew, from a MOVED too.
+    void keep_known(const redis_slot_map& before);
 };
 
 /// The slot map out of a `CLUSTER SHARDS` reply; `asked` stands in for a node whose address is

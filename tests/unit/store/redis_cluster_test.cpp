@@ -146,6 +146,29 @@ TEST_CASE("parse_cluster_shards: a failed old master listed first does not own t
     CHECK(none->covered() == 0);
 }
 
+TEST_CASE("redis_slot_map::keep_known: slots a partial map leaves out keep their old owner") {
+    onceproxy::store::redis_slot_map before;
+    const int a = before.add_master({"127.0.0.1", 7000});
+    const int b = before.add_master({"127.0.0.1", 7001});
+    before.owner.fill(a);
+    for (std::size_t s = 8192; s < before.owner.size(); ++s) {
+        before.owner[s] = b;
+    }
+    // The new answer knows slots 0-8191 (now on 7002) and nothing of the rest.
+    onceproxy::store::redis_slot_map partial;
+    const int c = partial.add_master({"127.0.0.1", 7002});
+    for (std::size_t s = 0; s < 8192; ++s) {
+        partial.owner[s] = c;
+    }
+    partial.keep_known(before);
+    CHECK(partial.covered() == 16384);
+    CHECK(partial.masters[static_cast<std::size_t>(partial.owner[0])] ==
+          redis_node_address{"127.0.0.1", 7002});
+    CHECK(partial.masters[static_cast<std::size_t>(partial.owner[16383])] ==
+          redis_node_address{"127.0.0.1", 7001});
+    CHECK(partial.masters.size() == 2); // 7000 owns nothing any more: not added
+}
+
 TEST_CASE("parse_cluster_slots: the first node of each range is its master") {
     const std::string wire = "*2\r\n"
                              "*4\r\n" +
