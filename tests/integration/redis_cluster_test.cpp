@@ -118,6 +118,17 @@ bool exists_on(test_cluster& c, std::uint16_t port, const std::string& key) {
     return ("\n" + out).find("\n" + key + "\n") != std::string::npos;
 }
 
+/// A master of `c` other than the one on `port`.
+std::uint16_t another_master(test_cluster& c, std::uint16_t port) {
+    for (const auto p : c.master_ports()) {
+        if (p != port) {
+            return p;
+        }
+    }
+    FAIL("the cluster has no other master than " << port);
+    return 0;
+}
+
 } // namespace
 
 ONCEPROXY_STORE_SUITE(cluster_fixture);
@@ -156,14 +167,7 @@ TEST_CASE("redis cluster store: -MOVED after a slot changed master is followed, 
     REQUIRE(env.claim(moved, "o1").status == claim_status::acquired);
     REQUIRE(env.claim(before, "o1").status == claim_status::acquired);
     const auto from = cluster.master_of_slot(slot);
-    std::uint16_t to = 0;
-    for (const auto p : cluster.master_ports()) {
-        if (p != from) {
-            to = p;
-            break;
-        }
-    }
-    REQUIRE(to != 0);
+    const auto to = another_master(cluster, from);
 
     SUBCASE("ASK, then MOVED") {
         cluster.begin_migration(slot, from, to);
@@ -227,14 +231,7 @@ TEST_CASE("redis cluster store, durability replicated: the WAIT of a claim sent 
     const std::string key = test::unique_key("cluster", "ask-wait");
     const auto slot = redis_key_slot(st.redis_key(key));
     const auto from = cluster.master_of_slot(slot);
-    std::uint16_t to = 0;
-    for (const auto p : cluster.master_ports()) {
-        if (p != from) {
-            to = p;
-            break;
-        }
-    }
-    REQUIRE(to != 0);
+    const auto to = another_master(cluster, from);
     // The replica of the target: paused, it acknowledges nothing written on the target.
     test::redis_server* to_replica = nullptr;
     for (auto* n : cluster.nodes()) {

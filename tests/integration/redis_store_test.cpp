@@ -705,6 +705,31 @@ TEST_CASE("redis store: a claim whose reply was lost is resolved by reading the 
     s.stop();
 }
 
+namespace {
+
+redis_server_options replica_of(const redis_server& master) {
+    redis_server_options o;
+    o.extra_args = {"--replicaof", "127.0.0.1", std::to_string(master.port())};
+    return o;
+}
+
+/// A master and one replica of it, each its own redis-server; ready once the master counts
+/// the replica online (past its first sync: a WAIT counts it from then on).
+struct master_and_replica {
+    master_and_replica() : replica(replica_of(master)) {
+        REQUIRE(onceproxy::test::eventually(
+            [&] {
+                return master.cli({"INFO", "replication"}).find("state=online") !=
+                       std::string::npos;
+            },
+            10s));
+    }
+    redis_server master;
+    redis_server replica;
+};
+
+} // namespace
+
 TEST_CASE("redis store, durability replicated: a write whose reply was lost counts only once a "
           "replica holds it") {
     // A master and one replica; the store reaches the master through the gate. With the
@@ -712,15 +737,9 @@ TEST_CASE("redis store, durability replicated: a write whose reply was lost coun
     // master alone and its reply is dropped. Reading the key back on a new connection shows
     // it as ours, but a WAIT there counts nothing that connection wrote: it would report the
     // replica at once. The store must report not_replicated instead.
-    redis_server master;
-    redis_server_options ro;
-    ro.extra_args = {"--replicaof", "127.0.0.1", std::to_string(master.port())};
-    redis_server replica(ro);
-    REQUIRE(onceproxy::test::eventually(
-        [&] {
-            return master.cli({"INFO", "replication"}).find("state=online") != std::string::npos;
-        },
-        10s));
+    master_and_replica pair;
+    auto& master = pair.master;
+    auto& replica = pair.replica;
     struct resume_on_exit {
         redis_server& r;
         ~resume_on_exit() { r.resume(); }
@@ -788,16 +807,9 @@ TEST_CASE("redis store: a node that answers -READONLY is left; the reconnect fin
           "its address points at now") {
     // A plain URL whose name moved to a new master after a failover (a managed primary
     // endpoint, a Service): the gate stands for the name, first in front of a replica.
-    redis_server master;
-    redis_server_options ro;
-    ro.extra_args = {"--replicaof", "127.0.0.1", std::to_string(master.port())};
-    redis_server replica(ro);
-    REQUIRE(onceproxy::test::eventually(
-        [&] {
-            return replica.cli({"INFO", "replication"}).find("master_link_status:up") !=
-                   std::string::npos;
-        },
-        10s));
+    master_and_replica pair;
+    auto& master = pair.master;
+    auto& replica = pair.replica;
     net::io_context ioc;
     tcp_gate gate(ioc, replica.port());
     auto cfg = make_config("redis://127.0.0.1:" + std::to_string(gate.port()));
