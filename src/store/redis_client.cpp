@@ -466,10 +466,12 @@ struct redis_client::impl : std::enable_shared_from_this<redis_client::impl> {
                 co_return timeout_failure(l);
             }
             if (!r.ec && r.reply.is_error()) {
-                // Refused (a user without +role: -NOPERM), not a replica: say so, the sentinels
-                // cannot help.
-                const bool noperm = r.reply.str.rfind("NOPERM", 0) == 0;
-                co_return fail(l, noperm ? errc::auth_failed : errc::protocol,
+                // Refused, not a replica: say so. A user without +role (-NOPERM) or without
+                // credentials (-NOAUTH) is a credentials problem the sentinels cannot help
+                // with; anything else (-BUSY) is tried again.
+                const bool credentials =
+                    r.reply.str.rfind("NOPERM", 0) == 0 || r.reply.str.rfind("NOAUTH", 0) == 0;
+                co_return fail(l, credentials ? errc::auth_failed : errc::unavailable,
                                "Redis at " + where() + " refused ROLE, which following a master " +
                                    "through Sentinel needs: " + r.reply.str);
             }

@@ -239,6 +239,9 @@ void redis_sentinel::set_switch_observer(std::function<void(master_switch_cause)
 bool redis_sentinel::move_to(const std::string& host, std::uint16_t port, master_switch_cause cause,
                              const std::string& by) {
     std::lock_guard lock(mutex_);
+    if (cause == master_switch_cause::switch_master) {
+        unconfirmed_ = false; // the announcing sentinel is asked first again (first_)
+    }
     if (host == master_host_ && port == master_port_) {
         return false;
     }
