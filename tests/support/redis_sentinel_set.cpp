@@ -144,23 +144,34 @@ std::uint16_t redis_sentinel_set::switch_over(std::size_t via, std::chrono::mill
     const auto until = std::chrono::steady_clock::now() + bound;
     const std::uint16_t old = master_port();
     std::string answer;
-    // -NOGOODSLAVE while the replicas are not yet seen as healthy, -INPROGRESS while an
-    // earlier failover ends: asked again.
-    const bool accepted = eventually(
-        [&] {
-            answer = sentinel_cli(via, {"SENTINEL", "FAILOVER", name_});
-            return answer.rfind("OK", 0) == 0;
-        },
-        bound, 200ms);
-    if (!accepted) {
-        throw std::runtime_error("SENTINEL FAILOVER was refused: " + answer);
-    }
     const auto left = [&] {
         return std::max(std::chrono::duration_cast<std::chrono::milliseconds>(
                             until - std::chrono::steady_clock::now()),
                         std::chrono::milliseconds(1));
     };
-    if (new_master_after(old, left()) == 0) {
+    // On a loaded machine a failover the sentinels accepted can still be aborted (the replica
+    // they picked too slow to report its new role within failover-timeout): asked again then,
+    // unless a new master was named meanwhile.
+    std::uint16_t moved = 0;
+    while (moved == 0 && std::chrono::steady_clock::now() < until) {
+        // -NOGOODSLAVE while the replicas are not yet seen as healthy, -INPROGRESS while an
+        // earlier failover ends: asked again.
+        const bool accepted = eventually(
+            [&] {
+                const auto now = master_port();
+                if (now != 0 && now != old) {
+                    return true; // an earlier request went through after all
+                }
+                answer = sentinel_cli(via, {"SENTINEL", "FAILOVER", name_});
+                return answer.rfind("OK", 0) == 0;
+            },
+            left(), 200ms);
+        if (!accepted) {
+            throw std::runtime_error("SENTINEL FAILOVER was refused: " + answer);
+        }
+        moved = new_master_after(old, std::min(left(), std::chrono::milliseconds(15'000)));
+    }
+    if (moved == 0) {
         throw std::runtime_error("no switch-over within the bound from the master on " +
                                  std::to_string(old));
     }
