@@ -726,9 +726,9 @@ redis_store::recover_lost_claim(redis_route& c, const std::string& key, const cl
     out.status = claim_status::acquired;
     if (impl_->cfg.durability == config::redis_durability::replicated) {
         // Ours only if the replicas hold it too. The claim's own WAIT went with its reply, and a
-        // WAIT counts only what its connection wrote: on a re-opened connection it would
-        // return at once. So the lease is asserted again with the fenced extend, a write that
-        // replicates after the claim, and the WAIT goes behind it.
+        // WAIT counts what its own connection wrote (Redis 7.0 answers one sent before any
+        // other command of its connection at once). So the lease is asserted again with the
+        // fenced extend, a write that replicates after the claim, and the WAIT goes behind it.
         std::vector<std::string> args{req.owner, millis(req.lease)};
         auto held = co_await impl_->eval(c, impl_->extend, key, std::move(args), true);
         out.round_trips = round_trips + 1;
