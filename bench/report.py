@@ -30,6 +30,7 @@ SCENARIOS = [
     ("first", "onceproxy guarded, first execution"),
     ("observe", "onceproxy observe mode, first execution"),
     ("half_direct", "upstream directly, GET, half load"),
+    ("half_nginx", "nginx, GET, half load"),
     ("half_proxy", "onceproxy plain route, GET, half load"),
 ]
 UNITS = {"us": 1e-3, "ms": 1.0, "s": 1e3, "m": 60e3, "h": 3600e3}
@@ -475,6 +476,16 @@ def main() -> int:
         print(f"  p99 added at half of peak load (paced, -c{meta['half_connections']}): direct "
               f"{med['half_direct']['p99']:.2f} ms, onceproxy {med['half_proxy']['p99']:.2f} ms, "
               f"added {added:.2f} ms  [<= 1 ms]")
+        if meta.get("half_peak"):
+            share = med["half_proxy"]["rps"] / meta["half_peak"]
+            fig["half_load_share_of_peak"] = share
+            print(f"    offered: onceproxy answered {med['half_proxy']['rps']:,.0f} req/s, "
+                  f"{share:.0%} of its closed-loop peak of {meta['half_peak']:,} req/s")
+        if "half_nginx" in med:
+            ref = med["half_nginx"]["p99"] - med["half_direct"]["p99"]
+            fig["half_load_p99_added_ms_nginx"] = ref
+            print(f"    nginx at the same pacing: {med['half_nginx']['p99']:.2f} ms, "
+                  f"added {ref:.2f} ms (the cost of any extra hop on this machine)")
     budget(meta, med, fig)
     cluster_figures(d, meta, med, runs, summary)
     proxy_round_trips(d, summary)

@@ -249,7 +249,7 @@ machine_ticks() {
 }
 measured_pids() {
     case "$1" in
-    nginx | nginx_tls) echo "$nginx_pid" $(pgrep -P "$nginx_pid" || true) ;;
+    nginx | nginx_tls | half_nginx) echo "$nginx_pid" $(pgrep -P "$nginx_pid" || true) ;;
     direct | half_direct) echo "$upstream_pid" ;;
     first_cluster* | replay_cluster*) echo "${cluster_proxy_pid[${1##*_cluster}]}" ;;
     *) echo "$proxy_pid" ;;
@@ -373,7 +373,9 @@ run_scenario() {
     half)
         # Paced to half of onceproxy's measured peak (see half_delay_ms), the same offered rate
         # for both, so the p99 difference is the latency onceproxy adds below saturation.
+        # nginx at the same pacing is the reference: what any proxy's extra hop costs here.
         run_wrk "$round" half_direct "$half_connections" "$direct_url" paced.lua "$half_delay_ms"
+        run_wrk "$round" half_nginx "$half_connections" "$nginx_url" paced.lua "$half_delay_ms"
         run_wrk "$round" half_proxy "$half_connections" "$proxy_url" paced.lua "$half_delay_ms" ;;
     upload | download) run_bulk "$round" "$name" ;;
     *) die "unknown scenario '$name'" ;;
@@ -381,14 +383,24 @@ run_scenario() {
 }
 
 # Half of peak load: a short closed-loop run of onceproxy gives its peak; each of the
-# half_connections connections then waits so that together they offer about half of it.
+# half_connections connections then waits so that together they offer about half of it. wrk's
+# timers fire late by a millisecond or more here, so a short paced run measures how long one
+# connection's cycle really takes, and the connection count is scaled to reach half the peak.
 half_delay_ms=1
+half_peak=0
 if want half; then
     peak_out="$work_dir/peak.txt"
     timeout 30 wrk -t1 "-c$connections" -d3s "$proxy_url" >"$peak_out" 2>&1 || true
     peak=$(awk '/Requests\/sec/ {print int($2)}' "$peak_out")
     if [ -n "$peak" ] && [ "$peak" -gt 0 ]; then
+        half_peak=$peak
         half_delay_ms=$(python3 -c "print(max(1, round($half_connections * 1000 / ($peak / 2))))")
+        timeout 30 wrk -t1 "-c$half_connections" -d2s -s "$bench_dir/lua/paced.lua" "$proxy_url" \
+            -- "$half_delay_ms" >"$peak_out" 2>&1 || true
+        paced=$(awk '/Requests\/sec/ {print int($2)}' "$peak_out")
+        if [ -n "$paced" ] && [ "$paced" -gt 0 ]; then
+            half_connections=$(python3 -c "import math; print(min($connections * 4, max(1, math.ceil($half_connections * ($peak / 2) / $paced))))")
+        fi
     fi
     log "half load: peak ${peak:-unknown} req/s, $half_connections connections pacing ${half_delay_ms} ms"
     echo "${peak:-0} $half_delay_ms" >"$results/half.txt"
@@ -459,6 +471,7 @@ fi
 # ---- report -----------------------------------------------------------------------------
 cat >"$results/meta.json" <<JSON
 {"duration": $seconds, "connections": $connections, "half_connections": $half_connections,
+ "half_peak": $half_peak,
  "rounds": $rounds, "workers": "$workers", "nginx_workers": $nginx_workers,
  "upstream_threads": $upstream_threads, "store": "$store", "keys": $keys, "cpus": $cpus,
  "scenarios": "$scenarios", "commandstats_requests": $commandstats_requests,
