@@ -55,6 +55,7 @@ std::chrono::milliseconds jittered(std::chrono::milliseconds cap) {
 struct pending : redis_request {
     explicit pending(const net::any_io_executor& ex) : timer(ex) {}
     net::steady_timer timer;
+    bool deadline_set = false; // a shared WAIT: its deadline is set by the first to join it
 };
 
 // One established (or being established) connection. A new link per attempt: the coroutines
@@ -161,6 +162,9 @@ net::awaitable<void> read_loop(std::shared_ptr<link> l) {
             l->close(errc::protocol);
             co_return;
         }
+        if (l->mux.has_unwritten()) {
+            l->write_signal.cancel(); // a reply released a held WAIT (join_wait)
+        }
     }
 }
 
@@ -256,6 +260,56 @@ struct redis_client::impl : std::enable_shared_from_this<redis_client::impl> {
         out.ec = p->ec;
         out.written = p->written;
         out.reply = std::move(p->reply);
+        co_return out;
+    }
+
+    // durability replicated: the shared WAIT (redis_multiplexer::join_wait) behind everything
+    // queued on `l` so far; null when the link is closed. Its deadline is set by the first to
+    // join it: command_timeout, or twice that for a held WAIT, which goes out only once the
+    // one ahead of it is answered (itself bounded by command_timeout).
+    std::shared_ptr<pending> join_wait(link& l, const std::vector<std::string>& wait) {
+        if (l.closed) {
+            return nullptr;
+        }
+        auto r = l.mux.join_wait(wait, [this] {
+            auto p = std::make_shared<pending>(ex);
+            p->on_done = [raw = p.get()] { raw->timer.cancel(); };
+            return p;
+        });
+        auto p = std::static_pointer_cast<pending>(std::move(r)); // every request is a pending
+        if (!p) {
+            return nullptr;
+        }
+        if (!p->deadline_set) {
+            p->deadline_set = true;
+            const auto held = p->st == redis_request::state::held;
+            p->timer.expires_after(held ? 2 * options.command_timeout : options.command_timeout);
+        }
+        l.write_signal.cancel();
+        return p;
+    }
+
+    // Waits for the reply of a shared WAIT `p` (join_wait), until its deadline, which closes
+    // the connection as await_reply's does. A caller cancelled meanwhile stops waiting; the
+    // WAIT stays for the others.
+    static net::awaitable<redis_exec_result> await_shared(std::shared_ptr<link> l,
+                                                          std::shared_ptr<pending> p) {
+        redis_exec_result out;
+        if (!p->done()) {
+            auto [ec] = co_await p->timer.async_wait(use_tuple);
+            if (!p->done()) {
+                if (ec) {
+                    out.ec = ec;
+                    out.written = p->written;
+                    co_return out;
+                }
+                l->mux.on_timeout(p);
+                l->close(errc::timeout);
+            }
+        }
+        out.ec = p->ec;
+        out.written = p->written;
+        out.reply = p->reply; // a copy: the others read it too
         co_return out;
     }
 
@@ -780,6 +834,50 @@ net::awaitable<redis_exec_result> redis_client::async_exec(const std::vector<std
         return impl::failed(errc::unavailable);
     }
     return self->exec_on(self->current, args);
+}
+
+net::awaitable<std::pair<redis_exec_result, redis_exec_result>>
+redis_client::async_exec_replicated(const std::vector<std::string>& args,
+                                    const std::vector<std::string>& wait) {
+    auto self = impl_;
+    std::pair<redis_exec_result, redis_exec_result> out;
+    out.second.ec = errc::unavailable;
+    if (!self->is_ready() && self->attempt_due()) {
+        // As async_exec: wait for a (re)connection under way, then a whole command_timeout.
+        co_await self->wait_state_change(std::chrono::steady_clock::now() +
+                                         self->options.command_timeout);
+    }
+    if (!self->is_ready()) {
+        out.first.ec = errc::unavailable; // never sent
+        co_return out;
+    }
+    auto l = self->current;
+    error_code ec;
+    const std::array<const std::vector<std::string>*, 1> one{&args};
+    auto p = self->enqueue(*l, one, ec);
+    if (!p) {
+        out.first.ec = ec;
+        co_return out;
+    }
+    auto w = self->join_wait(*l, wait); // joined after `args` was queued: it covers `args`
+    out.first = co_await impl::await_reply(self, l, std::move(p));
+    if (w) {
+        out.second = co_await impl::await_shared(l, std::move(w));
+    }
+    co_return out;
+}
+
+net::awaitable<redis_exec_result>
+redis_client::async_wait_replicas(const std::vector<std::string>& wait) {
+    auto self = impl_;
+    std::shared_ptr<link> l = self->is_ready() ? self->current : nullptr;
+    auto w = l ? self->join_wait(*l, wait) : nullptr;
+    if (!w) {
+        redis_exec_result out;
+        out.ec = errc::unavailable;
+        co_return out;
+    }
+    co_return co_await impl::await_shared(std::move(l), std::move(w));
 }
 
 net::awaitable<redis_exec_result>

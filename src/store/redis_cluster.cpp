@@ -6,7 +6,6 @@
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
-#include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
@@ -409,8 +408,8 @@ net::awaitable<redis_exec_result> redis_cluster::async_exec(std::string_view key
 }
 
 net::awaitable<std::pair<redis_exec_result, redis_exec_result>>
-redis_cluster::async_exec_then(std::string_view key, const std::vector<std::string>& args,
-                               const std::vector<std::string>& then) {
+redis_cluster::async_exec_replicated(std::string_view key, const std::vector<std::string>& args,
+                                     const std::vector<std::string>& wait) {
     ran_on at;
     std::pair<redis_exec_result, redis_exec_result> out;
     out.first = co_await exec_routed(impl_, key, args, &at);
@@ -419,10 +418,10 @@ redis_cluster::async_exec_then(std::string_view key, const std::vector<std::stri
         co_return out;
     }
     // On the node that ran `args` (after a MOVED or ASK too), not the slot's owner by the map:
-    // a map refreshed meanwhile, or an ASK, would send `then` to another master.
-    out.second = co_await at.client->async_exec(then);
+    // a map refreshed meanwhile, or an ASK, would send the WAIT to another master.
+    out.second = co_await at.client->async_wait_replicas(wait);
     if (at.client->connect_count() != at.connection) {
-        // The connection was replaced between the two: `then` did not follow `args` on it.
+        // The connection was replaced between the two: the WAIT did not follow `args` on it.
         out.second = {};
         out.second.ec = errc::unavailable;
         out.second.written = true;
@@ -466,19 +465,12 @@ net::awaitable<redis_exec_result> redis_route::async_exec(const std::vector<std:
 }
 
 net::awaitable<std::pair<redis_exec_result, redis_exec_result>>
-redis_route::async_exec_then(const std::vector<std::string>& args,
-                             const std::vector<std::string>& then) {
+redis_route::async_exec_replicated(const std::vector<std::string>& args,
+                                   const std::vector<std::string>& wait) {
     if (cluster_ != nullptr) {
-        co_return co_await cluster_->async_exec_then(key_, args, then);
+        co_return co_await cluster_->async_exec_replicated(key_, args, wait);
     }
-    // Queued when called (redis_client::async_exec): `then` goes right behind `args`, in the
-    // same pipeline write on the same connection.
-    using namespace net::experimental::awaitable_operators;
-    auto first = client_->async_exec(args);
-    auto second = client_->async_exec(then);
-    auto both = co_await (std::move(first) && std::move(second));
-    co_return std::pair<redis_exec_result, redis_exec_result>{std::move(std::get<0>(both)),
-                                                              std::move(std::get<1>(both))};
+    co_return co_await client_->async_exec_replicated(args, wait);
 }
 
 net::awaitable<bool> redis_route::async_wait_ready(std::chrono::milliseconds timeout) {

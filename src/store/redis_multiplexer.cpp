@@ -4,6 +4,7 @@
 
 #include <cstring>
 #include <string_view>
+#include <utility>
 
 namespace onceproxy::store {
 
@@ -93,6 +94,41 @@ bool redis_multiplexer::add(const std::shared_ptr<redis_request>& req,
     return true;
 }
 
+std::shared_ptr<redis_request>
+redis_multiplexer::join_wait(const std::vector<std::string>& wait,
+                             const std::function<std::shared_ptr<redis_request>()>& make) {
+    if (closed_) {
+        return nullptr;
+    }
+    if (wait_held_ && wait_held_args_ == wait) {
+        return wait_held_;
+    }
+    auto r = make();
+    if (!wait_sent_) {
+        wait_sent_ = r;
+        add(r, wait);
+    } else if (!wait_held_) {
+        r->st = redis_request::state::held;
+        wait_held_ = r;
+        wait_held_args_ = wait;
+    } else {
+        add(r, wait); // another WAIT command than the held one's: its own, now
+    }
+    return r;
+}
+
+void redis_multiplexer::wait_answered(const redis_request& r) {
+    if (wait_sent_.get() != &r) {
+        return;
+    }
+    wait_sent_ = std::exchange(wait_held_, nullptr);
+    if (wait_sent_) {
+        auto args = std::move(wait_held_args_);
+        wait_held_args_.clear();
+        add(wait_sent_, args); // fails it when closed
+    }
+}
+
 void redis_multiplexer::take_write(std::string& out) {
     out.clear();
     std::swap(out, wbuf_);
@@ -149,6 +185,10 @@ redis_multiplexer::read_status redis_multiplexer::on_read(const char* data, std:
             r->reply = std::move(reply);
             finish(*r, {});
         }
+        wait_answered(*r);
+        if (closed_) { // a completion handler closed it
+            return read_status::closed;
+        }
     }
 }
 
@@ -185,6 +225,10 @@ void redis_multiplexer::close(boost::system::error_code why) {
     fifo_.clear();
     unwritten_ = 0;
     wbuf_.clear();
+    wait_sent_ = nullptr;
+    if (auto held = std::exchange(wait_held_, nullptr)) {
+        fifo.push_back(std::move(held)); // never added: it fails with the rest
+    }
     for (auto& r : fifo) {
         finish(*r, why);
     }

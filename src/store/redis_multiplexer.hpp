@@ -21,6 +21,12 @@
 //   dropped, and the replies after it still reach their requests.
 // - Error replies (-ERR, -MOVED, -ASK, -NOSCRIPT ...) are replies: they complete their request
 //   and leave the connection usable.
+// - Shared WAITs (durability replicated, join_wait): a WAIT counts what its connection wrote
+//   before it, and Redis serves a connection's later commands only once its WAIT returns. So
+//   at most one WAIT is unanswered at a time; commands added meanwhile join the next one, held
+//   back and added when the unanswered one is answered (or fails). One WAIT then answers a
+//   whole group, and while replicas lag a connection spends one wait timeout per group rather
+//   than one per command.
 //
 // Single-threaded, no clock reads: deadlines are the caller's timers.
 
@@ -41,6 +47,7 @@ namespace onceproxy::store {
 /// One command in a pipeline, shared by its issuer and the multiplexer.
 struct redis_request {
     enum class state {
+        held,    ///< a shared WAIT not added yet: waits for the WAIT ahead of it (join_wait)
         queued,  ///< encoded in the write buffer, not handed to a write yet
         written, ///< handed to a write: may have reached Redis, awaiting its reply
         done,    ///< finished: `ec` empty with `reply`, or a failure in `ec`
@@ -72,6 +79,16 @@ public:
     /// (errc::protocol), if the command cannot be encoded; false with errc::unavailable once
     /// the multiplexer is closed.
     bool add(const std::shared_ptr<redis_request>& req, const std::vector<std::string>& args);
+
+    /// durability replicated: the WAIT (`wait`, e.g. {"WAIT", "1", "50"}) that will follow
+    /// every request added so far. With no WAIT unanswered it is added now (`make` creates
+    /// the request); otherwise it is the next one, held (state::held) until the unanswered
+    /// WAIT is answered or fails, and shared by everyone who joins meanwhile with the same
+    /// `wait`. A different `wait` gets a WAIT of its own, added now. Null once closed. The
+    /// request completes as any other: its reply, or the failure of the connection.
+    std::shared_ptr<redis_request>
+    join_wait(const std::vector<std::string>& wait,
+              const std::function<std::shared_ptr<redis_request>()>& make);
 
     /// True when add() queued bytes that no take_write() took yet.
     bool has_unwritten() const noexcept { return !wbuf_.empty(); }
@@ -114,12 +131,17 @@ public:
 
 private:
     static void finish(redis_request& r, boost::system::error_code ec);
+    // `r` finished: when it was the unanswered WAIT, adds the held one.
+    void wait_answered(const redis_request& r);
 
     resp_reader reader_;
     std::function<void(redis_reply)> on_push_;
     std::string wbuf_;
     std::deque<std::shared_ptr<redis_request>> fifo_; // awaiting a reply, in wire order
     std::size_t unwritten_ = 0;                       // the last `unwritten_` of fifo_
+    std::shared_ptr<redis_request> wait_sent_;        // the unanswered shared WAIT
+    std::shared_ptr<redis_request> wait_held_;        // the next one (state::held)
+    std::vector<std::string> wait_held_args_;
     bool closed_ = false;
 };
 

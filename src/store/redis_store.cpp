@@ -261,7 +261,7 @@ struct redis_store::impl {
                                                       std::vector<std::string> cmd) {
         std::vector<std::string> wait{"WAIT", std::to_string(cfg.replicas),
                                       std::to_string(cfg.wait_timeout.count())};
-        auto both = co_await c.async_exec_then(cmd, wait);
+        auto both = co_await c.async_exec_replicated(cmd, wait);
         redis_exec_result& r = both.first;
         const redis_exec_result& w = both.second;
         if (r.ec || r.reply.is_error()) {

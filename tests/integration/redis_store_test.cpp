@@ -803,6 +803,82 @@ TEST_CASE("redis store, durability replicated: a write whose reply was lost coun
     s.stop();
 }
 
+TEST_CASE("redis store, durability replicated: the claims of one connection share their WAITs; "
+          "with the replica paused they all fail as not_replicated, none times out") {
+    // Redis serves a connection's commands only after its WAIT returns. With one WAIT per
+    // claim and the replica not acknowledging, 40 claims on one connection would take 40
+    // wait_timeouts one after another (4 s), well past command_timeout: most would time out,
+    // and the timeout would close the connection under the others.
+    master_and_replica pair;
+    auto& master = pair.master;
+    auto& replica = pair.replica;
+    struct resume_on_exit {
+        redis_server& r;
+        ~resume_on_exit() { r.resume(); }
+    } guard{replica};
+
+    auto cfg = make_config(master.url());
+    cfg.command_timeout = 1'000ms;
+    cfg.durability = onceproxy::config::redis_durability::replicated;
+    cfg.replicas = 1;
+    cfg.wait_timeout = 100ms;
+    store_env env(cfg);
+    constexpr int n = 40;
+    struct tally {
+        int acquired = 0, not_replicated = 0, other = 0;
+    };
+    // n claims of distinct keys issued in the same event-loop turn, on the one connection.
+    auto claim_all = [&] {
+        tally t;
+        int left = n;
+        for (int i = 0; i < n; ++i) {
+            store::claim_request req{unique("shared-wait"), "fp", "me", 30'000ms};
+            net::co_spawn(
+                env.ioc,
+                [&, req = std::move(req)]() mutable -> net::awaitable<void> {
+                    auto r = co_await env.store->async_claim(std::move(req));
+                    if (r.has_value() && r->status == claim_status::acquired) {
+                        ++t.acquired;
+                    } else if (!r.has_value() && r.error() == store::errc::not_replicated) {
+                        ++t.not_replicated;
+                    } else {
+                        ++t.other;
+                    }
+                    --left;
+                },
+                net::detached);
+        }
+        env.ioc.restart();
+        for (int i = 0; i < 200 && left > 0; ++i) {
+            env.ioc.run_for(50ms);
+        }
+        CHECK(left == 0);
+        return t;
+    };
+    const auto connections = env.client().connect_count();
+
+    SUBCASE("replica acknowledging: every claim acquired, a few WAITs for all of them") {
+        master.cli({"CONFIG", "RESETSTAT"});
+        const auto t = claim_all();
+        CHECK(t.acquired == n);
+        CHECK(t.not_replicated == 0);
+        CHECK(t.other == 0);
+        CHECK(master.command_calls("wait") >= 1);
+        CHECK(master.command_calls("wait") <= 3);
+    }
+    SUBCASE("replica paused: every claim a store error within a couple of wait_timeouts") {
+        replica.pause();
+        master.cli({"CONFIG", "RESETSTAT"});
+        const auto t = claim_all();
+        CHECK(t.acquired == 0);
+        CHECK(t.not_replicated == n);
+        CHECK(t.other == 0);
+        CHECK(master.command_calls("wait") <= 3);
+        replica.resume();
+    }
+    CHECK(env.client().connect_count() == connections); // no timeout closed the connection
+}
+
 TEST_CASE("redis store: a node that answers -READONLY is left; the reconnect finds the master "
           "its address points at now") {
     // A plain URL whose name moved to a new master after a failover (a managed primary

@@ -33,6 +33,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace onceproxy::store {
@@ -154,6 +155,24 @@ public:
     /// On a ready connection the command is queued by the call itself (`args` is not used
     /// afterwards); the awaitable waits for the reply.
     boost::asio::awaitable<redis_exec_result> async_exec(const std::vector<std::string>& args);
+
+    /// durability replicated: sends `args` and then waits for a WAIT (`wait`, e.g. {"WAIT",
+    /// "1", "50"}) that follows it on the same connection; the results of both. The WAITs of
+    /// a connection are shared: while one is unanswered, the commands sent meanwhile wait for
+    /// the next one, which goes out when it returns (Redis serves a connection's commands only
+    /// after its WAIT anyway). So one WAIT answers a whole group, and while replicas lag a
+    /// connection spends one wait timeout per group, not per command. Each WAIT is bounded by
+    /// command_timeout from when it is sent. Waits for a connection under way as async_exec
+    /// does. Keep `args` and `wait` alive while awaiting.
+    boost::asio::awaitable<std::pair<redis_exec_result, redis_exec_result>>
+    async_exec_replicated(const std::vector<std::string>& args,
+                          const std::vector<std::string>& wait);
+
+    /// A shared WAIT (`wait`, as async_exec_replicated) behind everything sent on the current
+    /// connection so far, e.g. after a command's reply; errc::unavailable when not ready. Keep
+    /// `wait` alive while awaiting.
+    boost::asio::awaitable<redis_exec_result>
+    async_wait_replicas(const std::vector<std::string>& wait);
 
     /// Redis Cluster: sends `ASKING` and then `args` back to back on this connection (nothing
     /// else between them) and returns the reply to `args`, as async_exec does. Fails with

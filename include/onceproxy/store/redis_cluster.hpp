@@ -127,14 +127,15 @@ public:
     boost::asio::awaitable<redis_exec_result> async_exec(std::string_view key,
                                                          const std::vector<std::string>& args);
 
-    /// async_exec of `args`, then `then` on the very connection that ran it (after any MOVED
-    /// or ASK): the WAIT of durability replicated, which counts only what its own connection
-    /// wrote. `then` is not sent when `args` failed or came back an error reply (its result is
-    /// then errc::unavailable), and its result is errc::unavailable, written, when that
-    /// connection was replaced in between. Keep `key`, `args` and `then` alive while awaiting.
+    /// async_exec of `args`, then a WAIT (`wait`) on the very connection that ran it (after
+    /// any MOVED or ASK), shared as redis_client::async_wait_replicas shares it: durability
+    /// replicated, where a WAIT counts only what its own connection wrote. No WAIT is joined
+    /// when `args` failed or came back an error reply (its result is then errc::unavailable),
+    /// and its result is errc::unavailable, written, when that connection was replaced in
+    /// between. Keep `key`, `args` and `wait` alive while awaiting.
     boost::asio::awaitable<std::pair<redis_exec_result, redis_exec_result>>
-    async_exec_then(std::string_view key, const std::vector<std::string>& args,
-                    const std::vector<std::string>& then);
+    async_exec_replicated(std::string_view key, const std::vector<std::string>& args,
+                          const std::vector<std::string>& wait);
 
     /// Waits until a slot map is known and the master of `key`'s slot is connected, or
     /// `timeout` passes; true when ready.
@@ -171,10 +172,12 @@ public:
     /// As redis_client::async_exec or redis_cluster::async_exec (keep `args` alive while
     /// awaiting).
     boost::asio::awaitable<redis_exec_result> async_exec(const std::vector<std::string>& args);
-    /// `args`, then `then` on the same connection: one pipeline write on a single node, or
-    /// redis_cluster::async_exec_then.
+    /// `args`, then a shared WAIT (`wait`) behind it on the same connection:
+    /// redis_client::async_exec_replicated on a single node, or
+    /// redis_cluster::async_exec_replicated.
     boost::asio::awaitable<std::pair<redis_exec_result, redis_exec_result>>
-    async_exec_then(const std::vector<std::string>& args, const std::vector<std::string>& then);
+    async_exec_replicated(const std::vector<std::string>& args,
+                          const std::vector<std::string>& wait);
     boost::asio::awaitable<bool> async_wait_ready(std::chrono::milliseconds timeout);
 
 private:

@@ -275,3 +275,122 @@ TEST_CASE("redis_multiplexer: close fails what waits; on_done runs exactly once"
     CHECK_FALSE(m2.add(empty, {}));
     CHECK(empty->ec == errc::protocol);
 }
+
+namespace {
+
+const std::vector<std::string> wait_cmd{"WAIT", "1", "50"};
+constexpr const char* wait_wire = "*3\r\n$4\r\nWAIT\r\n$1\r\n1\r\n$2\r\n50\r\n";
+constexpr const char* get_wire = "*2\r\n$3\r\nGET\r\n$1\r\nk\r\n";
+
+std::shared_ptr<redis_request> join(redis_multiplexer& m,
+                                    const std::vector<std::string>& wait = wait_cmd) {
+    return m.join_wait(wait, [] { return request(); });
+}
+
+} // namespace
+
+TEST_CASE("redis_multiplexer: a shared WAIT goes right behind the command when none is "
+          "unanswered") {
+    redis_multiplexer m;
+    auto a = request();
+    REQUIRE(m.add(a, {"GET", "k"}));
+    auto w = join(m);
+    REQUIRE(w);
+    CHECK(w->st == redis_request::state::queued);
+    CHECK(written(m) == std::string(get_wire) + wait_wire);
+    CHECK(feed(m, "$1\r\nv\r\n:1\r\n") == redis_multiplexer::read_status::ok);
+    CHECK(a->reply.str == "v");
+    REQUIRE(w->done());
+    CHECK(w->reply.integer == 1);
+}
+
+TEST_CASE("redis_multiplexer: commands sent while a WAIT is unanswered share the next one, held "
+          "back until that reply") {
+    redis_multiplexer m;
+    auto a = request();
+    REQUIRE(m.add(a, {"GET", "k"}));
+    auto w1 = join(m);
+    CHECK(written(m) == std::string(get_wire) + wait_wire);
+
+    auto b = request();
+    auto c = request();
+    REQUIRE(m.add(b, {"GET", "k"}));
+    auto w2 = join(m);
+    REQUIRE(m.add(c, {"GET", "k"}));
+    auto w2c = join(m);
+    CHECK(w2 == w2c); // one WAIT for both
+    CHECK(w2->st == redis_request::state::held);
+    CHECK_FALSE(w2->written);
+    CHECK(written(m) == std::string(get_wire) + get_wire); // the commands go, the WAIT waits
+    CHECK(m.in_flight() == 4);
+
+    // The first WAIT's reply releases the held one, behind everything written before it.
+    CHECK(feed(m, "$1\r\nv\r\n:1\r\n") == redis_multiplexer::read_status::ok);
+    CHECK(w1->done());
+    CHECK(m.has_unwritten());
+    CHECK(w2->st == redis_request::state::queued);
+    CHECK(written(m) == wait_wire);
+    CHECK(feed(m, "$1\r\nv\r\n$1\r\nv\r\n:0\r\n") == redis_multiplexer::read_status::ok);
+    REQUIRE(w2->done());
+    CHECK_FALSE(w2->ec);
+    CHECK(w2->reply.integer == 0); // every member reads the same count
+    CHECK(b->done());
+    CHECK(c->done());
+
+    // Nothing unanswered any more: the next joins a WAIT sent at once.
+    auto d = request();
+    REQUIRE(m.add(d, {"GET", "k"}));
+    auto w3 = join(m);
+    CHECK(w3->st == redis_request::state::queued);
+    CHECK(written(m) == std::string(get_wire) + wait_wire);
+}
+
+TEST_CASE("redis_multiplexer: a held WAIT fails with the connection; an error reply to the WAIT "
+          "ahead still releases it") {
+    SUBCASE("closed") {
+        redis_multiplexer m;
+        auto w1 = join(m);
+        auto w2 = join(m);
+        REQUIRE(w2->st == redis_request::state::held);
+        int notified = 0;
+        w2->on_done = [&] { ++notified; };
+        m.close(errc::unavailable);
+        CHECK(w1->ec == errc::unavailable);
+        CHECK(w2->ec == errc::unavailable);
+        CHECK_FALSE(w2->written);
+        CHECK(notified == 1);
+        CHECK(join(m) == nullptr);
+    }
+    SUBCASE("timeout of the WAIT ahead") {
+        redis_multiplexer m;
+        auto w1 = join(m);
+        written(m);
+        auto w2 = join(m);
+        m.on_timeout(w1);
+        CHECK(w1->ec == errc::timeout);
+        CHECK(w2->ec == errc::unavailable);
+        CHECK(m.closed());
+    }
+    SUBCASE("error reply") {
+        redis_multiplexer m;
+        auto w1 = join(m);
+        written(m);
+        auto w2 = join(m);
+        CHECK(feed(m, "-ERR WAIT cannot be used with replica instances\r\n") ==
+              redis_multiplexer::read_status::ok);
+        CHECK(w1->reply.is_error());
+        CHECK(w2->st == redis_request::state::queued);
+        CHECK(written(m) == wait_wire);
+    }
+}
+
+TEST_CASE("redis_multiplexer: a different WAIT command gets a WAIT of its own, sent at once") {
+    redis_multiplexer m;
+    auto w1 = join(m);
+    auto w2 = join(m);
+    auto other = join(m, {"WAIT", "2", "50"});
+    CHECK(other != w2);
+    CHECK(other->st == redis_request::state::queued);
+    CHECK(written(m) == std::string(wait_wire) + "*3\r\n$4\r\nWAIT\r\n$1\r\n2\r\n$2\r\n50\r\n");
+    CHECK(join(m) == w2); // the held one is still the one to share
+}
