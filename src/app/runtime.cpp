@@ -560,17 +560,7 @@ private:
                 continue; // unchanged, or a file missing for a moment: the next tick looks again
             }
             seen = stamps;
-            if (const auto built = config::make_upstream_tls_context(t); !built.ctx) {
-                reg_.upstream_tls_reloads_failure.fetch_add(1, std::memory_order_relaxed);
-                log::error("upstream",
-                           "upstream TLS files changed but do not load; the ones in use stay",
-                           {{"upstream", u.name}, {"error", built.error}});
-                continue;
-            }
-            reg_.upstream_tls_reloads_success.fetch_add(1, std::memory_order_relaxed);
-            log::info("upstream", "upstream TLS files reloaded; new connections use them",
-                      {{"upstream", u.name}});
-            rotated = true;
+            rotated = count_upstream_tls_rotation(u, "check") || rotated;
         }
         if (rotated) {
             for (const auto& w : workers_) {
@@ -578,6 +568,44 @@ private:
                     w.install(cfg, st, reg);
                 });
             }
+        }
+    }
+
+    /// An upstream's TLS files changed: whether they load (counted and logged). The workers'
+    /// pools load them again for their new connections; files that do not load leave the ones
+    /// in use.
+    bool count_upstream_tls_rotation(const config::upstream_config& u, const char* why) {
+        if (const auto built = config::make_upstream_tls_context(u.tls_settings); !built.ctx) {
+            reg_.upstream_tls_reloads_failure.fetch_add(1, std::memory_order_relaxed);
+            log::error("upstream",
+                       "upstream TLS files changed but do not load; the ones in use stay",
+                       {{"upstream", u.name}, {"cause", why}, {"error", built.error}});
+            return false;
+        }
+        reg_.upstream_tls_reloads_success.fetch_add(1, std::memory_order_relaxed);
+        log::info("upstream", "upstream TLS files reloaded; new connections use them",
+                  {{"upstream", u.name}, {"cause", why}});
+        return true;
+    }
+
+    /// SIGHUP: an upstream whose TLS files changed since they were last loaded, with the same
+    /// settings, is a rotation and counted as the periodic check counts one. A new upstream or
+    /// changed settings are a config change, not a rotation.
+    void count_upstream_tls_rotations(const config::config& next, const char* why) {
+        for (const auto& u : next.upstreams) {
+            const auto seen = upstream_tls_seen_.find(u.name);
+            if (!u.tls || seen == upstream_tls_seen_.end()) {
+                continue;
+            }
+            const auto before =
+                std::find_if(current_->upstreams.begin(), current_->upstreams.end(),
+                             [&](const config::upstream_config& c) { return c.name == u.name; });
+            if (before == current_->upstreams.end() || !before->tls ||
+                !(before->tls_settings == u.tls_settings) ||
+                config::upstream_tls_stamps(u.tls_settings) == seen->second) {
+                continue;
+            }
+            count_upstream_tls_rotation(u, why);
         }
     }
 
@@ -648,6 +676,7 @@ private:
         }
         const bool tls_changed = next->tls && current_->tls && !(*next->tls == *current_->tls);
         const auto digest = config_digest(*next);
+        count_upstream_tls_rotations(*next, why);
         // Before the workers load them: a file rotated meanwhile is seen as a change.
         upstream_tls_seen_ = upstream_tls_stamps_of(*next);
         upstream_tls_due_.clear(); // a changed reload_interval counts from now
