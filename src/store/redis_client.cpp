@@ -264,9 +264,10 @@ struct redis_client::impl : std::enable_shared_from_this<redis_client::impl> {
     }
 
     // durability replicated: the shared WAIT (redis_multiplexer::join_wait) behind everything
-    // queued on `l` so far; null when the link is closed. Its deadline is set by the first to
-    // join it: command_timeout, or twice that for a held WAIT, which goes out only once the
-    // one ahead of it is answered (itself bounded by command_timeout).
+    // queued on `l` so far; null when the link is closed. Its deadline runs from the first to
+    // join it: command_timeout for a WAIT sent at once, twice that for a held one, which goes
+    // out once the one ahead of it is answered (within wait_timeout, which the config keeps
+    // below command_timeout, unless Redis stalls).
     std::shared_ptr<pending> join_wait(link& l, const std::vector<std::string>& wait) {
         if (l.closed) {
             return nullptr;
@@ -861,7 +862,9 @@ redis_client::async_exec_replicated(const std::vector<std::string>& args,
     }
     auto w = self->join_wait(*l, wait); // joined after `args` was queued: it covers `args`
     out.first = co_await impl::await_reply(self, l, std::move(p));
-    if (w) {
+    if (w && !out.first.ec && !out.first.reply.is_error()) {
+        // Nothing to wait for after a failure or an error reply (a NOSCRIPT is retried at once);
+        // the WAIT stays for the others.
         out.second = co_await impl::await_shared(l, std::move(w));
     }
     co_return out;

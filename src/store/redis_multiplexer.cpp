@@ -105,8 +105,9 @@ redis_multiplexer::join_wait(const std::vector<std::string>& wait,
     }
     auto r = make();
     if (!wait_sent_) {
-        wait_sent_ = r;
-        add(r, wait);
+        if (add(r, wait)) { // a WAIT that could not be added (failed) holds nothing back
+            wait_sent_ = r;
+        }
     } else if (!wait_held_) {
         r->st = redis_request::state::held;
         wait_held_ = r;
@@ -125,7 +126,9 @@ void redis_multiplexer::wait_answered(const redis_request& r) {
     if (wait_sent_) {
         auto args = std::move(wait_held_args_);
         wait_held_args_.clear();
-        add(wait_sent_, args); // fails it when closed
+        if (!add(wait_sent_, args)) { // failed (closed): nothing to wait behind
+            wait_sent_ = nullptr;
+        }
     }
 }
 

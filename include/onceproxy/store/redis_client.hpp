@@ -161,9 +161,11 @@ public:
     /// a connection are shared: while one is unanswered, the commands sent meanwhile wait for
     /// the next one, which goes out when it returns (Redis serves a connection's commands only
     /// after its WAIT anyway). So one WAIT answers a whole group, and while replicas lag a
-    /// connection spends one wait timeout per group, not per command. Each WAIT is bounded by
-    /// command_timeout from when it is sent. Waits for a connection under way as async_exec
-    /// does. Keep `args` and `wait` alive while awaiting.
+    /// connection spends one wait timeout per group, not per command. A WAIT sent at once is
+    /// bounded by command_timeout, a held one by twice that, both from the first command that
+    /// joined it; a deadline closes the connection, as a command's does. No WAIT is awaited
+    /// when `args` failed or came back an error reply. Waits for a connection under way as
+    /// async_exec does. Keep `args` and `wait` alive while awaiting.
     boost::asio::awaitable<std::pair<redis_exec_result, redis_exec_result>>
     async_exec_replicated(const std::vector<std::string>& args,
                           const std::vector<std::string>& wait);

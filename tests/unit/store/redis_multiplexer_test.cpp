@@ -394,3 +394,13 @@ TEST_CASE("redis_multiplexer: a different WAIT command gets a WAIT of its own, s
     CHECK(written(m) == std::string(wait_wire) + "*3\r\n$4\r\nWAIT\r\n$1\r\n2\r\n$2\r\n50\r\n");
     CHECK(join(m) == w2); // the held one is still the one to share
 }
+
+TEST_CASE("redis_multiplexer: a WAIT that cannot be encoded fails alone and holds nothing back") {
+    redis_multiplexer m;
+    auto bad = join(m, {});
+    REQUIRE(bad);
+    CHECK(bad->ec == errc::protocol);
+    auto w = join(m);
+    CHECK(w->st == redis_request::state::queued); // sent at once: nothing is unanswered
+    CHECK(written(m) == wait_wire);
+}
