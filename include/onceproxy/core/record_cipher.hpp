@@ -11,6 +11,7 @@
 // store key.
 
 #include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -69,6 +70,9 @@ public:
 private:
     const record_key* find(std::string_view id) const noexcept;
     std::vector<record_key> keys_;
+    /// Names this key list in each thread's cache of initialised cipher contexts (a key
+    /// schedule done once per key and thread, not per record).
+    std::uint64_t cache_id_;
 };
 
 } // namespace onceproxy::core
