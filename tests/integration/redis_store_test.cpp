@@ -714,8 +714,12 @@ redis_server_options replica_of(const redis_server& master) {
 }
 
 /// A master and one replica of it, each its own redis-server; ready once the master counts
-/// the replica online (past its first sync: a WAIT counts it from then on).
+/// the replica online (past its first sync: a WAIT counts it from then on). A test may pause
+/// the replica; it is resumed before both stop.
 struct master_and_replica {
+    ~master_and_replica() { replica.resume(); }
+    master_and_replica(const master_and_replica&) = delete;
+    master_and_replica& operator=(const master_and_replica&) = delete;
     master_and_replica() : replica(replica_of(master)) {
         REQUIRE(onceproxy::test::eventually(
             [&] {
@@ -740,10 +744,6 @@ TEST_CASE("redis store, durability replicated: a write whose reply was lost coun
     master_and_replica pair;
     auto& master = pair.master;
     auto& replica = pair.replica;
-    struct resume_on_exit {
-        redis_server& r;
-        ~resume_on_exit() { r.resume(); }
-    } guard{replica};
 
     net::io_context ioc;
     tcp_gate gate(ioc, master.port());
@@ -812,10 +812,6 @@ TEST_CASE("redis store, durability replicated: the claims of one connection shar
     master_and_replica pair;
     auto& master = pair.master;
     auto& replica = pair.replica;
-    struct resume_on_exit {
-        redis_server& r;
-        ~resume_on_exit() { r.resume(); }
-    } guard{replica};
 
     auto cfg = make_config(master.url());
     cfg.command_timeout = 1'000ms;

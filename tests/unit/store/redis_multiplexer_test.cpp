@@ -6,6 +6,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 using onceproxy::store::errc;
@@ -287,17 +288,24 @@ std::shared_ptr<redis_request> join(redis_multiplexer& m,
     return m.join_wait(wait, [] { return request(); });
 }
 
-} // namespace
-
-TEST_CASE("redis_multiplexer: a shared WAIT goes right behind the command when none is "
-          "unanswered") {
-    redis_multiplexer m;
+/// A GET and a WAIT joined behind it, written; with no WAIT unanswered it goes at once.
+std::pair<std::shared_ptr<redis_request>, std::shared_ptr<redis_request>>
+get_and_wait(redis_multiplexer& m) {
     auto a = request();
     REQUIRE(m.add(a, {"GET", "k"}));
     auto w = join(m);
     REQUIRE(w);
     CHECK(w->st == redis_request::state::queued);
     CHECK(written(m) == std::string(get_wire) + wait_wire);
+    return {a, w};
+}
+
+} // namespace
+
+TEST_CASE("redis_multiplexer: a shared WAIT goes right behind the command when none is "
+          "unanswered") {
+    redis_multiplexer m;
+    const auto [a, w] = get_and_wait(m);
     CHECK(feed(m, "$1\r\nv\r\n:1\r\n") == redis_multiplexer::read_status::ok);
     CHECK(a->reply.str == "v");
     REQUIRE(w->done());
@@ -307,10 +315,7 @@ TEST_CASE("redis_multiplexer: a shared WAIT goes right behind the command when n
 TEST_CASE("redis_multiplexer: commands sent while a WAIT is unanswered share the next one, held "
           "back until that reply") {
     redis_multiplexer m;
-    auto a = request();
-    REQUIRE(m.add(a, {"GET", "k"}));
-    auto w1 = join(m);
-    CHECK(written(m) == std::string(get_wire) + wait_wire);
+    const auto w1 = get_and_wait(m).second;
 
     auto b = request();
     auto c = request();
@@ -338,11 +343,7 @@ TEST_CASE("redis_multiplexer: commands sent while a WAIT is unanswered share the
     CHECK(c->done());
 
     // Nothing unanswered any more: the next joins a WAIT sent at once.
-    auto d = request();
-    REQUIRE(m.add(d, {"GET", "k"}));
-    auto w3 = join(m);
-    CHECK(w3->st == redis_request::state::queued);
-    CHECK(written(m) == std::string(get_wire) + wait_wire);
+    get_and_wait(m);
 }
 
 TEST_CASE("redis_multiplexer: a held WAIT fails with the connection; an error reply to the WAIT "
