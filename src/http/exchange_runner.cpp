@@ -78,12 +78,20 @@ struct exchange_state {
 class store_op {
 public:
     explicit store_op(exchange_state& s) : s_(s) {}
-    void done(bool failed) {
+    /// `ec`: the operation's error, empty when it succeeded.
+    void done(const boost::system::error_code& ec) {
+        done(ec ? std::optional(store_error_cause_of(ec)) : std::nullopt);
+    }
+    template <class T>
+    void done(const store::result<T>& r) {
+        done(r ? boost::system::error_code() : r.error());
+    }
+    void done(std::optional<metrics::store_error_cause> failed) {
         const auto d = clock::now() - start_;
         s_.metrics().store_duration.observe(d);
         s_.report.store_ms += std::chrono::duration<double, std::milli>(d).count();
         if (failed) {
-            s_.env.reg.store_errors.fetch_add(1, std::memory_order_relaxed);
+            s_.env.reg.count_store_error(*failed);
         }
     }
 
@@ -105,7 +113,9 @@ net::awaitable<core::action> do_claim(exchange_state& s, core::action a) {
         s.round_trips += r->round_trips - 1;
     }
     auto t = to_claim_event(std::move(r), s.env.cipher.get(), s.store_key);
-    op.done(t.store_error || t.unreadable);
+    op.done(t.store_error  ? std::optional(store_error_cause_of(t.error))
+            : t.unreadable ? std::optional(metrics::store_error_cause::unreadable)
+                           : std::nullopt);
     if (t.open_failure) {
         s.metrics().count_decrypt_failure(*t.open_failure);
     }
@@ -289,7 +299,7 @@ net::awaitable<core::action> do_extend(exchange_state& s, core::action a) {
     std::string k = s.store_key;
     std::string o = s.owner;
     auto r = co_await s.env.st->async_extend(std::move(k), std::move(o), a.lease);
-    op.done(!r);
+    op.done(r);
     co_return s.fsm.on_extend(to_fence_event(r), clock::now());
 }
 
@@ -306,7 +316,7 @@ net::awaitable<core::action> do_complete(exchange_state& s, core::action a) {
     ++s.round_trips;
     auto r =
         co_await s.env.st->async_complete(std::move(k), std::move(o), std::move(payload), a.ttl);
-    op.done(!r);
+    op.done(r);
     co_return s.fsm.on_complete(to_fence_event(r), clock::now());
 }
 
@@ -316,7 +326,7 @@ net::awaitable<core::action> do_release(exchange_state& s) {
     std::string o = s.owner;
     ++s.round_trips;
     auto r = co_await s.env.st->async_release(std::move(k), std::move(o));
-    op.done(!r);
+    op.done(r);
     co_return s.fsm.on_release(to_fence_event(r), clock::now());
 }
 

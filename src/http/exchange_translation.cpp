@@ -1,6 +1,7 @@
 #include "http/exchange_translation.hpp"
 
 #include "http/http_date.hpp"
+#include "onceproxy/store/error.hpp"
 
 #include <boost/beast/core/string.hpp>
 #include <boost/beast/http/field.hpp>
@@ -41,11 +42,37 @@ core::upstream_event to_upstream_event(const upstream::forward_result& r) noexce
     return ev;
 }
 
+metrics::store_error_cause store_error_cause_of(const boost::system::error_code& ec) noexcept {
+    using metrics::store_error_cause;
+    if (ec.category() != store::store_category()) {
+        return store_error_cause::other;
+    }
+    switch (static_cast<store::errc>(ec.value())) {
+    case store::errc::unavailable:
+        return store_error_cause::unavailable;
+    case store::errc::timeout:
+        return store_error_cause::timeout;
+    case store::errc::not_replicated:
+        return store_error_cause::not_replicated;
+    case store::errc::store_full:
+        return store_error_cause::store_full;
+    case store::errc::auth_failed:
+        return store_error_cause::auth_failed;
+    case store::errc::tls_failed:
+        return store_error_cause::tls_failed;
+    case store::errc::protocol:
+    case store::errc::script_missing:
+        return store_error_cause::protocol;
+    }
+    return store_error_cause::other;
+}
+
 claim_translation to_claim_event(store::result<store::claim_result>&& r,
                                  const core::record_cipher* cipher, std::string_view store_key) {
     claim_translation out;
     if (!r) {
         out.store_error = true;
+        out.error = r.error();
         out.event.kind = core::claim_result_kind::store_error;
         return out;
     }

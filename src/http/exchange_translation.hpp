@@ -8,6 +8,7 @@
 #include "onceproxy/core/exchange_fsm.hpp"
 #include "onceproxy/core/response_record.hpp"
 #include "onceproxy/http/problem.hpp"
+#include "onceproxy/metrics/registry.hpp"
 #include "onceproxy/store/store.hpp"
 #include "onceproxy/upstream/forwarder.hpp"
 
@@ -31,13 +32,18 @@ inline constexpr std::string_view idempotency_expires = "Idempotency-Expires";
                                                      std::size_t body_bytes) noexcept;
 [[nodiscard]] core::upstream_event to_upstream_event(const upstream::forward_result& r) noexcept;
 
+/// The `cause` label of onceproxy_store_errors_total for a failed store operation's error.
+[[nodiscard]] metrics::store_error_cause
+store_error_cause_of(const boost::system::error_code& ec) noexcept;
+
 /// A claim result as the engine event, plus the record to replay when one was found.
 struct claim_translation {
     core::claim_event event;
     std::string record;       ///< completed and readable: the encoded record to replay
     std::string expires;      ///< completed and readable: its Idempotency-Expires ("" if none)
-    bool store_error = false; ///< the store failed (count it)
-    bool unreadable = false;  ///< a record exists but cannot be decoded (count as store error)
+    bool store_error = false; ///< the store failed (count it, by `error`)
+    boost::system::error_code error; ///< store_error: why
+    bool unreadable = false; ///< a record exists but cannot be decoded (count as store error)
     /// Set when the record exists but does not open (encryption at rest): why, for
     /// onceproxy_record_decrypt_failures_total. `unreadable` is set too.
     std::optional<core::record_open_failure> open_failure;

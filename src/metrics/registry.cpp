@@ -172,8 +172,19 @@ std::string registry::render() const {
     };
     family("onceproxy_open_connections", "gauge", "Client connections currently open.",
            {{"", get(open_connections)}});
-    family("onceproxy_store_errors_total", "counter", "Store operations that failed.",
-           {{"", get(store_errors)}});
+    family("onceproxy_store_errors_total", "counter",
+           "Store operations that failed, by cause: unavailable, timeout, not_replicated "
+           "(durability replicated: too few replicas acknowledged), store_full, auth_failed, "
+           "tls_failed, protocol, unreadable (a record that does not decode or decrypt), other.",
+           {{"{cause=\"unavailable\"}", store_errors(store_error_cause::unavailable)},
+            {"{cause=\"timeout\"}", store_errors(store_error_cause::timeout)},
+            {"{cause=\"not_replicated\"}", store_errors(store_error_cause::not_replicated)},
+            {"{cause=\"store_full\"}", store_errors(store_error_cause::store_full)},
+            {"{cause=\"auth_failed\"}", store_errors(store_error_cause::auth_failed)},
+            {"{cause=\"tls_failed\"}", store_errors(store_error_cause::tls_failed)},
+            {"{cause=\"protocol\"}", store_errors(store_error_cause::protocol)},
+            {"{cause=\"unreadable\"}", store_errors(store_error_cause::unreadable)},
+            {"{cause=\"other\"}", store_errors(store_error_cause::other)}});
     if (store_follows_master.load(std::memory_order_relaxed)) {
         family("onceproxy_store_master_switches_total", "counter",
                "Moves of the store to another Redis master (Sentinel), by cause: switch_master "

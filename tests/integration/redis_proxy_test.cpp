@@ -404,6 +404,9 @@ TEST_SUITE("redis proxy") {
             CHECK(o.status == 200);
             CHECK(o.header("Idempotency-Status") != "stored");
             CHECK(up.count(open_key) == 1);
+            // Both claims are counted as store errors, by their cause.
+            CHECK(proxy.metric("onceproxy_store_errors_total{cause=\"unavailable\"}") >= 2);
+            CHECK(proxy.metric("onceproxy_store_errors_total{cause=\"not_replicated\"}") == 0);
         }
         std::this_thread::sleep_for(500ms);
         redis.start();

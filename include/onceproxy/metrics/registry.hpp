@@ -99,6 +99,21 @@ enum class master_switch_cause {
 };
 inline constexpr std::size_t master_switch_cause_count = 3;
 
+/// Why a store operation failed, the `cause` label of onceproxy_store_errors_total (http/ maps
+/// the store's error codes onto it).
+enum class store_error_cause {
+    unavailable,    ///< not reachable, connection lost, or not connected yet
+    timeout,        ///< no answer within command_timeout (the operation may have run)
+    not_replicated, ///< durability replicated: too few replicas acknowledged within wait_timeout
+    store_full,     ///< the memory store's byte budget is exhausted
+    auth_failed,    ///< credentials refused
+    tls_failed,     ///< the TLS session with the store could not be set up
+    protocol,       ///< a reply that is not valid for the command, or a script the store lacks
+    unreadable,     ///< a record that does not decode or decrypt
+    other,
+};
+inline constexpr std::size_t store_error_cause_count = 9;
+
 class registry {
 public:
     /// `route_names`: config route names in order; an extra "(none)" series is added.
@@ -122,6 +137,14 @@ public:
         return reloads_[static_cast<std::size_t>(r)].load(std::memory_order_relaxed);
     }
 
+    /// Counts one failed store operation (onceproxy_store_errors_total{cause}). Any thread.
+    void count_store_error(store_error_cause c) noexcept {
+        store_errors_[static_cast<std::size_t>(c)].fetch_add(1, std::memory_order_relaxed);
+    }
+    std::uint64_t store_errors(store_error_cause c) const noexcept {
+        return store_errors_[static_cast<std::size_t>(c)].load(std::memory_order_relaxed);
+    }
+
     /// Counts one move of the store to another master. Any thread.
     void count_master_switch(master_switch_cause c) noexcept {
         master_switches_[static_cast<std::size_t>(c)].fetch_add(1, std::memory_order_relaxed);
@@ -139,7 +162,6 @@ public:
     void set_config(std::string digest, std::int64_t loaded_at_seconds);
 
     std::atomic<std::int64_t> open_connections{0};
-    std::atomic<std::uint64_t> store_errors{0};
     std::atomic<std::uint64_t> upstream_errors{0};
     std::atomic<std::uint64_t> upstream_timeouts{0};
     /// Safe requests sent once more because their reused upstream connection had been closed.
@@ -177,6 +199,7 @@ private:
     route_metrics* unrouted_ = nullptr;
     std::array<std::atomic<std::uint64_t>, reload_result_count> reloads_{};
     std::array<std::atomic<std::uint64_t>, master_switch_cause_count> master_switches_{};
+    std::array<std::atomic<std::uint64_t>, store_error_cause_count> store_errors_{};
     std::string config_digest_;
     std::atomic<std::int64_t> config_loaded_at_{0};
 };

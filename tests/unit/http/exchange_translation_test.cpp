@@ -1,4 +1,5 @@
 #include "http/exchange_translation.hpp"
+#include "onceproxy/store/error.hpp"
 
 #include <doctest/doctest.h>
 
@@ -145,6 +146,21 @@ TEST_SUITE("exchange translation") {
         store::result<store::fence_status> err =
             boost::system::errc::make_error_code(boost::system::errc::timed_out);
         CHECK(to_fence_event(err) == core::fence_event::store_error);
+    }
+
+    TEST_CASE("store errors are counted by cause") {
+        using onceproxy::metrics::store_error_cause;
+        CHECK(store_error_cause_of(store::errc::unavailable) == store_error_cause::unavailable);
+        CHECK(store_error_cause_of(store::errc::timeout) == store_error_cause::timeout);
+        CHECK(store_error_cause_of(store::errc::not_replicated) ==
+              store_error_cause::not_replicated);
+        CHECK(store_error_cause_of(store::errc::store_full) == store_error_cause::store_full);
+        CHECK(store_error_cause_of(store::errc::auth_failed) == store_error_cause::auth_failed);
+        CHECK(store_error_cause_of(store::errc::tls_failed) == store_error_cause::tls_failed);
+        CHECK(store_error_cause_of(store::errc::protocol) == store_error_cause::protocol);
+        CHECK(store_error_cause_of(store::errc::script_missing) == store_error_cause::protocol);
+        CHECK(store_error_cause_of(boost::system::errc::make_error_code(
+                  boost::system::errc::timed_out)) == store_error_cause::other);
     }
 
     TEST_CASE("records leave out regenerated, cookie and excluded headers (SPEC §3.7)") {

@@ -114,7 +114,9 @@ TEST_CASE("metrics: counters and histograms render what was recorded") {
     CHECK(reg.route(0).counted(outcome::replayed) == 3);
     reg.route(0).request_duration.observe(2ms);   // in the 0.0025 bucket and above
     reg.route(0).request_duration.observe(700ms); // in the 1 bucket and above
-    reg.store_errors += 2;
+    reg.count_store_error(store_error_cause::not_replicated);
+    reg.count_store_error(store_error_cause::not_replicated);
+    reg.count_store_error(store_error_cause::timeout);
     const auto text = reg.render();
     CHECK(text.find("onceproxy_requests_total{route=\"payments\",outcome=\"replayed\"} 3\n") !=
           std::string::npos);
@@ -128,7 +130,11 @@ TEST_CASE("metrics: counters and histograms render what was recorded") {
                     "2\n") != std::string::npos);
     CHECK(text.find("onceproxy_request_duration_seconds_count{route=\"payments\"} 2\n") !=
           std::string::npos);
-    CHECK(text.find("onceproxy_store_errors_total 2\n") != std::string::npos);
+    CHECK(text.find("onceproxy_store_errors_total{cause=\"not_replicated\"} 2\n") !=
+          std::string::npos);
+    CHECK(text.find("onceproxy_store_errors_total{cause=\"timeout\"} 1\n") != std::string::npos);
+    CHECK(text.find("onceproxy_store_errors_total{cause=\"unavailable\"} 0\n") !=
+          std::string::npos);
 }
 
 TEST_CASE("metrics: store round trips by route and outcome, beside the request counts") {
