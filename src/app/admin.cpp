@@ -1,8 +1,10 @@
 #include "app/admin.hpp"
 
 #include "app/key_admin.hpp"
+#include "http/auth_throttle.hpp"
 #include "onceproxy/config/upstream_tls.hpp"
 #include "onceproxy/core/fingerprint.hpp"
+#include "onceproxy/core/problem.hpp"
 #include "onceproxy/http/loop_guard.hpp"
 #include "onceproxy/wire/message_parser.hpp"
 
@@ -33,6 +35,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <variant>
 
 namespace onceproxy::app {
@@ -48,6 +51,12 @@ constexpr auto use_tuple = net::as_tuple(net::use_awaitable);
 using admin_response = bhttp::response<bhttp::string_body>;
 
 constexpr std::string_view keys_path = "/admin/v1/keys";
+
+/// Wrong tokens one client address may send at once, then one per second (issue 26: 500 wrong
+/// tokens took 0.02 s). Addresses told apart: beyond them, new ones share one budget.
+constexpr unsigned failed_auth_burst = 10;
+constexpr std::chrono::seconds failed_auth_refill{1};
+constexpr std::size_t failed_auth_addresses = 4096;
 
 /// An application/problem+json answer of the admin API (RFC 9457, the proxy's shape).
 admin_response admin_problem(unsigned version, bhttp::status status, std::string_view code,
@@ -259,9 +268,14 @@ struct admin_server::impl : std::enable_shared_from_this<impl> {
     }
 
     std::atomic<std::size_t> next_worker{0}; ///< key administration: round robin
+    /// Admin loop only: wrong tokens by client address.
+    http::auth_throttle failed_auth{failed_auth_burst, failed_auth_refill, failed_auth_addresses};
+    std::size_t open_sessions = 0; ///< admin loop only: connections being served
 
     /// GET/DELETE /admin/v1/keys (README "Key administration"); 404 unless keys_api.enabled.
-    net::awaitable<admin_response> answer_keys(const bhttp::request<bhttp::string_body>& req) {
+    /// `peer`: the client's address (wrong tokens are throttled by it).
+    net::awaitable<admin_response> answer_keys(const bhttp::request<bhttp::string_body>& req,
+                                               const std::string& peer) {
         const unsigned v = req.version();
         const auto& api = cfg->admin.keys_api;
         if (!api.enabled) {
@@ -271,7 +285,22 @@ struct admin_server::impl : std::enable_shared_from_this<impl> {
             co_return res;
         }
         const auto token = bearer_token(req);
-        if (!token || !token_matches(*token, api.token)) {
+        const auto now = http::auth_throttle::clock::now();
+        if (const auto wait = failed_auth.retry_after(peer, now); wait.count() > 0) {
+            // Refused before the token is compared: a right guess now would not be told apart.
+            reg.admin_auth_throttled.fetch_add(1, std::memory_order_relaxed);
+            const auto& row = core::info(core::problem_code::admin_too_many_attempts);
+            auto res =
+                admin_problem(v, bhttp::status::too_many_requests, row.name, row.title, row.detail);
+            const auto seconds = std::chrono::ceil<std::chrono::seconds>(wait).count();
+            res.set(bhttp::field::retry_after, std::to_string(std::max<long long>(1, seconds)));
+            co_return res;
+        }
+        const bool authorized = token && token_matches(*token, api.token);
+        if (token && !authorized) {
+            failed_auth.note_failure(peer, now);
+        }
+        if (!authorized) {
             auto res = admin_problem(v, bhttp::status::unauthorized, "admin.unauthorized",
                                      "Authentication required",
                                      token ? "the bearer token is not the one in "
@@ -410,18 +439,50 @@ struct admin_server::impl : std::enable_shared_from_this<impl> {
         return res;
     }
 
-    net::awaitable<void> session(tcp::socket sock) {
+    /// One of open_sessions, taken at accept and given back when its session ends (admin loop
+    /// only). It keeps the server alive, so a session frame destroyed late still gives it back.
+    class session_slot {
+    public:
+        explicit session_slot(std::shared_ptr<impl> owner) noexcept : owner_(std::move(owner)) {
+            ++owner_->open_sessions;
+        }
+        session_slot(session_slot&& o) noexcept = default;
+        session_slot& operator=(session_slot&&) = delete;
+        ~session_slot() {
+            if (owner_) {
+                --owner_->open_sessions;
+            }
+        }
+
+    private:
+        std::shared_ptr<impl> owner_;
+    };
+
+    net::awaitable<void> session(tcp::socket sock, [[maybe_unused]] session_slot slot) {
         constexpr std::size_t header_limit = 16 * 1024;
+        boost::system::error_code pec;
+        const std::string peer = sock.remote_endpoint(pec).address().to_string();
         beast::tcp_stream stream(std::move(sock));
         // The same bounded parser and buffer as the proxy listener: a hostile request on the
         // admin port is an error answer, never an exception out of the event loop.
         beast::flat_buffer buffer(wire::read_buffer_limit(header_limit));
-        for (;;) {
+        for (bool first = true;; first = false) {
+            if (!first && buffer.size() == 0) {
+                // Keep-alive: the next request may start within admin.idle_timeout.
+                stream.expires_after(cfg->admin.idle_timeout);
+                auto [iec, in] = co_await stream.async_read_some(buffer.prepare(1024), use_tuple);
+                if (iec) {
+                    co_return;
+                }
+                buffer.commit(in);
+            }
             wire::request_parser parser;
             parser.header_limit(header_limit);
             parser.trailer_limit(header_limit);
             parser.body_limit(64 * 1024);
-            stream.expires_after(std::chrono::seconds(30));
+            // A whole request (head and its small body) within admin.header_timeout: an idle
+            // or trickling connection cannot hold one of the admin.max_connections for long.
+            stream.expires_after(cfg->admin.header_timeout);
             auto [ec, n] = co_await bhttp::async_read(stream, buffer, parser, use_tuple);
             (void)n;
             if (ec) {
@@ -431,7 +492,7 @@ struct admin_server::impl : std::enable_shared_from_this<impl> {
             const auto target = req.target();
             admin_response res;
             if (target.substr(0, target.find('?')) == keys_path) {
-                res = co_await answer_keys(req);
+                res = co_await answer_keys(req, peer);
                 res.prepare_payload();
                 res.keep_alive(req.keep_alive());
             } else {
@@ -463,9 +524,18 @@ struct admin_server::impl : std::enable_shared_from_this<impl> {
                 continue;
             }
             backoff.reset();
-            net::co_spawn(ioc, session(std::move(sock)), [this, self](std::exception_ptr e) {
-                http::report_exception(e, "admin session", reg.internal_errors);
-            });
+            if (open_sessions >= cfg->admin.max_connections) {
+                // Closed at once: the admin listener keeps to its share of the descriptors,
+                // whatever a client opens (issue 26), and the proxy listener is not starved.
+                reg.admin_connections_refused.fetch_add(1, std::memory_order_relaxed);
+                boost::system::error_code ignored;
+                sock.close(ignored);
+                continue;
+            }
+            net::co_spawn(ioc, session(std::move(sock), session_slot(self)),
+                          [this, self](std::exception_ptr e) {
+                              http::report_exception(e, "admin session", reg.internal_errors);
+                          });
         }
     }
 };

@@ -54,7 +54,9 @@ keys inspect|purge: look up or delete the record of one idempotency key in the c
 store, as the admin API's /admin/v1/keys does (README "Key administration"); prints JSON.
   --route R            the route name        --key K   the idempotency key as the client sends it
   --principal P        a scope header value ("Authorization: Bearer x", or a bare value of the
-                       route's first scope header); repeat for several; none: anonymous
+                       route's first scope header; on a scope.principal: client_cert route, a
+                       bare value is the certificate subject, "CN=billing,O=acme"); repeat for
+                       several; none: anonymous
   --force              purge: delete a lease in flight too, fencing its owner
 The memory store lives inside the proxy process: reach it through the admin API instead.
 )";

@@ -78,7 +78,10 @@ std::variant<resolved_key, std::string> resolve_key(const config::config& cfg,
         return "key is longer than the route's key.max_length (" +
                std::to_string(policy.key.max_length) + ")";
     }
-    // The principal as the request's scope headers: the same hashing as the request path.
+    // The principal as the request's scope headers (and, on a client_cert route, the
+    // certificate subject): the same hashing as the request path.
+    const bool by_cert = policy.principal == config::principal_source::client_cert;
+    std::optional<std::string_view> subject;
     std::vector<core::header_view> headers;
     for (const auto& p : a.principal) {
         const std::string_view entry(p);
@@ -94,7 +97,14 @@ std::variant<resolved_key, std::string> resolve_key(const config::config& cfg,
                 }
             }
         }
-        if (!named) {
+        if (!named && by_cert) {
+            if (subject) {
+                return "route '" + a.route +
+                       "' scopes keys by client certificate: give its subject once (other "
+                       "principal entries name a scope header, 'Header-Name: value')";
+            }
+            subject = trim(entry);
+        } else if (!named) {
             if (policy.scope_headers.empty()) {
                 return "route '" + a.route +
                        "' has no scope headers: every caller shares one "
@@ -105,6 +115,7 @@ std::variant<resolved_key, std::string> resolve_key(const config::config& cfg,
     }
     core::request_view view;
     view.headers = headers;
+    view.client_cert_subject = subject.value_or(std::string_view{});
     resolved_key out;
     out.route = route;
     out.store_key = core::scoped_store_key(policy, route->name, view, a.key);

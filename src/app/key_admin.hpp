@@ -23,7 +23,9 @@ struct key_address {
     std::string key;   ///< the idempotency key as the application sends it (unquoted)
     /// The principal: each entry is "Header-Name: value" for one of the route's scope headers,
     /// or a bare value, which is the value of the route's first scope header (Authorization by
-    /// default). None: the anonymous principal (no scope header in the request).
+    /// default); on a route with `scope.principal: client_cert`, the bare value is instead the
+    /// subject of the client certificate (RFC 2253, as the request path reads it, e.g.
+    /// "CN=billing,O=acme"). None: the anonymous principal (no scope header, no certificate).
     std::vector<std::string> principal;
 };
 

@@ -123,8 +123,9 @@ net::awaitable<void> drain_worker(worker& w, clock::time_point deadline, drain_s
 
 /// Client connections allowed at once: limits.max_connections, lowered so that clients alone
 /// can never use up the descriptors (each client connection may hold an upstream connection
-/// too; a reserve stays for listeners, event loops, Redis and the admin port). The soft
-/// RLIMIT_NOFILE is raised to the hard one first, as most servers do.
+/// too; a reserve stays for listeners, event loops, Redis and the admin listener's
+/// admin.max_connections). The soft RLIMIT_NOFILE is raised to the hard one first, as most
+/// servers do.
 std::uint64_t connection_limit(const config::config& cfg) {
     rlimit rl{};
     if (::getrlimit(RLIMIT_NOFILE, &rl) != 0) {
@@ -144,8 +145,11 @@ std::uint64_t connection_limit(const config::config& cfg) {
     // Redis Cluster: a connection per master (the seed list stands in for their count).
     const std::uint64_t redis_nodes =
         std::max<std::size_t>(1, cfg.store.redis.cluster.nodes.size());
+    // The admin listener holds at most admin.max_connections (one more for a moment, to close
+    // a connection above its cap).
+    const std::uint64_t admin = cfg.admin.listen ? cfg.admin.max_connections + 1 : 0;
     const std::uint64_t reserve =
-        32 + workers * (8 + cfg.store.redis.connections_per_worker * redis_nodes);
+        32 + admin + workers * (8 + cfg.store.redis.connections_per_worker * redis_nodes);
     const std::uint64_t fit = rl.rlim_cur > reserve ? (rl.rlim_cur - reserve) / 2 : 1;
     const std::uint64_t limit =
         std::max<std::uint64_t>(1, std::min<std::uint64_t>(cfg.limits.max_connections, fit));

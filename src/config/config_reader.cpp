@@ -250,12 +250,18 @@ private:
     }
 
     void read_admin(const yaml_field& f, config& cfg) {
-        if (!f.present() || !w_.mapping(f, {"listen", "readiness", "keys_api"})) {
+        if (!f.present() || !w_.mapping(f, {"listen", "max_connections", "header_timeout",
+                                            "idle_timeout", "readiness", "keys_api"})) {
             return;
         }
         const yaml_field listen = w_.get(f, "listen");
         admin_listen_mark_ = listen;
         cfg.admin.listen = read_endpoint(listen);
+        if (auto n = w_.integer(w_.get(f, "max_connections"), 1, 1024)) {
+            cfg.admin.max_connections = static_cast<std::size_t>(*n);
+        }
+        set(cfg.admin.header_timeout, w_.positive_duration(w_.get(f, "header_timeout")));
+        set(cfg.admin.idle_timeout, w_.positive_duration(w_.get(f, "idle_timeout")));
         const yaml_field readiness = w_.get(f, "readiness");
         if (readiness.present() && w_.mapping(readiness, {"require_store", "upstream"})) {
             if (auto b = w_.boolean(w_.get(readiness, "require_store"))) {
@@ -308,6 +314,14 @@ private:
         }
         if (text.empty()) {
             w_.error(token_file, "token_file '" + k.token_file + "' is empty");
+            return;
+        }
+        if (text.size() < min_admin_token_bytes) {
+            // A short token falls to guessing (issue 26): 32 bytes at least.
+            w_.error(token_file, "the token in token_file '" + k.token_file + "' has " +
+                                     std::to_string(text.size()) + " bytes; expected at least " +
+                                     std::to_string(min_admin_token_bytes) +
+                                     " (e.g. openssl rand -hex 32)");
             return;
         }
         k.token = std::move(text);

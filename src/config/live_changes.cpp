@@ -50,6 +50,10 @@ std::vector<std::string> changes_needing_restart(const config& running, const co
     changed(running.admin.listen != next.admin.listen, "admin.listen");
     changed(!same_readiness(running.admin.readiness, next.admin.readiness), "admin.readiness");
     changed(running.admin.keys_api != next.admin.keys_api, "admin.keys_api");
+    changed(running.admin.max_connections != next.admin.max_connections ||
+                running.admin.header_timeout != next.admin.header_timeout ||
+                running.admin.idle_timeout != next.admin.idle_timeout,
+            "admin.max_connections, admin.header_timeout, admin.idle_timeout");
     const auto* checked_before = checked_upstream(running);
     const auto* checked_after = checked_upstream(next);
     changed(checked_before != nullptr && checked_after != nullptr &&

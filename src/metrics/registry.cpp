@@ -214,6 +214,13 @@ std::string registry::render() const {
            "goes on.",
            {{"{listener=\"proxy\"}", get(accept_errors_proxy)},
             {"{listener=\"admin\"}", get(accept_errors_admin)}});
+    family("onceproxy_admin_connections_refused_total", "counter",
+           "Admin connections closed at once because admin.max_connections were open.",
+           {{"", get(admin_connections_refused)}});
+    family("onceproxy_admin_auth_throttled_total", "counter",
+           "Key administration requests refused with 429 because their address sent too many "
+           "wrong tokens.",
+           {{"", get(admin_auth_throttled)}});
     family("onceproxy_internal_errors_total", "counter",
            "Exceptions caught in an event loop or a connection (logged; the worker goes on "
            "serving).",

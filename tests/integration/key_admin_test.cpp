@@ -22,7 +22,7 @@ using namespace std::chrono_literals;
 
 namespace {
 
-constexpr const char* token = "s3cret-admin-token";
+constexpr const char* token = "s3cret-admin-token-0123456789abcdef"; // 32 bytes at least
 constexpr const char* payment_body = R"({"amount":100,"currency":"EUR"})";
 
 /// The string (or bare number/bool) value of `"name":...` in a flat JSON text ("" if absent).
@@ -168,12 +168,12 @@ TEST_CASE("keys API: off by default and when disabled; 401 without or with a wro
     CHECK(none.header("Content-Type") == "application/problem+json");
     CHECK(none.header("WWW-Authenticate").rfind("Bearer", 0) == 0);
     CHECK(json_value(none.body, "code") == "admin.unauthorized");
-    const auto wrong =
-        fetch(p.admin_port, "DELETE", "/admin/v1/keys?route=pay&key=a", auth("s3cret-admin-tokex"));
+    const auto wrong = fetch(p.admin_port, "DELETE", "/admin/v1/keys?route=pay&key=a",
+                             auth("s3cret-admin-token-0123456789abcdex"));
     CHECK(wrong.status == 401);
     CHECK(json_value(wrong.body, "code") == "admin.unauthorized");
     const auto prefix = fetch(p.admin_port, "GET", "/admin/v1/keys?route=pay&key=a",
-                              auth("s3cret-admin-token-and-more"));
+                              auth("s3cret-admin-token-0123456789abcdef-and-more"));
     CHECK(prefix.status == 401);
     CHECK(fetch(p.admin_port, "GET", "/admin/v1/keys?route=pay&key=a", auth()).status == 200);
     // Bad requests are problems too.
@@ -187,6 +187,8 @@ TEST_CASE("keys API: off by default and when disabled; 401 without or with a wro
 TEST_CASE("keys API config: enabled without a readable, non-empty token file is a config error") {
     temp_dir dir;
     const std::string empty = dir.write("empty-token", "");
+    // 31 bytes: one short of the minimum (a trailing line break does not count).
+    const std::string short_token = dir.write("short-token", std::string(31, 'x') + "\n");
     const std::string base = "listen: 127.0.0.1:0\nadmin:\n  listen: 127.0.0.1:0\n"
                              "  keys_api:\n    enabled: true\n";
     const std::string missing_file = dir.write("a.yaml", base + "upstreams: { app: { url: "
@@ -197,7 +199,13 @@ TEST_CASE("keys API config: enabled without a readable, non-empty token file is 
     const std::string absent_file =
         dir.write("c.yaml", base + "    token_file: " + dir.file("nope") +
                                 "\nupstreams: { app: { url: http://127.0.0.1:1 } }\n");
+    const std::string short_file =
+        dir.write("d.yaml", base + "    token_file: " + short_token +
+                                "\nupstreams: { app: { url: http://127.0.0.1:1 } }\n");
     std::string out;
+    CHECK(run_cli({"--check-config", short_file}, out) == 1);
+    CHECK(out.find(short_file + ":6:17: ") != std::string::npos);
+    CHECK(out.find("has 31 bytes; expected at least 32") != std::string::npos);
     CHECK(run_cli({"--check-config", missing_file}, out) == 1);
     CHECK(out.find(missing_file + ":5:14: ") != std::string::npos);
     CHECK(out.find("no token_file") != std::string::npos);
@@ -207,6 +215,44 @@ TEST_CASE("keys API config: enabled without a readable, non-empty token file is 
     CHECK(run_cli({"--check-config", absent_file}, out) == 1);
     CHECK(out.find(absent_file + ":6:17: ") != std::string::npos);
     CHECK(out.find("cannot read token_file") != std::string::npos);
+}
+
+TEST_CASE("keys API: wrong tokens from one address are throttled: 429 with Retry-After") {
+    upstream_process up;
+    temp_dir dir;
+    proxy_process p(admin_config(up.port, dir).yaml());
+    const std::string target = "/admin/v1/keys?route=pay&key=guess";
+    const std::string wrong = std::string(token) + "-guess";
+    // A fresh address has 10 failures (then one per second): all ten are compared and refused.
+    for (int i = 0; i < 10; ++i) {
+        const auto r = fetch(p.admin_port, "GET", target, auth(wrong));
+        CHECK(r.status == 401);
+        CHECK(json_value(r.body, "code") == "admin.unauthorized");
+    }
+    // The 11th comes well within the second: refused unread. (Searched up to the 20th so that
+    // a host slowed to 100 ms per request still sees it; ten more take at least ten seconds.)
+    std::optional<http_response> throttled;
+    for (int i = 0; i < 10 && !throttled; ++i) {
+        auto r = fetch(p.admin_port, "GET", target, auth(wrong));
+        if (r.status != 401) {
+            throttled = std::move(r);
+        }
+    }
+    REQUIRE(throttled);
+    CHECK(throttled->status == 429);
+    CHECK(throttled->header("Content-Type") == "application/problem+json");
+    CHECK(json_value(throttled->body, "code") == "admin.too_many_attempts");
+    const auto retry_after = throttled->header("Retry-After");
+    REQUIRE_FALSE(retry_after.empty());
+    CHECK(std::stoi(retry_after) >= 1);
+    // While throttled, even the right token is not compared.
+    CHECK(fetch(p.admin_port, "GET", target, auth()).status == 429);
+    // The probes and metrics are not behind the token.
+    CHECK(p.admin("/healthz").status == 200);
+    CHECK(p.metric("onceproxy_admin_auth_throttled_total") >= 2);
+    // After the wait, the right token works again.
+    CHECK(eventually([&] { return fetch(p.admin_port, "GET", target, auth()).status == 200; }, 5s,
+                     100ms));
 }
 
 TEST_CASE("keys API on the memory store: inspect, purge, and a retry executes again") {

@@ -393,6 +393,66 @@ TEST_CASE("principal: client_cert scopes keys by the verified client certificate
     CHECK(f.upstream.count(key) == 2);
 }
 
+TEST_CASE("principal: client_cert: the keys API finds and purges a record made over mTLS by "
+          "the certificate subject") {
+    pki_fixture f;
+    leaf_options client;
+    client.client = true;
+    client.common_name = "alice";
+    const auto alice = f.ca.issue("alice", client);
+    auto c = config_for(f.upstream.port);
+    c.routes = "  - name: payments\n"
+               "    match: { path: /v1/payments }\n"
+               "    upstream: app\n"
+               "    idempotency: { mode: required, scope: { principal: client_cert } }\n";
+    c.top = tls_block(f.server.cert_file, f.server.key_file,
+                      "  client_ca_file: " + f.ca.ca_file() + "\n  require_client_cert: true\n");
+    const std::string token(40, 't');
+    c.admin_settings = {
+        "keys_api: { enabled: true, token_file: " + f.dir.write("admin-token", token) + " }"};
+    proxy_process p(c.yaml());
+    const std::string key = "tls-admin-key";
+    const auto post = [&] {
+        return curl(p.tls_port, "/v1/payments", f.ca.ca_file(),
+                    {"--cert", alice.cert_file, "--key", alice.key_file, "-X", "POST", "-H",
+                     "Idempotency-Key: " + key, "-H", "Content-Type: application/json", "-d",
+                     "{\"amount\":1}", "-D", "-"});
+    };
+    const auto keys = [&](const std::string& method, const std::string& query) {
+        return fetch(p.admin_port, method, "/admin/v1/keys?route=payments&key=" + key + query,
+                     {{"Authorization", "Bearer " + token}});
+    };
+    const auto first = post();
+    REQUIRE(first.output.find("|200") != std::string::npos);
+    REQUIRE(f.upstream.count(key) == 1);
+
+    // The subject as the proxy reads it (RFC 2253) addresses alice's record; another subject
+    // or none does not.
+    const auto found = keys("GET", "&principal=CN%3Dalice");
+    CHECK(found.status == 200);
+    CHECK(found.body.find("\"state\":\"completed\"") != std::string::npos);
+    CHECK(keys("GET", "&principal=CN%3Dbob").body.find("\"state\":\"absent\"") !=
+          std::string::npos);
+    CHECK(keys("GET", "").body.find("\"state\":\"absent\"") != std::string::npos);
+    // One subject only.
+    const auto twice = keys("GET", "&principal=CN%3Dalice&principal=CN%3Dbob");
+    CHECK(twice.status == 400);
+    CHECK(twice.body.find("\"code\":\"admin.bad_request\"") != std::string::npos);
+    CHECK(twice.body.find("give its subject once") != std::string::npos);
+
+    // Purged: alice's retry executes again instead of replaying.
+    const auto purged = keys("DELETE", "&principal=CN%3Dalice");
+    CHECK(purged.status == 200);
+    CHECK(purged.body.find("\"purged\":true") != std::string::npos);
+    CHECK(purged.body.find("\"was\":\"completed\"") != std::string::npos);
+    CHECK(keys("GET", "&principal=CN%3Dalice").body.find("\"state\":\"absent\"") !=
+          std::string::npos);
+    const auto again = post();
+    CHECK(again.output.find("|200") != std::string::npos);
+    CHECK(again.output.find("Idempotency-Status: stored") != std::string::npos);
+    CHECK(f.upstream.count(key) == 2);
+}
+
 TEST_CASE("certificate rotation: a symlink swap serves the new pair to new connections, with no "
           "failed request; a broken pair is refused and the old one stays") {
     pki_fixture f;

@@ -79,8 +79,16 @@ struct keys_api_config {
     friend bool operator==(const keys_api_config&, const keys_api_config&) = default;
 };
 
+/// Minimum length of admin.keys_api's token: 32 bytes (256 bits from a random source).
+inline constexpr std::size_t min_admin_token_bytes = 32;
+
 struct admin_config {
     std::optional<endpoint> listen; ///< unset: no admin listener
+    /// Admin connections open at once; a connection above it is closed at once (the admin
+    /// listener cannot take the descriptors the proxy listener needs).
+    std::size_t max_connections = 16;
+    duration header_timeout{5'000}; ///< a request must arrive in full within this
+    duration idle_timeout{30'000};  ///< keep-alive admin connection left unused
     readiness_config readiness;
     keys_api_config keys_api;
 };

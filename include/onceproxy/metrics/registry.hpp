@@ -170,12 +170,16 @@ public:
     std::atomic<std::uint64_t> connections_refused{0}; ///< over the limit: 503 and closed
     std::atomic<std::uint64_t> accept_errors_proxy{0}; ///< accept() failures, proxy listener
     std::atomic<std::uint64_t> accept_errors_admin{0}; ///< accept() failures, admin listener
-    std::atomic<std::uint64_t> internal_errors{0};     ///< exceptions caught in an event loop
-    std::atomic<std::uint64_t> tunnels_total{0};       ///< upgraded connections (101), ever
-    std::atomic<std::int64_t> tunnels_open{0};         ///< upgraded connections open now
-    std::atomic<std::uint64_t> access_log_dropped{0};  ///< lines the log writer had no room for
-    std::atomic<std::uint64_t> header_timeouts{0};     ///< connections cut at limits.header_timeout
-    std::atomic<std::uint64_t> body_timeouts{0};       ///< request bodies cut (408 request.timeout)
+    /// Admin connections closed at once: admin.max_connections were open.
+    std::atomic<std::uint64_t> admin_connections_refused{0};
+    /// Key administration requests answered 429: too many wrong tokens from their address.
+    std::atomic<std::uint64_t> admin_auth_throttled{0};
+    std::atomic<std::uint64_t> internal_errors{0};    ///< exceptions caught in an event loop
+    std::atomic<std::uint64_t> tunnels_total{0};      ///< upgraded connections (101), ever
+    std::atomic<std::int64_t> tunnels_open{0};        ///< upgraded connections open now
+    std::atomic<std::uint64_t> access_log_dropped{0}; ///< lines the log writer had no room for
+    std::atomic<std::uint64_t> header_timeouts{0};    ///< connections cut at limits.header_timeout
+    std::atomic<std::uint64_t> body_timeouts{0};      ///< request bodies cut (408 request.timeout)
     /// Inbound TLS (README "TLS: inbound"): handshakes that failed (the connection closed),
     /// certificate reloads by result, and the served certificate's expiry (0: no TLS).
     std::atomic<std::uint64_t> tls_handshake_failures{0};

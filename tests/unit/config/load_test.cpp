@@ -145,6 +145,9 @@ TEST_CASE("conf/example.yaml documents exactly the built-in defaults") {
     CHECK(c->listen == builtin.listen);
     CHECK(c->admin.readiness == builtin.admin.readiness);
     CHECK(c->admin.keys_api == builtin.admin.keys_api);
+    CHECK(c->admin.max_connections == builtin.admin.max_connections);
+    CHECK(c->admin.header_timeout == builtin.admin.header_timeout);
+    CHECK(c->admin.idle_timeout == builtin.admin.idle_timeout);
     CHECK(c->access_log == builtin.access_log);
     CHECK(c->log == builtin.log);
     CHECK(c->limits == builtin.limits);
@@ -666,14 +669,26 @@ TEST_CASE("admin.keys_api: off by default; enabled reads its token file, one lin
                                 .string();
     std::filesystem::create_directories(dir);
     const std::string token = dir + "/token";
-    { std::ofstream(token) << "t0ken\n"; }
+    const std::string value = "t0ken-0123456789abcdef0123456789"; // 32 bytes
+    { std::ofstream(token) << value << "\n"; }
     const auto c = cfg::load_string(
         std::string{minimal_upstream} +
             "admin:\n  keys_api: { enabled: true, token_file: " + token + " }\n" + one_route,
         "inline.yaml");
     CHECK(c->admin.keys_api.enabled);
-    CHECK(c->admin.keys_api.token == "t0ken");
+    CHECK(c->admin.keys_api.token == value);
     CHECK(c->admin.keys_api.token_file == token);
+
+    // Shorter than 32 bytes: a config error at the token_file.
+    const std::string short_token = dir + "/short";
+    { std::ofstream(short_token) << "t0ken\n"; }
+    const auto too_short = errors_of_text(
+        std::string{minimal_upstream} +
+        "admin:\n  keys_api: { enabled: true, token_file: " + short_token + " }\n" + one_route);
+    REQUIRE(too_short.size() == 1);
+    CHECK(too_short[0].line == 3);
+    CHECK(too_short[0].path == "admin.keys_api.token_file");
+    CHECK(too_short[0].message.find("has 5 bytes; expected at least 32") != std::string::npos);
 
     const auto no_file = errors_of_text(std::string{minimal_upstream} +
                                         "admin:\n  keys_api: { enabled: true }\n" + one_route);
@@ -691,6 +706,27 @@ TEST_CASE("admin.keys_api: off by default; enabled reads its token file, one lin
                          one_route)
               .empty());
     std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("admin: max_connections, header_timeout and idle_timeout, checked") {
+    const std::string one_route = "routes: [{ name: a, match: { prefix: / }, upstream: app }]\n";
+    const auto c = cfg::load_string(std::string{minimal_upstream} +
+                                        "admin:\n  listen: 127.0.0.1:0\n  max_connections: 4\n"
+                                        "  header_timeout: 2s\n  idle_timeout: 9s\n" +
+                                        one_route,
+                                    "inline.yaml");
+    CHECK(c->admin.max_connections == 4);
+    CHECK(c->admin.header_timeout == std::chrono::seconds(2));
+    CHECK(c->admin.idle_timeout == std::chrono::seconds(9));
+    const auto bad = errors_of_text(std::string{minimal_upstream} +
+                                    "admin:\n  max_connections: 0\n  header_timeout: 0s\n"
+                                    "  idle_timeout: soon\n" +
+                                    one_route);
+    REQUIRE(bad.size() == 3);
+    CHECK(bad[0].path == "admin.max_connections");
+    CHECK(bad[0].line == 3);
+    CHECK(bad[1].path == "admin.header_timeout");
+    CHECK(bad[2].path == "admin.idle_timeout");
 }
 
 TEST_CASE("store.redis.cluster: seed nodes instead of url, checked with file:line:column") {

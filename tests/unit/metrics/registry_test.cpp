@@ -46,6 +46,8 @@ TEST_CASE("metrics: the exposed metric families are stable") {
                                   "# TYPE onceproxy_connection_limit gauge",
                                   "# TYPE onceproxy_connections_refused_total counter",
                                   "# TYPE onceproxy_accept_errors_total counter",
+                                  "# TYPE onceproxy_admin_connections_refused_total counter",
+                                  "# TYPE onceproxy_admin_auth_throttled_total counter",
                                   "# TYPE onceproxy_internal_errors_total counter",
                                   "# TYPE onceproxy_tunnels_total counter",
                                   "# TYPE onceproxy_tunnels_open gauge",
