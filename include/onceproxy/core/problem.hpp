@@ -29,11 +29,12 @@ enum class problem_code : std::uint8_t {
     upstream_tls_error,       ///< 502 upstream.tls_error (TLS handshake failed: nothing was sent)
     connection_limit,         ///< 503 proxy.connection_limit (limits.max_connections reached)
     request_timeout,          ///< 408 request.timeout (a request body too slow)
+    upstream_tunnel_limit,    ///< 503 upstream.tunnel_limit (the upstream's max_tunnels in use)
 };
 
-/// Number of problem codes (the last one is request_timeout).
+/// Number of problem codes (the last one is upstream_tunnel_limit).
 inline constexpr std::size_t problem_code_count =
-    static_cast<std::size_t>(problem_code::request_timeout) + 1;
+    static_cast<std::size_t>(problem_code::upstream_tunnel_limit) + 1;
 
 /// One row of the problem table.
 struct problem_info {
@@ -89,6 +90,9 @@ inline constexpr std::array<problem_info, problem_code_count> problem_table{{
     {problem_code::request_timeout, "request.timeout", 408, "Request body too slow",
      "the request body did not arrive within limits.body_timeout or below "
      "limits.min_body_rate"},
+    {problem_code::upstream_tunnel_limit, "upstream.tunnel_limit", 503,
+     "Upstream tunnel limit reached",
+     "the upstream's limit of open tunnels (max_tunnels) is reached; retry later"},
 }};
 
 namespace detail {
