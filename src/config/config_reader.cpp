@@ -503,7 +503,7 @@ private:
                                  "starting with a letter or digit");
             }
             if (w_.mapping(uf, {"url", "connect_timeout", "timeout", "max_connections",
-                                "idle_timeout", "tls"})) {
+                                "max_tunnels", "idle_timeout", "tls"})) {
                 const yaml_field url = w_.require(uf, "url");
                 bool url_ok = false;
                 if (auto text = w_.string(url)) {
@@ -515,6 +515,9 @@ private:
                 set(up.timeout, w_.positive_duration(upstream_timeout_marks_.back()));
                 if (auto n = w_.integer(w_.get(uf, "max_connections"), 1, 1'000'000)) {
                     up.max_connections = static_cast<std::size_t>(*n);
+                }
+                if (auto n = w_.integer(w_.get(uf, "max_tunnels"), 0, 1'000'000)) {
+                    up.max_tunnels = static_cast<std::size_t>(*n);
                 }
                 set(up.idle_timeout, w_.positive_duration(w_.get(uf, "idle_timeout")));
             }
@@ -1274,8 +1277,12 @@ private:
     void read_route_limits(const yaml_field& f, const limits_config& global, route_config& route) {
         route.limits.max_request_bytes = global.max_request_bytes;
         route.limits.max_response_bytes = global.max_response_bytes;
-        if (!f.present() || !w_.mapping(f, {"max_request_bytes", "max_response_bytes"})) {
+        if (!f.present() ||
+            !w_.mapping(f, {"max_request_bytes", "max_response_bytes", "max_tunnels"})) {
             return;
+        }
+        if (auto n = w_.integer(w_.get(f, "max_tunnels"), 0, 1'000'000)) {
+            route.limits.max_tunnels = static_cast<std::size_t>(*n);
         }
         const auto read = [&](const char* key, std::optional<std::size_t>& out) {
             const yaml_field v = w_.get(f, key);

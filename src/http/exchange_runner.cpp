@@ -71,6 +71,7 @@ struct exchange_state {
     std::optional<upstream::forward_status> upstream_status() const {
         return upstream_result ? std::optional(upstream_result->status) : std::nullopt;
     }
+    std::string_view upstream_name() const { return env.fwd->upstream(route.upstream_index).name; }
 };
 
 /// Times one store operation into the route's histogram and the access-log report, and counts
@@ -357,7 +358,7 @@ net::awaitable<response> do_respond(exchange_state& s, core::idempotency_status 
 /// recorded upstream.outcome_unknown (`stored`), and the 409 of a record kept without its body
 /// (the key stays consumed until then, after which a retry executes again).
 response reject_with_expiry(exchange_state& s, const core::action& a) {
-    auto res = reject_response(a, s.upstream_status());
+    auto res = reject_response(a, s.upstream_status(), s.upstream_name());
     if (a.status_header == core::idempotency_status::stored ||
         a.problem == problem_code::response_not_replayable) {
         set_idempotency_expires(res, s.expires);
@@ -389,7 +390,7 @@ net::awaitable<response> do_passthrough(std::shared_ptr<exchange_state> s) {
     if (s->upstream_result->status == upstream::forward_status::ok) {
         co_return co_await do_respond(*s, core::idempotency_status::none);
     }
-    co_return upstream_failure(s->upstream_result->status, s->env.reg);
+    co_return upstream_failure(s->upstream_result->status, s->env.reg, s->upstream_name());
 }
 
 /// Carries out the engine's actions until a client-facing one (returned as the response) or
@@ -486,11 +487,13 @@ core::request_view view_of(const request& req, std::vector<core::header_view>& l
 
 } // namespace
 
-response upstream_failure(upstream::forward_status s, metrics::registry& reg) {
+response upstream_failure(upstream::forward_status s, metrics::registry& reg,
+                          std::string_view upstream_name) {
     auto& counter = s == upstream::forward_status::timeout_after_send ? reg.upstream_timeouts
+                    : s == upstream::forward_status::tunnel_limit     ? reg.tunnels_refused
                                                                       : reg.upstream_errors;
     counter.fetch_add(1, std::memory_order_relaxed);
-    return upstream_failure_problem(s);
+    return upstream_failure_problem(s, upstream_name);
 }
 
 bool is_guarded(const config::route_config& route, std::string_view method) noexcept {

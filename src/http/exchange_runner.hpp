@@ -73,6 +73,8 @@ boost::asio::awaitable<response> async_run_exchange(std::shared_ptr<exchange_env
 bool is_guarded(const config::route_config& route, std::string_view method) noexcept;
 
 /// Maps a failed forward to the problem the client sees (SPEC §3.2), counting the error.
-response upstream_failure(upstream::forward_status s, metrics::registry& reg);
+/// `upstream_name` is named when one of its limits was the cause.
+response upstream_failure(upstream::forward_status s, metrics::registry& reg,
+                          std::string_view upstream_name = {});
 
 } // namespace onceproxy::http

@@ -22,6 +22,7 @@ core::upstream_event to_upstream_event(upstream::forward_status status, unsigned
     case forward_status::connect_failed:
     case forward_status::pool_exhausted:
     case forward_status::tls_failed:
+    case forward_status::tunnel_limit:
         return {core::upstream_result::not_sent, 0, 0};
     case forward_status::timeout_after_send:
         return {core::upstream_result::timed_out, 0, 0};
@@ -274,7 +275,18 @@ response replay_response(std::string encoded, bool stripe_compat, std::string_vi
     return res;
 }
 
-response reject_response(const core::action& a, std::optional<upstream::forward_status> upstream) {
+std::string upstream_limit_detail(upstream::forward_status s, std::string_view upstream_name) {
+    if (s == upstream::forward_status::tunnel_limit) {
+        return "tunnel limit of upstream '" + std::string(upstream_name) +
+               "' reached: its max_tunnels upgraded connections are open; retry later";
+    }
+    return "connection limit of upstream '" + std::string(upstream_name) +
+           "' reached: its max_connections were all in use for connect_timeout; the request "
+           "was not sent";
+}
+
+response reject_response(const core::action& a, std::optional<upstream::forward_status> upstream,
+                         std::string_view upstream_name) {
     std::optional<unsigned> retry;
     if (a.retry_after.count() > 0) {
         retry = static_cast<unsigned>(a.retry_after.count());
@@ -286,11 +298,14 @@ response reject_response(const core::action& a, std::optional<upstream::forward_
         tls.problem = problem_code::upstream_tls_error;
         return reject_response(tls, std::nullopt);
     }
-    std::string_view detail = core::info(a.problem).detail;
+    std::string detail(core::info(a.problem).detail);
     if (a.problem == problem_code::upstream_unavailable && upstream &&
         !upstream::nothing_sent(*upstream)) {
         detail = "the connection to the upstream failed after the request was sent; the "
                  "upstream may have processed it";
+    } else if (a.problem == problem_code::upstream_unavailable && upstream &&
+               *upstream == upstream::forward_status::pool_exhausted) {
+        detail = upstream_limit_detail(*upstream, upstream_name);
     }
     auto res =
         make_problem(a.problem, detail, 11,
@@ -299,7 +314,7 @@ response reject_response(const core::action& a, std::optional<upstream::forward_
     return res;
 }
 
-response upstream_failure_problem(upstream::forward_status s) {
+response upstream_failure_problem(upstream::forward_status s, std::string_view upstream_name) {
     using upstream::forward_status;
     switch (s) {
     case forward_status::timeout_after_send:
@@ -312,7 +327,10 @@ response upstream_failure_problem(upstream::forward_status s) {
                             "the upstream response could not be parsed");
     case forward_status::pool_exhausted:
         return make_problem(problem_code::upstream_unavailable,
-                            "no upstream connection available within connect_timeout");
+                            upstream_limit_detail(s, upstream_name));
+    case forward_status::tunnel_limit:
+        return make_problem(problem_code::upstream_tunnel_limit,
+                            upstream_limit_detail(s, upstream_name), 11, std::nullopt, 1u);
     case forward_status::connect_failed:
         return make_problem(problem_code::upstream_unavailable,
                             "could not connect to the upstream");

@@ -101,12 +101,20 @@ void set_idempotency_status(response& res, core::idempotency_status st);
                                        std::string_view date);
 
 /// The problem answer of a reject action. `upstream`: how the upstream call ended, when there
-/// was one (a reset after sending says so in the detail).
+/// was one (a reset after sending says so in the detail, a full pool names `upstream_name`).
 [[nodiscard]] response reject_response(const core::action& a,
-                                       std::optional<upstream::forward_status> upstream);
+                                       std::optional<upstream::forward_status> upstream,
+                                       std::string_view upstream_name = {});
 
-/// The problem a client sees for a failed plain forward (SPEC §3.2).
-[[nodiscard]] response upstream_failure_problem(upstream::forward_status s);
+/// The problem a client sees for a failed plain forward (SPEC §3.2). `upstream_name` is named
+/// when one of its limits (max_connections, max_tunnels) was the cause.
+[[nodiscard]] response upstream_failure_problem(upstream::forward_status s,
+                                                std::string_view upstream_name = {});
+
+/// "connection limit of upstream 'app' reached ..." (pool_exhausted) or "tunnel limit of
+/// upstream 'app' reached ..." (tunnel_limit).
+[[nodiscard]] std::string upstream_limit_detail(upstream::forward_status s,
+                                                std::string_view upstream_name);
 
 /// The outcome of a request whose exchange produced no answer at all (a driver bug; the client
 /// still gets a problem).

@@ -23,6 +23,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <optional>
 #include <span>
@@ -123,6 +124,31 @@ net::awaitable<void> pump(From& from, wire::deadline_watch::slot& from_dl, To& t
     tcp_of(from).cancel(ignored);
     tcp_of(to).cancel(ignored);
 }
+
+/// A place among a route's open upgrades (limits.max_tunnels), held until the exchange ends.
+class tunnel_place {
+public:
+    tunnel_place() = default;
+    tunnel_place(const tunnel_place&) = delete;
+    tunnel_place& operator=(const tunnel_place&) = delete;
+    ~tunnel_place() {
+        if (open_ != nullptr) {
+            open_->fetch_sub(1, std::memory_order_relaxed);
+        }
+    }
+    /// Takes a place if fewer than `max` are taken (`open` counts them, all workers).
+    bool take(std::atomic<std::int64_t>& open, std::size_t max) {
+        if (open.fetch_add(1, std::memory_order_relaxed) >= static_cast<std::int64_t>(max)) {
+            open.fetch_sub(1, std::memory_order_relaxed);
+            return false;
+        }
+        open_ = &open;
+        return true;
+    }
+
+private:
+    std::atomic<std::int64_t>* open_ = nullptr;
+};
 
 } // namespace
 
@@ -272,7 +298,10 @@ struct plain_relay::exchange {
     /// system call per request): a closed one shows when the answer is read (send_again).
     net::awaitable<std::optional<upstream::forward_status>> send_head() {
         for (int attempt = 0;; ++attempt) {
-            auto lent = co_await relay.fwd_.async_acquire(route.upstream_index, !resend_ok);
+            // An upgrade counts against the upstream's max_tunnels, apart from the slots of
+            // ordinary requests: a tunnel may hold its connection for hours.
+            auto lent =
+                co_await relay.fwd_.async_acquire(route.upstream_index, !resend_ok, upgrade);
             if (!lent.conn) {
                 co_return lent.failure;
             }
@@ -604,10 +633,20 @@ net::awaitable<bool> plain_relay::async_relay(client_side client, wire::request_
     if (auto refused = x.stage_request()) {
         co_return co_await x.fail(std::move(*refused));
     }
+    tunnel_place place;
+    if (x.upgrade && route.limits.max_tunnels &&
+        !place.take(route_series_[route_index]->tunnels_open, *route.limits.max_tunnels)) {
+        reg_.tunnels_refused.fetch_add(1, std::memory_order_relaxed);
+        co_return co_await x.fail(make_problem(
+            problem_code::upstream_tunnel_limit,
+            "tunnel limit of route '" + route.name +
+                "' reached: its limits.max_tunnels upgraded connections are open; retry later",
+            11, std::nullopt, 1u));
+    }
     x.resend_ok = x.may_send_again();
     const auto up_start = clock::now();
     if (auto failed = co_await x.send_head()) {
-        co_return co_await x.fail(upstream_failure(*failed, reg_));
+        co_return co_await x.fail(upstream_failure(*failed, reg_, x.up.name));
     }
     if (x.body_to_send()) {
         if (auto failed = co_await x.send_body()) {
@@ -628,7 +667,7 @@ net::awaitable<bool> plain_relay::async_relay(client_side client, wire::request_
         }
     }
     if (failed) {
-        co_return co_await x.fail(upstream_failure(*failed, reg_));
+        co_return co_await x.fail(upstream_failure(*failed, reg_, x.up.name));
     }
     route_series_[route_index]->upstream_duration.observe(clock::now() - up_start);
     if (rp->get().result_int() == 101) {

@@ -230,6 +230,10 @@ std::string registry::render() const {
            {{"", get(tunnels_total)}});
     family("onceproxy_tunnels_open", "gauge", "Upgraded connections open now.",
            {{"", get(tunnels_open)}});
+    family("onceproxy_tunnels_refused_total", "counter",
+           "Upgrade requests refused with 503 upstream.tunnel_limit: the upstream's max_tunnels "
+           "upgraded connections were open (per worker).",
+           {{"", get(tunnels_refused)}});
     family("onceproxy_access_log_dropped_total", "counter",
            "Access-log lines dropped because the log writer's buffer was full (stdout slower "
            "than the requests).",

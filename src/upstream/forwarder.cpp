@@ -18,6 +18,7 @@
 
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <chrono>
@@ -38,9 +39,9 @@ namespace {
 constexpr auto use_tuple = net::as_tuple(net::use_awaitable);
 
 // A pooled connection the upstream closed while it sat idle shows EOF (or an error) to a
-// non-blocking peek; unexpected bytes (a stray response) also make it unusable. (A readiness
-// wait kept pending on idle connections was measured too: Asio re-arms epoll for it with one
-// epoll_ctl per reuse, the same one system call as this peek, plus a cancellation.)
+// non-blocking peek; unexpected bytes (a stray response) also make it unusable. The idle watch
+// (watch_idle) drops such a connection as soon as it happens; the peek covers a readiness not
+// yet handled when the connection is taken.
 bool looks_alive(connection& c) {
     if (c.buffer.size() != 0) {
         return false;
@@ -55,7 +56,7 @@ bool looks_alive(connection& c) {
 struct forwarder::impl {
     /// Shared by the forwarders of successive configs (reloads) while the upstream's settings
     /// stay the same; used from the one worker executor only.
-    struct pool {
+    struct pool : std::enable_shared_from_this<pool> {
         explicit pool(config::upstream_config c)
             : cfg(std::move(c)), tls_stamps(cfg.tls ? config::upstream_tls_stamps(cfg.tls_settings)
                                                     : std::array<config::file_stamp, 3>{}),
@@ -67,7 +68,8 @@ struct forwarder::impl {
         /// https://: the TLS context and the session to resume; outlives the connections.
         const std::unique_ptr<tls_client> tls;
         std::vector<std::unique_ptr<connection>> idle;
-        std::size_t open = 0; ///< idle + in use
+        std::size_t open = 0;    ///< idle + in use (ordinary exchanges; max_connections)
+        std::size_t tunnels = 0; ///< lent for upgrades (max_tunnels), not counted in `open`
         struct waiter {
             net::steady_timer* timer = nullptr;
             bool listed = true; ///< still in `waiters` (not yet woken by give_back)
@@ -111,14 +113,69 @@ struct forwarder::impl {
     std::vector<std::shared_ptr<pool>> pools; ///< index = upstream index in `cfg`
 
     void give_back(pool& p, std::unique_ptr<connection> c, bool reusable) {
+        if (c->tunnel) {
+            // An upgrade that did not happen: the connection joins the ordinary ones only if an
+            // ordinary slot is free.
+            --p.tunnels;
+            c->tunnel = false;
+            if (!reusable || p.open >= p.cfg.max_connections) {
+                return;
+            }
+            ++p.open;
+        }
         if (reusable && c->buffer.size() == 0) {
             c->idle_since = clock::now();
             c->dl.disarm();
+            watch_idle(p, *c);
             p.idle.push_back(std::move(c));
         } else {
             --p.open;
         }
         wake_one(p); // a slot or a connection is free
+    }
+
+    /// Nginx's keep-alive close handler: while a connection sits in the pool, a read readiness
+    /// means the upstream closed it or wrote bytes nobody asked for (a stray second answer,
+    /// bytes after a 101). Either way it is closed and dropped from the pool at once, so no
+    /// later request, safe requests that skip the peek included, reads them as its answer.
+    static void watch_idle(pool& p, connection& c) {
+        c.sock.async_wait(tcp::socket::wait_read, [wp = p.weak_from_this(),
+                                                   conn = &c](const boost::system::error_code& ec) {
+            if (ec == net::error::operation_aborted) {
+                return; // taken from the pool (take_idle cancels the watch) or closed
+            }
+            const auto sp = wp.lock();
+            if (!sp) {
+                return;
+            }
+            auto& idle = sp->idle;
+            const auto it = std::find_if(idle.begin(), idle.end(),
+                                         [conn](const auto& x) { return x.get() == conn; });
+            if (it != idle.end()) {
+                idle.erase(it); // closes it
+                --sp->open;
+                wake_one(*sp);
+            }
+        });
+    }
+
+    /// The most recently pooled connection still fit for use, taken out of the pool with its
+    /// watch cancelled; null when none is. Unfit ones are closed on the way.
+    std::unique_ptr<connection> take_idle(pool& p, bool verify_idle) {
+        while (!p.idle.empty()) {
+            auto c = std::move(p.idle.back());
+            p.idle.pop_back();
+            boost::system::error_code ignored;
+            c->sock.cancel(ignored); // the idle watch
+            // Bytes left in the buffer (a stray answer) make a connection unusable; the
+            // peek for a close is skipped when the caller can recover from one.
+            if (clock::now() - c->idle_since < p.cfg.idle_timeout && c->buffer.size() == 0 &&
+                (!verify_idle || looks_alive(*c))) {
+                return c;
+            }
+            --p.open;
+        }
+        return nullptr;
     }
 
     /// Wakes the oldest waiter, taking it off the list so two wake-ups reach two waiters.
@@ -136,16 +193,8 @@ struct forwarder::impl {
     net::awaitable<acquired> acquire(pool& p, bool verify_idle = true) {
         const auto deadline = clock::now() + p.cfg.connect_timeout;
         for (;;) {
-            while (!p.idle.empty()) {
-                auto c = std::move(p.idle.back());
-                p.idle.pop_back();
-                // Bytes left in the buffer (a stray answer) make a connection unusable; the
-                // peek for a close is skipped when the caller can recover from one.
-                if (clock::now() - c->idle_since < p.cfg.idle_timeout && c->buffer.size() == 0 &&
-                    (!verify_idle || looks_alive(*c))) {
-                    co_return acquired{std::move(c), true, forward_status::ok};
-                }
-                --p.open;
+            if (auto c = take_idle(p, verify_idle)) {
+                co_return acquired{std::move(c), true, forward_status::ok};
             }
             if (p.open < p.cfg.max_connections) {
                 ++p.open;
@@ -169,6 +218,30 @@ struct forwarder::impl {
                 p.waiters.erase(it);
             }
         }
+    }
+
+    /// A connection for an upgrade, counted in `tunnels` (see forwarder::async_acquire): a
+    /// pooled one moves over (its ordinary slot frees), else a new one; never a wait.
+    net::awaitable<acquired> acquire_tunnel(pool& p) {
+        if (p.tunnels >= p.cfg.max_tunnels) {
+            co_return acquired{nullptr, false, forward_status::tunnel_limit};
+        }
+        ++p.tunnels;
+        // An upgrade is never sent again: a pooled connection is checked for a close first.
+        if (auto c = take_idle(p, true)) {
+            --p.open;
+            wake_one(p);
+            c->tunnel = true;
+            co_return acquired{std::move(c), true, forward_status::ok};
+        }
+        forward_status failure = forward_status::connect_failed;
+        auto c = co_await connect(p, clock::now() + p.cfg.connect_timeout, failure);
+        if (!c) {
+            --p.tunnels;
+            co_return acquired{nullptr, false, failure};
+        }
+        c->tunnel = true;
+        co_return acquired{std::move(c), false, forward_status::ok};
     }
 
     /// A new connection, TLS handshake included for https://; null on failure, with
@@ -204,9 +277,10 @@ struct forwarder::impl {
 };
 
 net::awaitable<lent_connection> forwarder::async_acquire(std::size_t upstream_index,
-                                                         bool verify_idle) {
+                                                         bool verify_idle, bool tunnel) {
     // No coroutine frame of its own.
-    return impl_->acquire(*impl_->pools.at(upstream_index), verify_idle);
+    auto& p = *impl_->pools.at(upstream_index);
+    return tunnel ? impl_->acquire_tunnel(p) : impl_->acquire(p, verify_idle);
 }
 
 void forwarder::release(std::size_t upstream_index, std::unique_ptr<connection> c, bool reusable) {
@@ -307,7 +381,13 @@ net::awaitable<forward_result> forwarder::async_forward(std::size_t upstream_ind
                 co_return forward_result{s, {}, nullptr};
             }
             const unsigned code = parser.get().result_int();
-            if (code >= 100 && code < 200 && code != 101) {
+            if (code == 101) {
+                // No upgrade was asked for (Upgrade is hop-by-hop, never forwarded here): what
+                // follows on the connection is not HTTP, so it never goes back to the pool.
+                impl_->give_back(p, std::move(a.conn), false);
+                co_return forward_result{forward_status::bad_response, {}, nullptr};
+            }
+            if (code >= 100 && code < 200) {
                 continue; // interim response (RFC 9110 §15.2): the final one follows
             }
             const bool reusable = parser.keep_alive() && !parser.need_eof();

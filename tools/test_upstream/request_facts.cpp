@@ -96,6 +96,7 @@ void request_facts::clear() {
     drop_after_ms.reset();
     drop = false;
     close_after_reply = false;
+    stray_after_ms.reset();
     body_size.reset();
     binary = false;
     chunked = false;
@@ -189,11 +190,15 @@ void request_reader::on_field_impl(http::field name, boost::beast::string_view n
         std::uint64_t n = 0;
         std::string_view const which = lower.substr(7);
         if (which == "status") {
-            f.bad_test_header |= !parse_u64(value, n) || n < 200 || n > 599;
+            // 101 without an upgrade asked for: a misbehaving upstream (issue 26).
+            f.bad_test_header |= !parse_u64(value, n) || (n < 200 && n != 101) || n > 599;
             f.status = static_cast<unsigned>(n);
         } else if (which == "delay-ms") {
             f.bad_test_header |= !parse_u64(value, n);
             f.delay_ms = n;
+        } else if (which == "stray-after-ms") {
+            f.bad_test_header |= !parse_u64(value, n);
+            f.stray_after_ms = n;
         } else if (which == "drop-after-ms") {
             f.bad_test_header |= !parse_u64(value, n);
             f.drop_after_ms = n;

@@ -65,6 +65,9 @@ struct request_facts {
     std::optional<std::uint64_t> drop_after_ms;
     bool drop = false;
     bool close_after_reply = false; // answer as keep-alive, then close (an idle timeout of zero)
+    // X-Test-Stray-After-Ms: this long after the reply, an unsolicited second answer (body
+    // "unsolicited-stray", X-Test-Stray: 1) on the same connection, which stays open.
+    std::optional<std::uint64_t> stray_after_ms;
     std::optional<std::uint64_t> body_size;
     bool binary = false;
     bool chunked = false;

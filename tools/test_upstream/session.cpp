@@ -652,6 +652,20 @@ net::awaitable<void> serve(tcp::socket& socket, execution_counts& counts,
             close_socket(socket);
             co_return;
         }
+        if (facts.stray_after_ms) {
+            // An answer nobody asked for, on a connection the proxy may have pooled by now.
+            static constexpr std::string_view stray =
+                "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 17\r\n"
+                "X-Test-Stray: 1\r\n\r\nunsolicited-stray";
+            timer.expires_after(std::chrono::milliseconds(*facts.stray_after_ms));
+            co_await timer.async_wait(use_tuple);
+            auto [wec, wn] = co_await net::async_write(
+                socket, net::buffer(stray.data(), stray.size()), use_tuple);
+            if (wec) {
+                close_socket(socket);
+                co_return;
+            }
+        }
     }
 }
 

@@ -150,9 +150,12 @@ struct upstream_config {
     std::uint16_t port = 0;
     duration connect_timeout{1'000};
     duration timeout{30'000};          ///< whole-response deadline once the request is sent
-    std::size_t max_connections = 256; ///< per worker
-    duration idle_timeout{60'000};     ///< pooled connection kept this long unused
-    upstream_tls_config tls_settings;  ///< used when `tls`
+    std::size_t max_connections = 256; ///< per worker, ordinary exchanges
+    /// Per worker: connections lent for upgrades (WebSocket tunnels), counted apart from
+    /// max_connections; 0 refuses every upgrade.
+    std::size_t max_tunnels = 256;
+    duration idle_timeout{60'000};    ///< pooled connection kept this long unused
+    upstream_tls_config tls_settings; ///< used when `tls`
 
     friend bool operator==(const upstream_config&, const upstream_config&) = default;
 };
@@ -368,6 +371,9 @@ struct route_match {
 struct route_limits {
     std::optional<std::size_t> max_request_bytes;
     std::optional<std::size_t> max_response_bytes;
+    /// Upgrades (tunnels) open on this route at once, all workers together; unset: only the
+    /// upstream's max_tunnels bounds them.
+    std::optional<std::size_t> max_tunnels;
     bool operator==(const route_limits&) const = default;
 };
 

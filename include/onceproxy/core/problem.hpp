@@ -30,11 +30,12 @@ enum class problem_code : std::uint8_t {
     connection_limit,         ///< 503 proxy.connection_limit (limits.max_connections reached)
     request_timeout,          ///< 408 request.timeout (a request body too slow)
     admin_too_many_attempts,  ///< 429 admin.too_many_attempts + Retry-After (wrong admin tokens)
+    upstream_tunnel_limit,    ///< 503 upstream.tunnel_limit (the upstream's max_tunnels in use)
 };
 
-/// Number of problem codes (the last one is admin_too_many_attempts).
+/// Number of problem codes (the last one is upstream_tunnel_limit).
 inline constexpr std::size_t problem_code_count =
-    static_cast<std::size_t>(problem_code::admin_too_many_attempts) + 1;
+    static_cast<std::size_t>(problem_code::upstream_tunnel_limit) + 1;
 
 /// One row of the problem table.
 struct problem_info {
@@ -93,6 +94,9 @@ inline constexpr std::array<problem_info, problem_code_count> problem_table{{
     {problem_code::admin_too_many_attempts, "admin.too_many_attempts", 429,
      "Too many failed authentication attempts",
      "this address sent too many wrong admin tokens; retry after the time Retry-After gives"},
+    {problem_code::upstream_tunnel_limit, "upstream.tunnel_limit", 503,
+     "Upstream tunnel limit reached",
+     "the upstream's limit of open tunnels (max_tunnels) is reached; retry later"},
 }};
 
 namespace detail {

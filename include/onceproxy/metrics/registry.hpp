@@ -52,6 +52,9 @@ struct route_metrics {
     std::uint64_t counted(outcome o) const noexcept {
         return outcomes[static_cast<std::size_t>(o)].load(std::memory_order_relaxed);
     }
+    /// Upgrade requests and tunnels open on this route now, all workers (what the route's
+    /// limits.max_tunnels bounds).
+    std::atomic<std::int64_t> tunnels_open{0};
     /// Stored records that did not open (encryption at rest), by reason.
     std::array<std::atomic<std::uint64_t>, core::record_open_failure_count> decrypt_failures{};
     void count_decrypt_failure(core::record_open_failure why) noexcept {
@@ -180,6 +183,7 @@ public:
     std::atomic<std::uint64_t> access_log_dropped{0}; ///< lines the log writer had no room for
     std::atomic<std::uint64_t> header_timeouts{0};    ///< connections cut at limits.header_timeout
     std::atomic<std::uint64_t> body_timeouts{0};      ///< request bodies cut (408 request.timeout)
+    std::atomic<std::uint64_t> tunnels_refused{0};    ///< upgrades refused at max_tunnels
     /// Inbound TLS (README "TLS: inbound"): handshakes that failed (the connection closed),
     /// certificate reloads by result, and the served certificate's expiry (0: no TLS).
     std::atomic<std::uint64_t> tls_handshake_failures{0};

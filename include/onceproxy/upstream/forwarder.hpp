@@ -41,12 +41,13 @@ enum class forward_status {
     reset_after_send,   ///< request (partly) sent, connection failed before a complete response
     response_too_large, ///< response exceeded limits.max_response_bytes (upstream did execute)
     bad_response,       ///< unparsable response after the request was sent: outcome unknown
+    tunnel_limit,       ///< an upgrade found the upstream's max_tunnels in use: nothing was sent
 };
 
 /// True when the upstream certainly never received the request.
 constexpr bool nothing_sent(forward_status s) noexcept {
     return s == forward_status::connect_failed || s == forward_status::pool_exhausted ||
-           s == forward_status::tls_failed;
+           s == forward_status::tls_failed || s == forward_status::tunnel_limit;
 }
 
 /// The TLS session of a connection to an https:// upstream (defined where TLS is compiled).
@@ -73,6 +74,8 @@ struct connection {
     /// answer to answer on this connection.
     wire::raw_header_store answer_fields;
     std::unique_ptr<tls_layer> tls; ///< https:// upstreams: the TLS session over `sock`
+    /// Lent for an upgrade: counted against the upstream's max_tunnels, not max_connections.
+    bool tunnel = false;
 };
 
 /// The result of a read or write: the error and the bytes moved.
@@ -186,11 +189,16 @@ public:
     /// a close the upstream sent while it sat idle (one system call) unless `verify_idle` is
     /// false: a caller that can send its request again when a reused connection turns out
     /// closed before any answer byte skips the check (see plain_relay).
-    boost::asio::awaitable<lent_connection> async_acquire(std::size_t upstream_index,
-                                                          bool verify_idle = true);
+    /// `tunnel`: the request asks for an upgrade, which may hold the connection for as long as
+    /// the tunnel lives. Such a connection is counted against max_tunnels instead of
+    /// max_connections, so tunnels never take the slots ordinary requests need; with
+    /// max_tunnels in use the answer is tunnel_limit at once (no wait).
+    boost::asio::awaitable<lent_connection>
+    async_acquire(std::size_t upstream_index, bool verify_idle = true, bool tunnel = false);
 
     /// Takes a lent connection back: pooled when `reusable` (a complete exchange on a
-    /// keep-alive connection with nothing left unread), closed otherwise.
+    /// keep-alive connection with nothing left unread), closed otherwise. A tunnel's connection
+    /// (one that did not upgrade) is pooled only when an ordinary slot is free.
     void release(std::size_t upstream_index, std::unique_ptr<connection> c, bool reusable);
 
     /// The settings of upstream `upstream_index`.

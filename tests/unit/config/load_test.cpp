@@ -766,3 +766,47 @@ TEST_CASE("store.redis.cluster: seed nodes instead of url, checked with file:lin
         CHECK(errors[0].message.find(message) != std::string::npos);
     }
 }
+
+TEST_CASE("upstreams.*.max_tunnels: read, 256 by default, 0 allowed, bad values located") {
+    CHECK(cfg::upstream_config{}.max_tunnels == 256);
+    const auto c = cfg::load_string(
+        "upstreams:\n"
+        "  app: { url: \"http://127.0.0.1:3000\", max_connections: 4, max_tunnels: 8 }\n"
+        "  ws: { url: \"http://127.0.0.1:3001\", max_tunnels: 0 }\n"
+        "routes: [{ name: a, match: { prefix: / }, upstream: app }]\n",
+        "inline.yaml");
+    CHECK(c->upstreams[0].max_connections == 4);
+    CHECK(c->upstreams[0].max_tunnels == 8);
+    CHECK(c->upstreams[1].max_tunnels == 0);
+
+    const auto errors =
+        errors_of_text("upstreams:\n"
+                       "  app: { url: \"http://127.0.0.1:3000\", max_tunnels: many }\n"
+                       "routes: [{ name: a, match: { prefix: / }, upstream: app }]\n");
+    REQUIRE(errors.size() == 1);
+    INFO(describe(errors));
+    CHECK(errors[0].line == 2);
+    CHECK(errors[0].column > 1);
+    CHECK(errors[0].path.find("max_tunnels") != std::string::npos);
+}
+
+TEST_CASE("routes[].limits.max_tunnels: unset by default, read when set") {
+    const auto c = cfg::load_string(std::string{minimal_upstream} +
+                                        "routes:\n"
+                                        "  - name: chat\n"
+                                        "    match: { prefix: /chat/ }\n"
+                                        "    upstream: app\n"
+                                        "    limits: { max_tunnels: 2 }\n"
+                                        "  - { name: rest, match: { prefix: / }, upstream: app }\n",
+                                    "inline.yaml");
+    CHECK(c->routes[0].limits.max_tunnels == std::optional<std::size_t>(2));
+    CHECK_FALSE(c->routes[1].limits.max_tunnels.has_value());
+    const auto errors =
+        errors_of_text(std::string{minimal_upstream} + "routes:\n"
+                                                       "  - name: chat\n"
+                                                       "    match: { prefix: /chat/ }\n"
+                                                       "    upstream: app\n"
+                                                       "    limits: { max_tunnels: -1 }\n");
+    REQUIRE(errors.size() == 1);
+    CHECK(errors[0].line == 6);
+}

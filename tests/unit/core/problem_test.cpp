@@ -36,6 +36,7 @@ constexpr expected_row spec[] = {
     {problem_code::connection_limit, "proxy.connection_limit", 503},
     {problem_code::request_timeout, "request.timeout", 408},
     {problem_code::admin_too_many_attempts, "admin.too_many_attempts", 429},
+    {problem_code::upstream_tunnel_limit, "upstream.tunnel_limit", 503},
 };
 
 } // namespace

@@ -64,6 +64,8 @@ TEST_SUITE("exchange translation") {
               upstream_result::not_sent);
         CHECK(to_upstream_event(forward_status::pool_exhausted, 0, 0).kind ==
               upstream_result::not_sent);
+        CHECK(to_upstream_event(forward_status::tunnel_limit, 0, 0).kind ==
+              upstream_result::not_sent);
         // A failed TLS handshake sent nothing: the key is released like a refused connect.
         CHECK(to_upstream_event(forward_status::tls_failed, 0, 0).kind ==
               upstream_result::not_sent);
@@ -352,6 +354,25 @@ TEST_SUITE("exchange translation") {
             CHECK(code_of(res) == "upstream.unavailable");
             CHECK(res.result_int() == 502);
         }
+    }
+
+    TEST_CASE("a full pool and a full tunnel budget name the upstream and the limit (issue 26)") {
+        // Ordinary slots exhausted: still 502 upstream.unavailable, but not "could not reach".
+        auto res = upstream_failure_problem(forward_status::pool_exhausted, "app");
+        CHECK(code_of(res) == "upstream.unavailable");
+        CHECK(res.result_int() == 502);
+        CHECK(detail_of(res).find("connection limit of upstream 'app' reached") !=
+              std::string::npos);
+        auto a = reject_of(core::problem_code::upstream_unavailable, 502);
+        CHECK(detail_of(reject_response(a, forward_status::pool_exhausted, "app"))
+                  .find("connection limit of upstream 'app' reached") != std::string::npos);
+        // Tunnels have their own budget and their own code: 503 + Retry-After, nothing sent.
+        CHECK(onceproxy::upstream::nothing_sent(forward_status::tunnel_limit));
+        res = upstream_failure_problem(forward_status::tunnel_limit, "app");
+        CHECK(code_of(res) == "upstream.tunnel_limit");
+        CHECK(res.result_int() == 503);
+        CHECK(res[bhttp::field::retry_after] == "1");
+        CHECK(detail_of(res).find("tunnel limit of upstream 'app' reached") != std::string::npos);
     }
 
     TEST_CASE("Idempotency-Status and dates") {

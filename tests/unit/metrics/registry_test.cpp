@@ -51,6 +51,7 @@ TEST_CASE("metrics: the exposed metric families are stable") {
                                   "# TYPE onceproxy_internal_errors_total counter",
                                   "# TYPE onceproxy_tunnels_total counter",
                                   "# TYPE onceproxy_tunnels_open gauge",
+                                  "# TYPE onceproxy_tunnels_refused_total counter",
                                   "# TYPE onceproxy_access_log_dropped_total counter",
                                   "# TYPE onceproxy_client_timeouts_total counter",
                                   "# TYPE onceproxy_config_reloads_total counter",
