@@ -438,7 +438,7 @@ TEST_SUITE("hostile input") {
         eventually([&] {
             closed = 0;
             for (auto& f : flood) {
-                closed += f->wait_closed(1ms) ? 1 : 0;
+                closed += f->wait_closed(5ms) ? 1 : 0;
             }
             return closed >= 300 - 16;
         });

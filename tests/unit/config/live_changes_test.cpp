@@ -59,6 +59,8 @@ TEST_SUITE("live_changes") {
         CHECK(restart(base, base + "admin: { listen: 127.0.0.1:9901 }\n") == list{"admin.listen"});
         CHECK(restart(base, base + "admin: { readiness: { require_store: true } }\n") ==
               list{"admin.readiness"});
+        CHECK(restart(base, base + "admin: { max_connections: 4, idle_timeout: 5s }\n") ==
+              list{"admin.max_connections, admin.header_timeout, admin.idle_timeout"});
     }
 
     TEST_CASE("the store: type and connection settings need a restart") {
