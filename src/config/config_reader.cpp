@@ -502,8 +502,8 @@ private:
                                  "'; expected up to 64 letters, digits, '-', '_' or '.', "
                                  "starting with a letter or digit");
             }
-            if (w_.mapping(uf, {"url", "connect_timeout", "timeout", "max_connections",
-                                "max_tunnels", "idle_timeout", "tls"})) {
+            if (w_.mapping(uf, {"url", "connect_timeout", "timeout", "late_answer_timeout",
+                                "max_connections", "max_tunnels", "idle_timeout", "tls"})) {
                 const yaml_field url = w_.require(uf, "url");
                 bool url_ok = false;
                 if (auto text = w_.string(url)) {
@@ -513,6 +513,7 @@ private:
                 set(up.connect_timeout, w_.positive_duration(w_.get(uf, "connect_timeout")));
                 upstream_timeout_marks_.back() = w_.get(uf, "timeout");
                 set(up.timeout, w_.positive_duration(upstream_timeout_marks_.back()));
+                read_late_answer_timeout(w_.get(uf, "late_answer_timeout"), up);
                 if (auto n = w_.integer(w_.get(uf, "max_connections"), 1, 1'000'000)) {
                     up.max_connections = static_cast<std::size_t>(*n);
                 }
@@ -522,6 +523,20 @@ private:
                 set(up.idle_timeout, w_.positive_duration(w_.get(uf, "idle_timeout")));
             }
             cfg.upstreams.push_back(std::move(up));
+        }
+    }
+
+    /// `upstreams.<name>.late_answer_timeout`: 0 (off) or at least the timeout; unset, three
+    /// times the timeout (issue 26: slow upstreams answer a little late, not never).
+    void read_late_answer_timeout(const yaml_field& f, upstream_config& up) {
+        up.late_answer_timeout = 3 * up.timeout;
+        set(up.late_answer_timeout, w_.duration_or_zero(f));
+        if (f.present() && up.late_answer_timeout > duration{0} &&
+            up.late_answer_timeout < up.timeout) {
+            w_.error(f, "late_answer_timeout " + format_duration(up.late_answer_timeout) +
+                            " is shorter than the timeout " + format_duration(up.timeout) +
+                            " of upstream '" + up.name +
+                            "'; expected 0s (no late answers) or at least the timeout");
         }
     }
 

@@ -36,7 +36,8 @@ bool guards_method(const config::idempotency_config& policy, std::string_view me
     return std::find(policy.methods.begin(), policy.methods.end(), method) != policy.methods.end();
 }
 
-exchange_fsm::exchange_fsm(const config::idempotency_config& policy, exchange_timing timing)
+exchange_fsm::exchange_fsm(const config::idempotency_config& policy, exchange_timing timing,
+                           upstream_deadlines deadlines)
     : policy_{policy.mode,
               policy.ttl,
               policy.lease,
@@ -49,7 +50,48 @@ exchange_fsm::exchange_fsm(const config::idempotency_config& policy, exchange_ti
               policy.on_store_error,
               policy.max_record_bytes},
       timing_(timing), wait_backoff_(timing.wait_backoff_initial),
-      extend_backoff_(timing.retry_backoff_initial), retry_backoff_(timing.retry_backoff_initial) {}
+      extend_backoff_(timing.retry_backoff_initial), retry_backoff_(timing.retry_backoff_initial),
+      answer_window_(deadlines.timeout > duration{0} &&
+                             deadlines.late_answer_timeout > deadlines.timeout
+                         ? deadlines.timeout
+                         : duration{0}) {}
+
+std::optional<late_answer> exchange_fsm::late() const noexcept {
+    if (!overdue_ || !outcome_) {
+        return std::nullopt;
+    }
+    if (!late_arrived_) {
+        return late_answer::unanswered;
+    }
+    switch (*outcome_) {
+    case exchange_outcome::stored:
+    case exchange_outcome::not_replayable:
+        return late_answer::recorded;
+    case exchange_outcome::released:
+        return late_answer::released;
+    default:
+        return late_answer::unrecorded;
+    }
+}
+
+time_point exchange_fsm::forwarding_wake() const noexcept {
+    return overdue_ || streaming_ ? next_extend_ : std::min(next_extend_, answer_due_);
+}
+
+// The upstream is past its timeout: the client gets its 504 now, as it always did, but the
+// call goes on (issue 26: an answer thrown away here made the retry after the lease execute
+// again). The lease stays held and extended until the call ends.
+action exchange_fsm::answer_overdue(time_point now) {
+    overdue_ = true;
+    awaiting_late_ = true;
+    pending_answer_ = reject(problem_code::upstream_timeout, idempotency_status::none);
+    if (!lease_lost_) {
+        pending_answer_.retry_after =
+            retry_after_from(std::chrono::ceil<duration>(lease_deadline_ - now));
+    }
+    pending_outcome_ = exchange_outcome::held; // so far: the call decides
+    return answer(pending_answer_, now);
+}
 
 action exchange_fsm::finish(exchange_outcome o) {
     state_ = state::finished;
@@ -172,11 +214,14 @@ action exchange_fsm::on_claim(const claim_event& ev, time_point now) {
         // keeps our view of the lease end on the safe (early) side.
         lease_deadline_ = issued_at_ + policy_.lease;
         next_extend_ = issued_at_ + policy_.lease / 3;
+        if (answer_window_ > duration{0}) {
+            answer_due_ = now + answer_window_;
+        }
         state_ = state::forwarding;
-        wake_at_ = next_extend_;
+        wake_at_ = forwarding_wake();
         action a;
         a.kind = action_kind::forward;
-        a.wake_at = next_extend_;
+        a.wake_at = wake_at_;
         return a;
     }
     case claim_result_kind::in_flight: {
@@ -254,6 +299,11 @@ action exchange_fsm::on_upstream(const upstream_event& ev, time_point now) {
     if (ev.kind == upstream_result::streaming && streaming_) {
         return unexpected("on_upstream(streaming) twice");
     }
+    if (overdue_) {
+        late_arrived_ = ev.kind == upstream_result::response ||
+                        ev.kind == upstream_result::streaming ||
+                        ev.kind == upstream_result::not_sent;
+    }
 
     switch (ev.kind) {
     case upstream_result::response:
@@ -263,7 +313,8 @@ action exchange_fsm::on_upstream(const upstream_event& ev, time_point now) {
         pending_answer_ = respond;
         const bool recordable =
             in_set(policy_.record, ev.status) && !in_set(policy_.release, ev.status);
-        if (ev.kind == upstream_result::streaming && recordable && !lease_lost_) {
+        // Nobody to stream to once the client is gone (or has its 504): kept head-only below.
+        if (ev.kind == upstream_result::streaming && recordable && !lease_lost_ && !client_gone_) {
             // Too large to hold: the client gets it as it comes, while the lease is kept (and
             // extended) until the body has ended; only then is the key completed, or, if the
             // body breaks, handled as an unknown outcome (issue 8).
@@ -389,7 +440,7 @@ action exchange_fsm::on_extend(fence_event ev, time_point now) {
         extend_backoff_ = doubled(extend_backoff_, timing_.retry_backoff_max);
         break;
     }
-    return wait(next_extend_);
+    return wait(forwarding_wake());
 }
 
 action exchange_fsm::on_complete(fence_event ev, time_point now) {
@@ -459,6 +510,13 @@ action exchange_fsm::on_responded(time_point now) {
     if (state_ != state::answering) {
         return unexpected("on_responded");
     }
+    if (awaiting_late_) {
+        // The 504 went out (or the client had left): wait on for the call, store-only now.
+        awaiting_late_ = false;
+        client_gone_ = true;
+        state_ = state::forwarding;
+        return wait(forwarding_wake());
+    }
     if (background_) {
         return schedule_completion_retry(now);
     }
@@ -476,8 +534,11 @@ action exchange_fsm::on_tick(time_point now) {
         }
         return issue_claim(now);
     case state::forwarding:
+        if (!overdue_ && !streaming_ && now >= answer_due_) {
+            return answer_overdue(now);
+        }
         if (now < next_extend_) {
-            return wait(next_extend_);
+            return wait(forwarding_wake());
         }
         {
             state_ = state::extending;

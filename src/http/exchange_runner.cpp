@@ -34,12 +34,18 @@ namespace {
 
 constexpr auto use_tuple = net::as_tuple(net::use_awaitable);
 
+/// The upstream's timeout and late_answer_timeout, as the engine sees them (issue 26).
+core::upstream_deadlines deadlines_of(const config::upstream_config& up) {
+    return {up.timeout, up.late_answer_timeout};
+}
+
 /// The state shared by the exchange driver and its upstream call.
 struct exchange_state {
     exchange_state(std::shared_ptr<exchange_env> e, const config::route_config& r, std::size_t ri,
                    request&& q, net::any_io_executor ex, stream_target t)
-        : env_hold(std::move(e)), route(r), route_index(ri), req(std::move(q)), fsm(r.idempotency),
-          timer(ex), target(t) {}
+        : env_hold(std::move(e)), route(r), route_index(ri), req(std::move(q)),
+          fsm(r.idempotency, {}, deadlines_of(env.fwd->upstream(r.upstream_index))), timer(ex),
+          target(t) {}
 
     std::shared_ptr<exchange_env> env_hold; ///< keeps the config (and `route`) alive
     exchange_env& env = *env_hold;
@@ -125,12 +131,14 @@ net::awaitable<core::action> do_claim(exchange_state& s, core::action a) {
     co_return s.fsm.on_claim(t.event, clock::now());
 }
 
-net::awaitable<void> call_upstream(std::shared_ptr<exchange_state> s) {
+/// `deadline`: the bound on the call instead of the upstream's timeout (late answers).
+net::awaitable<void> call_upstream(std::shared_ptr<exchange_state> s,
+                                   std::optional<std::chrono::milliseconds> deadline) {
     // A body longer than max_record_bytes is not held: it cannot be replayed anyway, so it
     // streams to the client instead (issue 8).
     auto r = co_await s->env.fwd->async_forward(s->route.upstream_index, s->req,
                                                 s->route.limits.max_response_bytes,
-                                                s->route.idempotency.max_record_bytes);
+                                                s->route.idempotency.max_record_bytes, deadline);
     const auto took = clock::now() - s->upstream_started;
     s->report.upstream_ms = std::chrono::duration<double, std::milli>(took).count();
     s->metrics().upstream_duration.observe(took);
@@ -268,10 +276,17 @@ void start_stream(const std::shared_ptr<exchange_state>& s, core::idempotency_st
         net::detached);
 }
 
-/// forward: the upstream call runs beside the driver, which goes on ticking the lease.
+/// forward: the upstream call runs beside the driver, which goes on ticking the lease. With
+/// late answers on, the call is bounded by late_answer_timeout: the engine itself answers the
+/// client's 504 at the upstream's timeout and waits on for the call (issue 26).
 void start_forward(const std::shared_ptr<exchange_state>& s) {
     s->upstream_started = clock::now();
-    net::co_spawn(s->timer.get_executor(), call_upstream(s), net::detached);
+    const auto& up = s->env.fwd->upstream(s->route.upstream_index);
+    std::optional<std::chrono::milliseconds> deadline;
+    if (up.late_answer_timeout > up.timeout) {
+        deadline = up.late_answer_timeout;
+    }
+    net::co_spawn(s->timer.get_executor(), call_upstream(s, deadline), net::detached);
 }
 
 /// forward, wait_until: sleeps until `wake_at` unless the upstream call ends first.
@@ -386,7 +401,7 @@ response do_replay(exchange_state& s) {
 /// passthrough (fail-open, or an optional route without a key): forward unprotected.
 net::awaitable<response> do_passthrough(std::shared_ptr<exchange_state> s) {
     s->upstream_started = clock::now();
-    co_await call_upstream(s);
+    co_await call_upstream(s, std::nullopt);
     if (s->upstream_result->status == upstream::forward_status::ok) {
         co_return co_await do_respond(*s, core::idempotency_status::none);
     }
@@ -441,6 +456,14 @@ net::awaitable<std::optional<response>> drive(std::shared_ptr<exchange_state> s,
 
 /// The one place an exchange's outcome is counted: when the engine calls it final.
 void finish(exchange_state& s) {
+    if (s.upstream_result && s.upstream_result->rest) {
+        // A late answer too large to hold was recorded head-only; nobody reads the rest.
+        s.env.fwd->release(s.route.upstream_index, std::move(s.upstream_result->rest->conn), false);
+        s.upstream_result->rest.reset();
+    }
+    if (auto late = s.fsm.late()) {
+        s.env.reg.count_late_answer(*late);
+    }
     if (auto o = s.fsm.outcome()) {
         s.report.outcome = *o;
         s.metrics().count(*o);
@@ -539,7 +562,10 @@ net::awaitable<response> async_run_exchange(std::shared_ptr<exchange_env> env,
         // Answered (e.g. unrecorded); completion retries go on without the client, and the
         // outcome is counted when they end.
         report = s->report;
-        report.outcome = core::outcome::store_error; // answered unrecorded, so far
+        // So far: answered unrecorded, or answered 504 with the late answer still awaited.
+        report.outcome = s->fsm.current_state() == core::state::forwarding
+                             ? core::outcome::held
+                             : core::outcome::store_error;
         auto token = s->env.tracker.enter();
         net::co_spawn(ex, drive_background(s, next, std::move(token)), net::detached);
         co_return std::move(*res);

@@ -198,6 +198,15 @@ std::string registry::render() const {
     family("onceproxy_upstream_errors_total", "counter", "Upstream exchanges that failed, by kind.",
            {{"{kind=\"unavailable\"}", get(upstream_errors)},
             {"{kind=\"timeout\"}", get(upstream_timeouts)}});
+    family("onceproxy_late_answers_total", "counter",
+           "Guarded requests answered 504 at the upstream timeout while the answer was still "
+           "read (late_answer_timeout), by what became of it: recorded (retries replay it), "
+           "released, unrecorded (lease lost, store error) or unanswered (on_upstream_uncertain "
+           "applied).",
+           {{"{outcome=\"recorded\"}", late_answers(core::late_answer::recorded)},
+            {"{outcome=\"released\"}", late_answers(core::late_answer::released)},
+            {"{outcome=\"unrecorded\"}", late_answers(core::late_answer::unrecorded)},
+            {"{outcome=\"unanswered\"}", late_answers(core::late_answer::unanswered)}});
     family("onceproxy_upstream_resends_total", "counter",
            "Requests with a safe method sent once more because the pooled upstream connection "
            "they took had been closed by the upstream before it answered.",

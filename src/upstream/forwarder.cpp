@@ -51,6 +51,14 @@ bool looks_alive(connection& c) {
     return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
 }
 
+/// A final status no forwarded request can get: 101 Switching Protocols (the forwarder never asks
+/// for an upgrade), or one outside 100-599, which RFC 9110 §15 does not define. The request was
+/// sent, so such an answer is unusable (issue 26): passed on, it went unrecorded and every
+/// retry of a guarded request executed again.
+bool unusable_status(unsigned code) {
+    return code == 101 || code < 100 || code > 599;
+}
+
 } // namespace
 
 struct forwarder::impl {
@@ -305,9 +313,10 @@ void forwarder::close_idle() {
     }
 }
 
-net::awaitable<forward_result> forwarder::async_forward(std::size_t upstream_index, request& req,
-                                                        std::optional<std::size_t> max_response,
-                                                        std::optional<std::size_t> hold) {
+net::awaitable<forward_result>
+forwarder::async_forward(std::size_t upstream_index, request& req,
+                         std::optional<std::size_t> max_response, std::optional<std::size_t> hold,
+                         std::optional<std::chrono::milliseconds> deadline) {
     auto& p = *impl_->pools.at(upstream_index);
     const bool head = req.method() == http::verb::head;
     for (int attempt = 0;; ++attempt) {
@@ -316,7 +325,7 @@ net::awaitable<forward_result> forwarder::async_forward(std::size_t upstream_ind
             co_return forward_result{a.failure, {}, nullptr};
         }
         auto& c = *a.conn;
-        c.dl.expires_after(p.cfg.timeout); // the whole exchange, write and response
+        c.dl.expires_after(deadline.value_or(p.cfg.timeout)); // the whole exchange
         wire::serialize_head(req, c.head);
         const std::array<net::const_buffer, 2> wire{net::buffer(c.head), net::buffer(req.body())};
         auto [wec, written] = co_await upstream::async_write(c, wire);
@@ -353,6 +362,10 @@ net::awaitable<forward_result> forwarder::async_forward(std::size_t upstream_ind
             }
             const auto rec = co_await upstream::async_read(c, parser, wire::read_until::message);
             if (rec == http::error::need_buffer) {
+                if (unusable_status(parser.get().result_int())) {
+                    impl_->give_back(p, std::move(a.conn), false);
+                    co_return forward_result{forward_status::bad_response, {}, nullptr};
+                }
                 // The body outgrew `hold`: the caller reads the rest from the connection.
                 forward_result out{forward_status::ok, {}, nullptr};
                 auto& m = parser.get();
@@ -389,6 +402,10 @@ net::awaitable<forward_result> forwarder::async_forward(std::size_t upstream_ind
             }
             if (code >= 100 && code < 200) {
                 continue; // interim response (RFC 9110 §15.2): the final one follows
+            }
+            if (unusable_status(code)) {
+                impl_->give_back(p, std::move(a.conn), false);
+                co_return forward_result{forward_status::bad_response, {}, nullptr};
             }
             const bool reusable = parser.keep_alive() && !parser.need_eof();
             // Trailer fields stay behind in the parser: the client gets the body re-framed with

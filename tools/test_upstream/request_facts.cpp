@@ -190,8 +190,8 @@ void request_reader::on_field_impl(http::field name, boost::beast::string_view n
         std::uint64_t n = 0;
         std::string_view const which = lower.substr(7);
         if (which == "status") {
-            // 101 without an upgrade asked for: a misbehaving upstream (issue 26).
-            f.bad_test_header |= !parse_u64(value, n) || (n < 200 && n != 101) || n > 599;
+            // 101 and 600-999 too: answers a proxy must refuse as unusable (issue 26).
+            f.bad_test_header |= !parse_u64(value, n) || (n != 101 && (n < 200 || n > 999));
             f.status = static_cast<unsigned>(n);
         } else if (which == "delay-ms") {
             f.bad_test_header |= !parse_u64(value, n);

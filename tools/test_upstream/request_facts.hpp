@@ -60,7 +60,7 @@ struct request_facts {
 
     // Misbehaviour requested through X-Test-* headers.
     bool bad_test_header = false; // an X-Test-* value did not parse: answer 400
-    unsigned status = 200;
+    unsigned status = 200;        // X-Test-Status: 200-999, or 101 (head only, nothing switched)
     std::optional<std::uint64_t> delay_ms;
     std::optional<std::uint64_t> drop_after_ms;
     bool drop = false;

@@ -44,6 +44,15 @@
 //     whether or not the client could be written to. When on_responded does not return done,
 //     the remaining actions are store-only (background completion retry): the session may move
 //     the fsm into a detached coroutine and go on serving the connection.
+//   - Late answers (issue 26): with upstream_deadlines whose late_answer_timeout is above the
+//     timeout, the session gives the upstream call late_answer_timeout as its deadline, and the
+//     fsm asks for the client's 504 upstream.timeout by itself (a reject out of on_tick in
+//     forwarding) once `timeout` has passed since forward. After that answer's on_responded
+//     the exchange goes back to forwarding without its client: it keeps the lease extended and
+//     waits for the call, whose outcome (fed with on_upstream as usual) is recorded or released
+//     with no client-facing action; only a call that still fails (timed_out at
+//     late_answer_timeout, reset, ...) meets on_upstream_uncertain. The session may move the
+//     fsm into a detached coroutine at that on_responded, as for a background completion.
 //   - on_client_gone() may be called at any time. The exchange still records or releases what
 //     the upstream answered; client-facing actions are skipped from then on, and a duplicate
 //     waiting for the first attempt (concurrent: wait) stops waiting.
@@ -162,6 +171,15 @@ struct upstream_event {
     std::size_t body_bytes = 0; ///< response: body size, compared with max_record_bytes
 };
 
+/// The upstream's deadlines as the exchange sees them (issue 26). With late_answer_timeout above
+/// timeout, a call that has not answered `timeout` after forward gets the client its 504 while
+/// the answer is still awaited, up to late_answer_timeout after forward (the call's deadline,
+/// which the session sets). Otherwise (the defaults) the call's own outcome is all there is.
+struct upstream_deadlines {
+    duration timeout{0};
+    duration late_answer_timeout{0};
+};
+
 /// Backoffs; the defaults are the product's, tests may shorten them.
 struct exchange_timing {
     duration wait_backoff_initial{10};  ///< concurrent: wait, first re-claim delay
@@ -197,7 +215,8 @@ bool guards_method(const config::idempotency_config& policy, std::string_view me
 class exchange_fsm {
 public:
     /// Copies what it needs from `policy` (a config reload cannot pull it away mid-exchange).
-    explicit exchange_fsm(const config::idempotency_config& policy, exchange_timing timing = {});
+    explicit exchange_fsm(const config::idempotency_config& policy, exchange_timing timing = {},
+                          upstream_deadlines deadlines = {});
 
     /// First event. Returns passthrough, reject (missing/invalid key) or claim.
     action start(const request_facts& facts, time_point now);
@@ -217,7 +236,8 @@ public:
     /// Result of release.
     action on_release(fence_event ev, time_point now);
 
-    /// A timer fired (see wake_at). Drives lease extension, wait re-claims, completion retries.
+    /// A timer fired (see wake_at). Drives lease extension, wait re-claims, completion retries,
+    /// and the client's 504 when the upstream is late (see upstream_deadlines).
     action on_tick(time_point now);
 
     /// The client-facing action was carried out (or skipped because the client left).
@@ -237,6 +257,9 @@ public:
     /// Observe mode: what enforcement would have done instead of the passthrough this exchange
     /// answered; set at most once, before that passthrough. Always empty in other modes.
     std::optional<observation> observed() const noexcept { return observed_; }
+    /// The client got its 504 while the upstream answer was still awaited (issue 26): once the
+    /// exchange is done, what became of that answer. Empty otherwise.
+    std::optional<late_answer> late() const noexcept;
 
 private:
     struct policy_values {
@@ -264,6 +287,8 @@ private:
     action schedule_completion_retry(time_point now);
     action complete_action() const;
     action unexpected(const char* event);
+    action answer_overdue(time_point now);
+    time_point forwarding_wake() const noexcept;
 
     policy_values policy_;
     exchange_timing timing_;
@@ -284,6 +309,13 @@ private:
     bool client_gone_ = false;
     bool background_ = false; ///< the client was answered; completing in the background
     bool streaming_ = false;  ///< a `stream` action went out: the body is being relayed
+    /// Late answers (upstream_deadlines): when the client gets its 504 if the call has not
+    /// ended (time_point::max(): never); whether it got it; whether the call then answered.
+    time_point answer_due_ = time_point::max();
+    duration answer_window_{0};  ///< timeout, when late answers are on; 0 otherwise
+    bool overdue_ = false;       ///< the client got its 504 while the call went on
+    bool awaiting_late_ = false; ///< ... and that answer's on_responded is still due
+    bool late_arrived_ = false;  ///< the call then ended with an answer (or nothing sent)
 
     // What the exchange answers once its store step (complete/release) is done.
     action pending_answer_{};

@@ -53,4 +53,21 @@ inline constexpr std::size_t observation_count =
 /// The label value: "replay", "conflict", ... ("?" for a value outside the enum).
 std::string_view to_string(observation o) noexcept;
 
+/// What became of a guarded request whose upstream did not answer within its `timeout` and
+/// whose answer was read on, up to `late_answer_timeout` (issue 26): the client got its 504
+/// meanwhile. Its names are the `outcome` label values of onceproxy_late_answers_total.
+enum class late_answer : std::uint8_t {
+    recorded,   ///< the late answer was recorded: retries replay it
+    released,   ///< the late answer was not recordable (release list), or nothing was sent
+    unrecorded, ///< the late answer came but could not be recorded (lease lost, store error)
+    unanswered, ///< no answer by late_answer_timeout: on_upstream_uncertain applied
+};
+
+/// Number of late_answer values (the last one is `unanswered`).
+inline constexpr std::size_t late_answer_count =
+    static_cast<std::size_t>(late_answer::unanswered) + 1;
+
+/// The label value: "recorded", "released", ... ("?" for a value outside the enum).
+std::string_view to_string(late_answer a) noexcept;
+
 } // namespace onceproxy::core

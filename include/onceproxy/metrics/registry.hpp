@@ -148,6 +148,15 @@ public:
         return store_errors_[static_cast<std::size_t>(c)].load(std::memory_order_relaxed);
     }
 
+    /// Counts one late answer's fate (onceproxy_late_answers_total{outcome}, issue 26). Any
+    /// thread.
+    void count_late_answer(core::late_answer a) noexcept {
+        late_answers_[static_cast<std::size_t>(a)].fetch_add(1, std::memory_order_relaxed);
+    }
+    std::uint64_t late_answers(core::late_answer a) const noexcept {
+        return late_answers_[static_cast<std::size_t>(a)].load(std::memory_order_relaxed);
+    }
+
     /// Counts one move of the store to another master. Any thread.
     void count_master_switch(master_switch_cause c) noexcept {
         master_switches_[static_cast<std::size_t>(c)].fetch_add(1, std::memory_order_relaxed);
@@ -208,6 +217,7 @@ private:
     std::array<std::atomic<std::uint64_t>, reload_result_count> reloads_{};
     std::array<std::atomic<std::uint64_t>, master_switch_cause_count> master_switches_{};
     std::array<std::atomic<std::uint64_t>, store_error_cause_count> store_errors_{};
+    std::array<std::atomic<std::uint64_t>, core::late_answer_count> late_answers_{};
     std::string config_digest_;
     std::atomic<std::int64_t> config_loaded_at_{0};
 };

@@ -179,10 +179,14 @@ public:
     /// `max_response`: the response body limit (nullopt: none). `hold`: at most this many body
     /// bytes (plus one) are held in memory; a longer body is not read on, but handed over with
     /// its connection in forward_result::rest (nullopt: the whole body is read, up to
-    /// `max_response`).
+    /// `max_response`). `deadline`: the bound on the whole exchange instead of the upstream's
+    /// `timeout` (a guarded request reading a late answer, issue 26).
+    /// A final status the request did not ask for, 101 Switching Protocols (the forwarder never
+    /// asks for an upgrade), or outside 100-599 is a bad_response (RFC 9110 §15, issue 26).
     boost::asio::awaitable<forward_result>
     async_forward(std::size_t upstream_index, request& req, std::optional<std::size_t> max_response,
-                  std::optional<std::size_t> hold = std::nullopt);
+                  std::optional<std::size_t> hold = std::nullopt,
+                  std::optional<std::chrono::milliseconds> deadline = std::nullopt);
 
     /// Lends a connection of upstream `upstream_index` (pooled or new, within connect_timeout
     /// and max_connections) for a streamed exchange. A pooled connection is first checked for

@@ -810,3 +810,23 @@ TEST_CASE("routes[].limits.max_tunnels: unset by default, read when set") {
     REQUIRE(errors.size() == 1);
     CHECK(errors[0].line == 6);
 }
+
+TEST_CASE("upstreams.*.late_answer_timeout: three times the timeout by default, 0s turns it "
+          "off, and below the timeout it is an error at its key") {
+    const std::string routes = "routes: [{ name: a, match: { prefix: / }, upstream: app }]\n";
+    const auto with = [&](const std::string& settings) {
+        return "upstreams:\n  app: { url: \"http://h\", timeout: 2s" + settings + " }\n" + routes;
+    };
+    CHECK(cfg::load_string(with(""), "t.yaml")->upstreams[0].late_answer_timeout == 6s);
+    CHECK(cfg::load_string(with(", late_answer_timeout: 0s"), "t.yaml")
+              ->upstreams[0]
+              .late_answer_timeout == 0s);
+    CHECK(cfg::load_string(with(", late_answer_timeout: 10s"), "t.yaml")
+              ->upstreams[0]
+              .late_answer_timeout == 10s);
+    const auto errors = errors_of_text(with(", late_answer_timeout: 1s"));
+    REQUIRE(errors.size() == 1);
+    CHECK(errors[0].line == 2);
+    CHECK(errors[0].path == "upstreams.app.late_answer_timeout");
+    CHECK(errors[0].message.find("shorter than the timeout 2s") != std::string::npos);
+}

@@ -28,6 +28,9 @@ std::ostream& operator<<(std::ostream& os, problem_code c) {
 std::ostream& operator<<(std::ostream& os, idempotency_status s) {
     return os << (s == idempotency_status::none ? "none" : to_string(s));
 }
+std::ostream& operator<<(std::ostream& os, late_answer l) {
+    return os << to_string(l);
+}
 std::ostream& operator<<(std::ostream& os, record_kind r) {
     return os << (r == record_kind::upstream_response ? "upstream_response"
                                                       : "outcome_unknown_problem");
@@ -90,8 +93,9 @@ upstream_event uncertain(upstream_result r) {
 
 /// One exchange on a fake clock.
 struct exchange {
-    explicit exchange(idempotency_config p = make_policy(), exchange_timing t = {})
-        : policy(std::move(p)), fsm(policy, t) {}
+    explicit exchange(idempotency_config p = make_policy(), exchange_timing t = {},
+                      upstream_deadlines d = {})
+        : policy(std::move(p)), fsm(policy, t, d) {}
 
     time_point now() const { return clock.now(); }
     void advance(std::chrono::steady_clock::duration d) { clock.advance(d); }
@@ -1225,4 +1229,190 @@ TEST_CASE("exchange_fsm: other modes never report an observation") {
         x.fsm.on_responded(x.now());
         CHECK_FALSE(x.fsm.observed().has_value());
     }
+}
+
+// --- Late answers (issue 26): timeout 3 s, late_answer_timeout 15 s, lease 30 s ------------------
+
+namespace {
+
+/// A late-answer exchange past its 504: forwarded at t0, overdue at t0 + 3 s, the 504 answered.
+struct late_exchange : exchange {
+    explicit late_exchange(idempotency_config p = make_policy())
+        : exchange(std::move(p), {}, upstream_deadlines{3s, 15s}) {
+        t0 = now();
+        const action fwd = start_and_acquire();
+        // The first wake-up is the upstream timeout, before the first extension (t0 + 10 s).
+        CHECK(fwd.wake_at == t0 + 3s);
+        advance(3s);
+        const action a = fsm.on_tick(now());
+        // The client gets the 504 it always got, Retry-After = the lease left (27 s).
+        check_reject(a, problem_code::upstream_timeout, 504, 27s);
+        CHECK_FALSE(fsm.late().has_value());
+        const action w = fsm.on_responded(now());
+        // Back to waiting for the call, without its client, until the lease is due an extension.
+        CHECK(w.kind == action_kind::wait_until);
+        CHECK(w.wake_at == t0 + 10s);
+        CHECK(fsm.current_state() == state::forwarding);
+        CHECK(fsm.client_gone());
+    }
+    time_point t0;
+};
+
+} // namespace
+
+TEST_CASE("exchange_fsm: late answers off (the default): no tick before the first extension") {
+    exchange x;
+    const time_point t0 = x.now();
+    CHECK(x.start_and_acquire().wake_at == t0 + 10s);
+    // late_answer_timeout not above timeout: off as well.
+    exchange same(make_policy(), {}, upstream_deadlines{3s, 3s});
+    CHECK(same.start_and_acquire().wake_at == same.now() + 10s);
+}
+
+TEST_CASE("exchange_fsm: an answer within the timeout is answered as usual") {
+    exchange x(make_policy(), {}, upstream_deadlines{3s, 15s});
+    x.start_and_acquire();
+    x.advance(2s);
+    action a = x.fsm.on_upstream(response(201), x.now());
+    REQUIRE(a.kind == action_kind::complete);
+    a = x.fsm.on_complete(fence_event::ok, x.now());
+    CHECK(a.kind == action_kind::respond);
+    CHECK(a.status_header == idempotency_status::stored);
+    CHECK(x.fsm.on_responded(x.now()).kind == action_kind::done);
+    check_done(x, exchange_outcome::stored);
+    CHECK_FALSE(x.fsm.late().has_value());
+}
+
+TEST_CASE("exchange_fsm: a late answer is recorded without a client-facing action") {
+    late_exchange x;
+    x.advance(1'200ms);
+    action a = x.fsm.on_upstream(response(201), x.now());
+    REQUIRE(a.kind == action_kind::complete);
+    CHECK(a.record == record_kind::upstream_response);
+    CHECK(a.replayable);
+    a = x.fsm.on_complete(fence_event::ok, x.now());
+    CHECK(a.kind == action_kind::done);
+    check_done(x, exchange_outcome::stored);
+    CHECK(x.fsm.late() == late_answer::recorded);
+}
+
+TEST_CASE("exchange_fsm: the lease is extended while a late answer is awaited") {
+    late_exchange x;
+    x.advance(7s); // t0 + 10 s
+    action a = x.fsm.on_tick(x.now());
+    REQUIRE(a.kind == action_kind::extend_lease);
+    a = x.fsm.on_extend(fence_event::ok, x.now());
+    CHECK(a.kind == action_kind::wait_until);
+    CHECK(a.wake_at == x.t0 + 20s);
+    CHECK(x.fsm.lease_deadline() == x.t0 + 40s);
+    x.advance(2s);
+    a = x.fsm.on_upstream(response(200), x.now());
+    REQUIRE(a.kind == action_kind::complete);
+    CHECK(x.fsm.on_complete(fence_event::ok, x.now()).kind == action_kind::done);
+    CHECK(x.fsm.late() == late_answer::recorded);
+}
+
+TEST_CASE("exchange_fsm: no answer by late_answer_timeout: on_upstream_uncertain applies") {
+    SUBCASE("hold") {
+        late_exchange x;
+        x.advance(12s);
+        CHECK(x.fsm.on_upstream(uncertain(upstream_result::timed_out), x.now()).kind ==
+              action_kind::done);
+        check_done(x, exchange_outcome::held);
+        CHECK(x.fsm.late() == late_answer::unanswered);
+    }
+    SUBCASE("release") {
+        idempotency_config p = make_policy();
+        p.on_upstream_uncertain = uncertain_policy::release;
+        late_exchange x(p);
+        action a = x.fsm.on_upstream(uncertain(upstream_result::reset), x.now());
+        REQUIRE(a.kind == action_kind::release);
+        CHECK(x.fsm.on_release(fence_event::ok, x.now()).kind == action_kind::done);
+        check_done(x, exchange_outcome::released);
+        CHECK(x.fsm.late() == late_answer::unanswered);
+    }
+    SUBCASE("fail") {
+        idempotency_config p = make_policy();
+        p.on_upstream_uncertain = uncertain_policy::fail;
+        late_exchange x(p);
+        action a = x.fsm.on_upstream(uncertain(upstream_result::timed_out), x.now());
+        REQUIRE(a.kind == action_kind::complete);
+        CHECK(a.record == record_kind::outcome_unknown_problem);
+        CHECK(x.fsm.on_complete(fence_event::ok, x.now()).kind == action_kind::done);
+        check_done(x, exchange_outcome::outcome_unknown);
+        CHECK(x.fsm.late() == late_answer::unanswered);
+    }
+}
+
+TEST_CASE("exchange_fsm: a late answer the route releases frees the key") {
+    late_exchange x;
+    action a = x.fsm.on_upstream(response(503), x.now());
+    REQUIRE(a.kind == action_kind::release);
+    CHECK(x.fsm.on_release(fence_event::ok, x.now()).kind == action_kind::done);
+    check_done(x, exchange_outcome::released);
+    CHECK(x.fsm.late() == late_answer::released);
+}
+
+TEST_CASE("exchange_fsm: a late answer too large to hold is kept head-only, never streamed") {
+    late_exchange x;
+    action a = x.fsm.on_upstream(streaming(200, 2 << 20), x.now());
+    REQUIRE(a.kind == action_kind::complete);
+    CHECK_FALSE(a.replayable);
+    CHECK(x.fsm.on_complete(fence_event::ok, x.now()).kind == action_kind::done);
+    check_done(x, exchange_outcome::not_replayable);
+    CHECK(x.fsm.late() == late_answer::recorded);
+}
+
+TEST_CASE("exchange_fsm: a late answer the store refuses at first is retried in the background") {
+    late_exchange x;
+    action a = x.fsm.on_upstream(response(200), x.now());
+    REQUIRE(a.kind == action_kind::complete);
+    a = x.fsm.on_complete(fence_event::store_error, x.now());
+    REQUIRE(a.kind == action_kind::wait_until);
+    x.advance(a.wake_at - x.now());
+    a = x.fsm.on_tick(x.now());
+    REQUIRE(a.kind == action_kind::complete);
+    CHECK(x.fsm.on_complete(fence_event::ok, x.now()).kind == action_kind::done);
+    check_done(x, exchange_outcome::stored);
+    CHECK(x.fsm.late() == late_answer::recorded);
+}
+
+TEST_CASE("exchange_fsm: a late answer after the lease was lost is not recorded") {
+    late_exchange x;
+    x.advance(7s);
+    REQUIRE(x.fsm.on_tick(x.now()).kind == action_kind::extend_lease);
+    action a = x.fsm.on_extend(fence_event::not_owner, x.now());
+    CHECK(a.kind == action_kind::wait_until);
+    a = x.fsm.on_upstream(response(200), x.now());
+    CHECK(a.kind == action_kind::done);
+    check_done(x, exchange_outcome::lease_lost);
+    CHECK(x.fsm.late() == late_answer::unrecorded);
+}
+
+TEST_CASE("exchange_fsm: a client gone before the timeout: the late answer is still awaited") {
+    exchange x(make_policy(), {}, upstream_deadlines{3s, 15s});
+    x.start_and_acquire();
+    x.fsm.on_client_gone();
+    x.advance(3s);
+    action a = x.fsm.on_tick(x.now());
+    CHECK(a.kind == action_kind::wait_until); // no 504 to write: straight to waiting
+    a = x.fsm.on_upstream(response(200), x.now());
+    REQUIRE(a.kind == action_kind::complete);
+    CHECK(x.fsm.on_complete(fence_event::ok, x.now()).kind == action_kind::done);
+    CHECK(x.fsm.late() == late_answer::recorded);
+}
+
+TEST_CASE("exchange_fsm: a stream under way is never cut by the timeout tick") {
+    exchange x(make_policy(), {}, upstream_deadlines{3s, 15s});
+    const time_point t0 = x.now();
+    x.start_and_acquire();
+    x.advance(1s);
+    action a = x.fsm.on_upstream(streaming(200, 2 << 20), x.now());
+    REQUIRE(a.kind == action_kind::stream);
+    CHECK(a.wake_at == t0 + 10s);
+    x.advance(4s);
+    CHECK(x.fsm.on_tick(x.now()).kind == action_kind::wait_until);
+    a = x.fsm.on_upstream(response(200, 3 << 20), x.now());
+    REQUIRE(a.kind == action_kind::complete);
+    CHECK_FALSE(x.fsm.late().has_value());
 }

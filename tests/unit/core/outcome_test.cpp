@@ -40,3 +40,13 @@ TEST_CASE("outcome: every observation has its own stable `would` label (observe 
     CHECK(seen.size() == core::observation_count);
     CHECK(core::to_string(static_cast<core::observation>(core::observation_count)) == "?");
 }
+
+TEST_CASE("outcome: every late answer has its own stable `outcome` label (issue 26)") {
+    constexpr const char* expected[] = {"recorded", "released", "unrecorded", "unanswered"};
+    REQUIRE(std::size(expected) == core::late_answer_count);
+    for (std::size_t i = 0; i < core::late_answer_count; ++i) {
+        CAPTURE(i);
+        CHECK(core::to_string(static_cast<core::late_answer>(i)) == expected[i]);
+    }
+    CHECK(core::to_string(static_cast<core::late_answer>(core::late_answer_count)) == "?");
+}

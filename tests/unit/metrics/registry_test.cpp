@@ -42,6 +42,7 @@ TEST_CASE("metrics: the exposed metric families are stable") {
                                   "# TYPE onceproxy_open_connections gauge",
                                   "# TYPE onceproxy_store_errors_total counter",
                                   "# TYPE onceproxy_upstream_errors_total counter",
+                                  "# TYPE onceproxy_late_answers_total counter",
                                   "# TYPE onceproxy_upstream_resends_total counter",
                                   "# TYPE onceproxy_connection_limit gauge",
                                   "# TYPE onceproxy_connections_refused_total counter",
@@ -206,5 +207,19 @@ TEST_CASE("metrics: master switches by cause, only for a store that follows a ma
     CHECK(text.find("onceproxy_store_master_switches_total{cause=\"readonly\"} 0\n") !=
           std::string::npos);
     CHECK(text.find("onceproxy_store_master_switches_total{cause=\"connection_lost\"} 1\n") !=
+          std::string::npos);
+}
+
+TEST_CASE("metrics: late answers by outcome (issue 26)") {
+    registry reg({"payments"});
+    reg.count_late_answer(onceproxy::core::late_answer::recorded);
+    reg.count_late_answer(onceproxy::core::late_answer::recorded);
+    reg.count_late_answer(onceproxy::core::late_answer::unanswered);
+    const auto text = reg.render();
+    CHECK(text.find("onceproxy_late_answers_total{outcome=\"recorded\"} 2\n") != std::string::npos);
+    CHECK(text.find("onceproxy_late_answers_total{outcome=\"released\"} 0\n") != std::string::npos);
+    CHECK(text.find("onceproxy_late_answers_total{outcome=\"unrecorded\"} 0\n") !=
+          std::string::npos);
+    CHECK(text.find("onceproxy_late_answers_total{outcome=\"unanswered\"} 1\n") !=
           std::string::npos);
 }
