@@ -925,10 +925,14 @@ TEST_SUITE("redis proxy") {
         // 2. Guarded traffic on both proxies for the rest of the test.
         std::atomic<bool> stop_load{false};
         std::vector<std::thread> load;
-        for (const auto port : {a->port, a->port, b.port}) {
-            load.emplace_back([&, port] {
+        // Some requests outlast the first lease renewal (lease / 3) and keep it renewed while
+        // Redis goes away and comes back; the others only claim and complete.
+        const std::vector<std::pair<unsigned short, std::chrono::milliseconds>> loads{
+            {a->port, 0ms}, {a->port, 900ms}, {b.port, 0ms}, {a->port, 0ms}};
+        for (const auto& [port, delay] : loads) {
+            load.emplace_back([&, port, delay] {
                 while (!stop_load.load()) {
-                    one(port, "outage", 0ms);
+                    one(port, "outage", delay);
                     std::this_thread::sleep_for(20ms);
                 }
             });
