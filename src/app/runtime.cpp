@@ -35,6 +35,7 @@
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 namespace onceproxy::app {
@@ -223,6 +224,7 @@ public:
         const unsigned n = current_->workers == 0 ? 1 : current_->workers;
         // The event loops exist before anything that binds to them (the Redis store keeps one
         // connection per worker executor).
+        reg_.set_workers(n);
         for (unsigned i = 0; i < n; ++i) {
             loops_.push_back(std::make_unique<event_loop>(1));
             executors_.push_back(loops_.back()->get_executor());
@@ -307,7 +309,16 @@ public:
 
     /// Starts accepting: one thread per worker loop, the admin listener, then the port file.
     void start_workers() {
-        for (auto& w : workers_) {
+        for (std::size_t i = 0; i < workers_.size(); ++i) {
+            auto& w = workers_[i];
+            w->watch.report_lag(
+                [&reg = reg_, i](clock::time_point next_due, std::optional<clock::duration> worst) {
+                    reg.set_event_loop_tick(
+                        i, next_due,
+                        worst ? std::optional(
+                                    std::chrono::duration_cast<std::chrono::microseconds>(*worst))
+                              : std::nullopt);
+                });
             w->watch.start();
             w->srv.start();
             w->thread = std::thread([&ioc = w->ioc, this] {

@@ -1,5 +1,6 @@
 #include "onceproxy/metrics/registry.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <initializer_list>
 #include <vector>
@@ -53,6 +54,44 @@ registry::registry(const std::vector<std::string>& route_names) {
     routes_.push_back(std::make_unique<route_metrics>());
     routes_.back()->name = "(none)";
     unrouted_ = routes_.back().get();
+}
+
+void registry::set_workers(std::size_t workers) {
+    event_loop_ticks_ = std::make_unique<event_loop_tick[]>(workers);
+    workers_ = workers;
+}
+
+namespace {
+
+std::int64_t steady_micros(std::chrono::steady_clock::time_point t) {
+    return std::chrono::duration_cast<std::chrono::microseconds>(t.time_since_epoch()).count();
+}
+
+} // namespace
+
+void registry::set_event_loop_tick(std::size_t worker,
+                                   std::chrono::steady_clock::time_point next_due,
+                                   std::optional<std::chrono::microseconds> window_worst) noexcept {
+    if (worker >= workers_) {
+        return;
+    }
+    auto& t = event_loop_ticks_[worker];
+    if (window_worst) {
+        t.worst_us.store(window_worst->count(), std::memory_order_relaxed);
+    }
+    t.next_due_us.store(steady_micros(next_due), std::memory_order_relaxed);
+}
+
+std::chrono::microseconds
+registry::event_loop_lag(std::size_t worker,
+                         std::chrono::steady_clock::time_point now) const noexcept {
+    if (worker >= workers_) {
+        return {};
+    }
+    const auto& t = event_loop_ticks_[worker];
+    const auto due = t.next_due_us.load(std::memory_order_relaxed);
+    const std::int64_t overdue = due == 0 ? 0 : steady_micros(now) - due;
+    return std::chrono::microseconds(std::max(t.worst_us.load(std::memory_order_relaxed), overdue));
 }
 
 route_metrics& registry::route(std::size_t index) noexcept {
@@ -274,6 +313,20 @@ std::string registry::render() const {
            "(logged; the files in use stay).",
            {{"{result=\"success\"}", get(upstream_tls_reloads_success)},
             {"{result=\"failure\"}", get(upstream_tls_reloads_failure)}});
+    if (workers_ > 0) {
+        out += "# HELP onceproxy_event_loop_lag_seconds How late each worker's event loop ran "
+               "its periodic tick (every 50 ms): the largest lateness over the last second, or "
+               "how long the next tick is overdue if more (a loop blocked now).\n"
+               "# TYPE onceproxy_event_loop_lag_seconds gauge\n";
+        char num[64];
+        const auto now = std::chrono::steady_clock::now();
+        for (std::size_t w = 0; w < workers_; ++w) {
+            std::snprintf(num, sizeof num, "%.6f",
+                          std::chrono::duration<double>(event_loop_lag(w, now)).count());
+            out += "onceproxy_event_loop_lag_seconds{worker=\"" + std::to_string(w) + "\"} " + num +
+                   "\n";
+        }
+    }
     if (const auto expiry = tls_certificate_expiry.load(std::memory_order_relaxed); expiry != 0) {
         family("onceproxy_tls_certificate_reloads_total", "counter",
                "Inbound TLS certificate reloads (a changed cert/key/CA file, or SIGHUP) by "

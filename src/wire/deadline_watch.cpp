@@ -12,6 +12,8 @@ struct deadline_watch::state {
     clock::duration tick;
     std::list<entry> entries;
     bool running = false;
+    lag_sink on_lag;
+    lag_meter lag;
 
     static void arm(const std::shared_ptr<state>& self) {
         self->timer.expires_after(self->tick);
@@ -20,6 +22,7 @@ struct deadline_watch::state {
                 return;
             }
             const auto now = clock::now();
+            const auto worst = self->lag.note(now, now - self->timer.expiry());
             for (auto& e : self->entries) {
                 // Every tick, not once: an operation started after a cancel that found nothing
                 // pending (a read completing in the same loop turn) must not escape its
@@ -31,6 +34,9 @@ struct deadline_watch::state {
                 }
             }
             arm(self);
+            if (self->on_lag) {
+                self->on_lag(self->timer.expiry(), worst);
+            }
         });
     }
 };
@@ -42,10 +48,18 @@ deadline_watch::~deadline_watch() {
     stop();
 }
 
+void deadline_watch::report_lag(lag_sink sink) {
+    state_->on_lag = std::move(sink);
+}
+
 void deadline_watch::start() {
     if (!state_->running) {
         state_->running = true;
+        state_->lag.start(clock::now());
         state::arm(state_);
+        if (state_->on_lag) {
+            state_->on_lag(state_->timer.expiry(), std::nullopt);
+        }
     }
 }
 

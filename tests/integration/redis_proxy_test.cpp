@@ -21,6 +21,7 @@
 #include <chrono>
 #include <cstdio>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -811,5 +812,202 @@ TEST_SUITE("redis proxy") {
         CHECK(under_a[0].substr(6) == under_b[0].substr(6));
         CHECK(redis.cli({"GET", under_a[0]}).starts_with("2c")); // version 2, completed
         CHECK(std::stoll(redis.cli({"PTTL", under_a[0]})) > 0);
+    }
+
+    TEST_CASE(
+        "Redis outages on two workers: every guarded request ends within its store deadlines") {
+        // Issue 26 (7b). Whatever the state of the store connection, a guarded request ends
+        // within its deadlines: a claim within command_timeout plus at most one connect_timeout
+        // (a lost claim is then read back within as much again), a completion within two
+        // command_timeouts (EVALSHA, EVAL on NOSCRIPT), else the route's on_store_error. The
+        // sequence of the field report first (a proxy frozen while it owns a lease that a second
+        // proxy takes over, its fenced completion refused), then about a minute of Redis outages
+        // of various lengths (one long enough for the reconnect backoff to reach its cap, and
+        // restarts right after one another) under guarded traffic on both workers of both
+        // proxies. A request that hangs shows as no answer within the client's 8 s.
+        constexpr auto command_timeout = 250ms;
+        constexpr auto connect_timeout = 500ms;
+        constexpr auto store_bound = 2 * (command_timeout + connect_timeout);
+        constexpr auto slack = store_bound; // asserted loosely (2x): a hang, not a slow turn
+        constexpr auto bound = store_bound + slack;
+        redis_server redis;
+        upstream_process up(4);
+        auto cfg = redis_proxy_config(up.port, redis.url() + "/0",
+                                      guarded_route("pay", "/v1/pay", "lease: 2s"));
+        cfg.upstream_settings = {"timeout: 2s"}; // the config requires timeout <= lease
+        cfg.workers = 2;
+        auto a = std::make_unique<proxy_process>(cfg.yaml());
+        proxy_process b(cfg.yaml());
+        wait_ready(*a);
+        wait_ready(b);
+
+        struct sample {
+            std::string key;
+            unsigned short port = 0;
+            clock_type::duration took{};
+            clock_type::duration allowed{};
+            std::optional<http_response> answer; ///< nullopt: no answer within 8 s
+        };
+        std::mutex samples_mutex;
+        std::vector<sample> samples;
+        // One guarded POST on a fresh connection (so the requests spread over both workers).
+        const auto one = [&](unsigned short port, const std::string& tag,
+                             clock_type::duration upstream_delay) {
+            sample s{unique_key(tag), port, {}, bound + upstream_delay, std::nullopt};
+            header_list extra;
+            if (upstream_delay > 0ms) {
+                extra.emplace_back("X-Test-Delay-Ms", std::to_string(ms(upstream_delay)));
+            }
+            const auto started = clock_type::now();
+            try {
+                http_client c(port);
+                c.send_raw(make_request("POST", "/v1/pay", keyed(s.key, extra), payment_body));
+                s.answer = c.read_response(8s);
+            } catch (const std::exception&) {
+                s.answer.reset();
+            }
+            s.took = clock_type::now() - started;
+            std::lock_guard lk(samples_mutex);
+            samples.push_back(s);
+            return s;
+        };
+
+        // B retries `key` (same body) until it is not refused as in progress: the lease A held
+        // lapsed and B ran the request itself.
+        const auto take_over = [&](const std::string& key) {
+            std::optional<http_response> taken;
+            const auto started = clock_type::now();
+            while (!taken && clock_type::now() - started < 8s) {
+                auto r = post(b.port, "/v1/pay", key, {{"X-Test-Delay-Ms", "200"}});
+                if (is_in_progress(r)) {
+                    std::this_thread::sleep_for(100ms);
+                    continue;
+                }
+                taken = std::move(r);
+            }
+            REQUIRE(taken);
+            CHECK(taken->header("Idempotency-Status") == "stored");
+        };
+
+        // 1. The field report's start. A is killed while it owns a lease, and started again;
+        // the retries go to B, which runs the request once the lease lapsed.
+        const auto killed_key = unique_key("killed");
+        {
+            http_client doomed(a->port);
+            doomed.send_raw(make_request(
+                "POST", "/v1/pay", keyed(killed_key, {{"X-Test-Delay-Ms", "3000"}}), payment_body));
+            REQUIRE(eventually([&] { return up.count(killed_key) == 1; }, 5s, 5ms));
+            a->proc.signal(SIGKILL);
+            REQUIRE(a->proc.wait(3s) == 128 + SIGKILL);
+        }
+        a = std::make_unique<proxy_process>(cfg.yaml());
+        wait_ready(*a);
+        take_over(killed_key);
+        // A owns a lease (its upstream call takes 2.5 s) and is frozen; the lease (2 s, not
+        // extended while A is frozen) lapses and B takes the key over; A, resumed, finds its
+        // upstream call past its timeout and its lease lost.
+        const auto key = unique_key("frozen");
+        http_client frozen(a->port);
+        frozen.send_raw(make_request("POST", "/v1/pay", keyed(key, {{"X-Test-Delay-Ms", "2500"}}),
+                                     payment_body));
+        REQUIRE(eventually([&] { return up.count(key) == 1; }, 5s, 5ms));
+        a->proc.signal(SIGSTOP);
+        take_over(key);
+        a->proc.signal(SIGCONT);
+        const auto after_freeze = frozen.read_response(8s);
+        REQUIRE(after_freeze);
+        CAPTURE(after_freeze->body);
+        // Never recorded over B's record: an unknown outcome (504) or an unrecorded answer.
+        CHECK((after_freeze->status == 504 ||
+               after_freeze->header("Idempotency-Status") == "unrecorded"));
+        CHECK(up.count(key) == 2);
+
+        // 2. Guarded traffic on both proxies for the rest of the test.
+        std::atomic<bool> stop_load{false};
+        std::vector<std::thread> load;
+        // Some requests outlast the first lease renewal (lease / 3) and keep it renewed while
+        // Redis goes away and comes back; the others only claim and complete.
+        const std::vector<std::pair<unsigned short, std::chrono::milliseconds>> loads{
+            {a->port, 0ms}, {a->port, 900ms}, {b.port, 0ms}, {a->port, 0ms}};
+        for (const auto& [port, delay] : loads) {
+            load.emplace_back([&, port, delay] {
+                while (!stop_load.load()) {
+                    one(port, "outage", delay);
+                    std::this_thread::sleep_for(20ms);
+                }
+            });
+        }
+        struct joiner {
+            std::vector<std::thread>& threads;
+            std::atomic<bool>& stop;
+            ~joiner() {
+                stop = true;
+                for (auto& t : threads) {
+                    if (t.joinable()) {
+                        t.join();
+                    }
+                }
+            }
+        } join_load{load, stop_load};
+
+        // 3. About a minute of outages: Redis killed and restarted, each pair (down, up). The
+        // first outage is long enough (9 failed attempts) for the backoff to reach its 2 s cap,
+        // so the restart comes while a worker waits out a long backoff; some restarts follow
+        // each other within a second or two.
+        std::this_thread::sleep_for(1s); // real time is the subject: traffic before the outage
+        const std::vector<std::pair<std::chrono::milliseconds, std::chrono::milliseconds>> cycles{
+            {7400ms, 5000ms}, {1000ms, 1000ms}, {3000ms, 600ms}, {500ms, 4000ms},
+            {7400ms, 1500ms}, {2000ms, 300ms},  {800ms, 5000ms}, {4000ms, 2500ms},
+        };
+        const auto outages_started = clock_type::now();
+        for (const auto& [down, then_up] : cycles) {
+            redis.kill();
+            std::this_thread::sleep_for(down); // real time is the subject: the outage's length
+            redis.start();
+            std::this_thread::sleep_for(then_up); // and the service between two outages
+        }
+        // 4. As in the report: a guarded request 5 s after the last restart, upstream 1.5 s.
+        std::this_thread::sleep_for(5s); // real time is the subject (the report's timing)
+        for (int i = 0; i < 6; ++i) {
+            const auto s = one(i % 2 == 0 ? a->port : b.port, "after", 1500ms);
+            CAPTURE(s.key);
+            REQUIRE(s.answer);
+            CHECK(s.answer->status == 200);
+            CHECK(s.answer->header("Idempotency-Status") == "stored");
+        }
+        stop_load = true;
+        for (auto& t : load) {
+            t.join();
+        }
+        CAPTURE(ms(clock_type::now() - outages_started));
+
+        REQUIRE(samples.size() >= 100);
+        std::size_t stored = 0;
+        std::size_t refused = 0;
+        for (const auto& s : samples) {
+            CAPTURE(s.key);
+            CAPTURE(s.port);
+            CAPTURE(ms(s.took));
+            REQUIRE(s.answer); // an answer, not a client-side timeout
+            CAPTURE(s.answer->status);
+            CAPTURE(s.answer->body);
+            CHECK(ms(s.took) <= ms(s.allowed));
+            if (s.answer->status == 503) {
+                check_problem(*s.answer, 503, "idempotency.store_unavailable");
+                ++refused;
+            } else {
+                CHECK(s.answer->status == 200);
+                stored += s.answer->header("Idempotency-Status") == "stored" ? 1 : 0;
+            }
+        }
+        CHECK(stored > 0);
+        CHECK(refused > 0);
+        CHECK(a->proc.running());
+        CHECK(b.proc.running());
+        // Each worker's event-loop lag is exported.
+        for (const auto* p : {a.get(), &b}) {
+            CHECK(p->metric("onceproxy_event_loop_lag_seconds{worker=\"0\"}") >= 0);
+            CHECK(p->metric("onceproxy_event_loop_lag_seconds{worker=\"1\"}") >= 0);
+        }
     }
 }

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -204,6 +205,19 @@ public:
     std::atomic<std::uint64_t> upstream_tls_reloads_success{0};
     std::atomic<std::uint64_t> upstream_tls_reloads_failure{0};
 
+    /// Event-loop lag (onceproxy_event_loop_lag_seconds{worker}): `workers` series, all 0.
+    /// Call once, before the workers run.
+    void set_workers(std::size_t workers);
+    /// Worker `worker`'s periodic tick: when the next one is due, and (once a second) the
+    /// largest lateness of a tick over the last second. Written by that worker only; ignored
+    /// for a worker set_workers did not count.
+    void set_event_loop_tick(std::size_t worker, std::chrono::steady_clock::time_point next_due,
+                             std::optional<std::chrono::microseconds> window_worst) noexcept;
+    /// The lag of worker `worker` at `now`: the largest lateness of the last second, or how
+    /// long its next tick is overdue if that is more (a loop blocked right now).
+    std::chrono::microseconds
+    event_loop_lag(std::size_t worker, std::chrono::steady_clock::time_point now) const noexcept;
+
     /// Prometheus text exposition format 0.0.4.
     std::string render() const;
 
@@ -219,6 +233,12 @@ private:
     std::array<std::atomic<std::uint64_t>, store_error_cause_count> store_errors_{};
     std::array<std::atomic<std::uint64_t>, core::late_answer_count> late_answers_{};
     std::string config_digest_;
+    std::size_t workers_ = 0;
+    struct event_loop_tick {
+        std::atomic<std::int64_t> worst_us{0};    // the last second's largest lateness
+        std::atomic<std::int64_t> next_due_us{0}; // steady clock; 0: not ticking yet
+    };
+    std::unique_ptr<event_loop_tick[]> event_loop_ticks_;
     std::atomic<std::int64_t> config_loaded_at_{0};
 };
 

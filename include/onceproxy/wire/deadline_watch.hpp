@@ -5,6 +5,7 @@
 // deadline has passed. Compared with Beast's tcp_stream, which arms and cancels a timer for
 // every read and write, this takes the timer queue (and its timerfd updates) off the hot path;
 // deadlines fire up to one tick late, which timeouts measured in seconds do not notice.
+// How late the tick itself runs is the worker's event-loop lag (report_lag).
 //
 // Single-threaded: everything runs on the worker's executor.
 
@@ -12,11 +13,44 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
 
+#include <algorithm>
 #include <chrono>
+#include <functional>
 #include <list>
 #include <memory>
+#include <optional>
 
 namespace onceproxy::wire {
+
+/// Event-loop lag: how late a periodic tick ran, reduced to the largest lateness per window.
+class lag_meter {
+public:
+    using clock = std::chrono::steady_clock;
+
+    explicit lag_meter(clock::duration window = std::chrono::seconds(1)) : window_(window) {}
+
+    /// Starts the first window at `now`.
+    void start(clock::time_point now) {
+        since_ = now;
+        max_ = {};
+    }
+    /// A tick ran at `now`, `late` after it was due. Once the window is over: its largest
+    /// lateness (this tick's included), and the next window starts at `now`.
+    std::optional<clock::duration> note(clock::time_point now, clock::duration late) {
+        max_ = std::max(max_, late);
+        if (now - since_ < window_) {
+            return std::nullopt;
+        }
+        const auto out = max_;
+        start(now);
+        return out;
+    }
+
+private:
+    clock::duration window_;
+    clock::time_point since_{};
+    clock::duration max_{};
+};
 
 class deadline_watch {
 public:
@@ -64,6 +98,13 @@ public:
     deadline_watch(const deadline_watch&) = delete;
     deadline_watch& operator=(const deadline_watch&) = delete;
 
+    /// Event-loop lag. `sink` is called at every tick (and at start) with when the next tick
+    /// is due (a loop blocked past it shows as overdue) and, once a second, the largest
+    /// lateness of a tick over that second (lag_meter: how long the tick, due, waited behind
+    /// other handlers). Call before start().
+    using lag_sink = std::function<void(clock::time_point next_due,
+                                        std::optional<clock::duration> window_worst)>;
+    void report_lag(lag_sink sink);
     /// Starts the tick loop (call once on the worker).
     void start();
     /// Ends the tick loop.

@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <chrono>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -222,4 +223,27 @@ TEST_CASE("metrics: late answers by outcome (issue 26)") {
           std::string::npos);
     CHECK(text.find("onceproxy_late_answers_total{outcome=\"unanswered\"} 1\n") !=
           std::string::npos);
+}
+
+TEST_CASE("metrics: event-loop lag per worker, the last second's worst or an overdue tick") {
+    registry reg({"payments"});
+    CHECK(reg.render().find("onceproxy_event_loop_lag_seconds") == std::string::npos);
+    reg.set_workers(2);
+    const auto now = std::chrono::steady_clock::now();
+    // Worker 0 ticks on time; its worst lateness over the last second was 12 ms.
+    reg.set_event_loop_tick(0, now + 40ms, 12ms);
+    CHECK(reg.event_loop_lag(0, now) == 12ms);
+    // A tick without a finished window keeps the last window's figure.
+    reg.set_event_loop_tick(0, now + 90ms, std::nullopt);
+    CHECK(reg.event_loop_lag(0, now) == 12ms);
+    // Worker 1 is blocked: its next tick was due 3 s ago and has not run.
+    reg.set_event_loop_tick(1, now - 3s, 0ms);
+    CHECK(reg.event_loop_lag(1, now) == 3s);
+    // Out of range: nothing, no crash.
+    reg.set_event_loop_tick(7, now, 1s);
+    CHECK(reg.event_loop_lag(7, now) == 0ms);
+    const auto text = reg.render();
+    CHECK(text.find("# TYPE onceproxy_event_loop_lag_seconds gauge\n") != std::string::npos);
+    CHECK(text.find("onceproxy_event_loop_lag_seconds{worker=\"0\"} 0.0") != std::string::npos);
+    CHECK(text.find("onceproxy_event_loop_lag_seconds{worker=\"1\"} 3.") != std::string::npos);
 }
