@@ -7,6 +7,7 @@
 #include "onceproxy/core/exchange_fsm.hpp"
 #include "onceproxy/core/request_facts.hpp"
 #include "onceproxy/http/headers.hpp"
+#include "onceproxy/http/loop_guard.hpp"
 #include "onceproxy/http/problem.hpp"
 #include "onceproxy/log/log.hpp"
 #include "onceproxy/wire/head_writer.hpp"
@@ -262,6 +263,23 @@ net::awaitable<core::upstream_event> relay_answer(exchange_state& s, core::idemp
                                    static_cast<std::size_t>(bytes)};
 }
 
+/// Completion of a task run beside the driver (the upstream call, the stream relay). An
+/// exception escaping one is a bug: it is logged and counted, and it still ends the driver's
+/// wait as an answer that broke off after the request was sent (an unknown outcome), so the
+/// exchange is never left extending its lease with nobody to answer (issue 26, item 7b).
+auto side_task_end(std::shared_ptr<exchange_state> s, const char* what) {
+    return [s = std::move(s), what](std::exception_ptr e) {
+        if (!e) {
+            return;
+        }
+        report_exception(e, what, s->env.reg.internal_errors);
+        if (!s->upstream_due) {
+            s->upstream_due = to_upstream_event(upstream::forward_status::reset_after_send, 0, 0);
+        }
+        s->timer.cancel();
+    };
+}
+
 /// stream: the body is relayed beside the driver, which goes on ticking the lease; its end is
 /// the upstream outcome the driver waits for.
 void start_stream(const std::shared_ptr<exchange_state>& s, core::idempotency_status st) {
@@ -273,7 +291,7 @@ void start_stream(const std::shared_ptr<exchange_state>& s, core::idempotency_st
             self->upstream_due = ev;
             self->timer.cancel();
         }(s, st),
-        net::detached);
+        side_task_end(s, "stream relay"));
 }
 
 /// forward: the upstream call runs beside the driver, which goes on ticking the lease. With
@@ -286,7 +304,8 @@ void start_forward(const std::shared_ptr<exchange_state>& s) {
     if (up.late_answer_timeout > up.timeout) {
         deadline = up.late_answer_timeout;
     }
-    net::co_spawn(s->timer.get_executor(), call_upstream(s, deadline), net::detached);
+    net::co_spawn(s->timer.get_executor(), call_upstream(s, deadline),
+                  side_task_end(s, "upstream call"));
 }
 
 /// forward, wait_until: sleeps until `wake_at` unless the upstream call ends first.
