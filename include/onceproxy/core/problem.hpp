@@ -29,11 +29,12 @@ enum class problem_code : std::uint8_t {
     upstream_tls_error,       ///< 502 upstream.tls_error (TLS handshake failed: nothing was sent)
     connection_limit,         ///< 503 proxy.connection_limit (limits.max_connections reached)
     request_timeout,          ///< 408 request.timeout (a request body too slow)
+    memory_limit, ///< 503 proxy.memory_limit + Retry-After (limits.max_buffered_bytes spent)
 };
 
-/// Number of problem codes (the last one is request_timeout).
+/// Number of problem codes (the last one is memory_limit).
 inline constexpr std::size_t problem_code_count =
-    static_cast<std::size_t>(problem_code::request_timeout) + 1;
+    static_cast<std::size_t>(problem_code::memory_limit) + 1;
 
 /// One row of the problem table.
 struct problem_info {
@@ -87,8 +88,10 @@ inline constexpr std::array<problem_info, problem_code_count> problem_table{{
     {problem_code::connection_limit, "proxy.connection_limit", 503, "Too many connections",
      "the proxy is at its connection limit; retry later"},
     {problem_code::request_timeout, "request.timeout", 408, "Request body too slow",
-     "the request body did not arrive within limits.body_timeout or below "
-     "limits.min_body_rate"},
+     "the request body did not arrive within limits.body_timeout, within "
+     "limits.max_body_time or at limits.min_body_rate"},
+    {problem_code::memory_limit, "proxy.memory_limit", 503, "Buffered bodies at their limit",
+     "the proxy's budget for buffered bodies (limits.max_buffered_bytes) is spent; retry later"},
 }};
 
 namespace detail {

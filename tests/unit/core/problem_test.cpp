@@ -35,6 +35,7 @@ constexpr expected_row spec[] = {
     {problem_code::upstream_tls_error, "upstream.tls_error", 502},
     {problem_code::connection_limit, "proxy.connection_limit", 503},
     {problem_code::request_timeout, "request.timeout", 408},
+    {problem_code::memory_limit, "proxy.memory_limit", 503},
 };
 
 } // namespace
