@@ -642,18 +642,22 @@ TEST_CASE("per-route limits: defaults from limits:, own sizes, none on plain rou
 }
 
 TEST_CASE("limits.max_buffered_bytes and max_body_time: read, and a budget no body fits refused") {
+    const std::string plain_route = "routes: [{ name: a, match: { prefix: / }, upstream: app }]\n";
     const cfg::config builtin;
     CHECK(builtin.limits.max_buffered_bytes == 64U * 1024 * 1024);
     CHECK(builtin.limits.max_body_time == 60s);
-    const auto c = cfg::load_string(std::string{minimal_upstream} +
-                                        "limits: { max_buffered_bytes: 8MiB, max_body_time: 5s }\n",
-                                    "limits.yaml");
+    const auto c = cfg::load_string(
+        std::string{minimal_upstream} +
+            "limits: { max_buffered_bytes: 8MiB, max_body_time: 5s }\n" + plain_route,
+        "limits.yaml");
     CHECK(c->limits.max_buffered_bytes == std::size_t{8} << 20);
     CHECK(c->limits.max_body_time == 5s);
 
-    auto errors = errors_of_text(std::string{minimal_upstream} + "limits:\n"
-                                                                 "  max_request_bytes: 2MiB\n"
-                                                                 "  max_buffered_bytes: 1MiB\n");
+    auto errors = errors_of_text(std::string{minimal_upstream} +
+                                 "limits:\n"
+                                 "  max_request_bytes: 2MiB\n"
+                                 "  max_buffered_bytes: 1MiB\n" +
+                                 plain_route);
     REQUIRE(errors.size() == 1);
     CHECK(errors[0].line == 4);
     CHECK(errors[0].column == 23);
@@ -675,9 +679,9 @@ TEST_CASE("limits.max_buffered_bytes and max_body_time: read, and a budget no bo
     REQUIRE(errors.size() == 1);
     CHECK(errors[0].line == 7);
     CHECK(errors[0].message.find("above limits.max_buffered_bytes") != std::string::npos);
-    CHECK(
-        errors_of_text(std::string{minimal_upstream} + "limits: { max_body_time: 0s }\n").size() ==
-        1);
+    CHECK(errors_of_text(std::string{minimal_upstream} + "limits: { max_body_time: 0s }\n" +
+                         plain_route)
+              .size() == 1);
 }
 
 // What this binary cannot serve is a config error, with its place: --check-config, a start and a
