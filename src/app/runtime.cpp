@@ -220,6 +220,7 @@ public:
     runtime(std::shared_ptr<const config::config> cfg, run_options opts)
         : current_(std::move(cfg)), opts_(std::move(opts)), reg_(route_names(*current_)) {
         reg_.connection_limit = connection_limit(*current_);
+        reg_.buffered_bytes_limit = current_->limits.max_buffered_bytes;
         reg_.set_config(config_digest(*current_), unix_seconds());
         const unsigned n = current_->workers == 0 ? 1 : current_->workers;
         // The event loops exist before anything that binds to them (the Redis store keeps one
@@ -689,6 +690,7 @@ private:
         if (next->limits.max_connections != current_->limits.max_connections) {
             reg_.connection_limit = connection_limit(*next);
         }
+        reg_.buffered_bytes_limit = next->limits.max_buffered_bytes;
         const bool tls_changed = next->tls && current_->tls && !(*next->tls == *current_->tls);
         const auto digest = config_digest(*next);
         count_upstream_tls_rotations(*next, why);

@@ -423,8 +423,8 @@ private:
         if (!f.present() ||
             !w_.mapping(f, {"max_request_bytes", "max_header_bytes", "max_response_bytes",
                             "header_timeout", "idle_timeout", "shutdown_delay", "drain_timeout",
-                            "max_connections", "body_timeout", "min_body_rate",
-                            "max_requests_per_connection"})) {
+                            "max_connections", "body_timeout", "min_body_rate", "max_body_time",
+                            "max_buffered_bytes", "max_requests_per_connection"})) {
             return;
         }
         set(limits.max_request_bytes, w_.positive_size(w_.get(f, "max_request_bytes")));
@@ -448,6 +448,16 @@ private:
         set(limits.header_timeout, w_.positive_duration(w_.get(f, "header_timeout")));
         set(limits.body_timeout, w_.positive_duration(w_.get(f, "body_timeout")));
         set(limits.min_body_rate, w_.positive_size(w_.get(f, "min_body_rate")));
+        set(limits.max_body_time, w_.positive_duration(w_.get(f, "max_body_time")));
+        const auto buffered_field = w_.get(f, "max_buffered_bytes");
+        set(limits.max_buffered_bytes, w_.positive_size(buffered_field));
+        if (limits.max_buffered_bytes < limits.max_request_bytes) {
+            // A body the budget could never hold would always be refused.
+            w_.error(buffered_field.present() ? buffered_field : w_.get(f, "max_request_bytes"),
+                     "max_buffered_bytes " + std::to_string(limits.max_buffered_bytes) +
+                         " is below max_request_bytes " + std::to_string(limits.max_request_bytes) +
+                         "; expected at least max_request_bytes");
+        }
         if (auto n = w_.integer(w_.get(f, "max_requests_per_connection"), 1, 1'000'000'000)) {
             limits.max_requests_per_connection = static_cast<std::size_t>(*n);
         }
@@ -1321,6 +1331,14 @@ private:
         };
         read("max_request_bytes", route.limits.max_request_bytes);
         read("max_response_bytes", route.limits.max_response_bytes);
+        if (route.idempotency.mode != idempotency_mode::off && route.limits.max_request_bytes &&
+            *route.limits.max_request_bytes > global.max_buffered_bytes) {
+            w_.error(w_.get(f, "max_request_bytes"),
+                     "max_request_bytes " + std::to_string(*route.limits.max_request_bytes) +
+                         " of a guarded route is above limits.max_buffered_bytes " +
+                         std::to_string(global.max_buffered_bytes) +
+                         "; expected at most limits.max_buffered_bytes");
+        }
     }
 
     // The lease must not be shorter than the upstream timeout. While the proxy lives it extends

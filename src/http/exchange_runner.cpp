@@ -43,10 +43,11 @@ core::upstream_deadlines deadlines_of(const config::upstream_config& up) {
 /// The state shared by the exchange driver and its upstream call.
 struct exchange_state {
     exchange_state(std::shared_ptr<exchange_env> e, const config::route_config& r, std::size_t ri,
-                   request&& q, net::any_io_executor ex, stream_target t)
+                   request&& q, net::any_io_executor ex, stream_target t,
+                   std::shared_ptr<buffer_reservation> h)
         : env_hold(std::move(e)), route(r), route_index(ri), req(std::move(q)),
           fsm(r.idempotency, {}, deadlines_of(env.fwd->upstream(r.upstream_index))), timer(ex),
-          target(t) {}
+          target(t), held(std::move(h)) {}
 
     std::shared_ptr<exchange_env> env_hold; ///< keeps the config (and `route`) alive
     exchange_env& env = *env_hold;
@@ -62,6 +63,9 @@ struct exchange_state {
     /// An upstream outcome the fsm has not heard of yet: the call's, or a streamed body's end.
     std::optional<core::upstream_event> upstream_due;
     stream_target target;
+    /// The request body and the held upstream answer, counted in limits.max_buffered_bytes
+    /// until the exchange and the client connection are both done with them.
+    std::shared_ptr<buffer_reservation> held;
     bool streamed = false;      ///< the answer's head went to the client (the stream carries it)
     std::string claimed_record; ///< completed claim: the record to replay
     std::optional<std::string> payload; ///< the encoded record, built once for all attempts
@@ -146,6 +150,10 @@ net::awaitable<void> call_upstream(std::shared_ptr<exchange_state> s,
     if (r.status == upstream::forward_status::ok) {
         // Once, here: both the record and the client response carry end-to-end headers only.
         strip_hop_by_hop(r.res);
+        // Counted, never refused: the upstream has acted, its answer must get through.
+        if (s->held) {
+            s->held->force_grow_to(s->held->bytes() + r.res.body().size());
+        }
     }
     s->upstream_due = to_upstream_event(r);
     s->upstream_result = std::move(r);
@@ -545,11 +553,12 @@ bool is_guarded(const config::route_config& route, std::string_view method) noex
 net::awaitable<response> async_run_exchange(std::shared_ptr<exchange_env> env,
                                             const config::route_config& route,
                                             std::size_t route_index, request& req,
-                                            exchange_report& report, stream_target target) {
+                                            exchange_report& report, stream_target target,
+                                            std::shared_ptr<buffer_reservation> held) {
     const auto& pol = route.idempotency;
     auto ex = co_await net::this_coro::executor;
     auto s = std::make_shared<exchange_state>(std::move(env), route, route_index, std::move(req),
-                                              ex, target);
+                                              ex, target, std::move(held));
 
     // Request facts: the key (header or natural), scope and fingerprint (SPEC §3.1, 3.3-3.5).
     std::vector<core::header_view> lines;

@@ -7,6 +7,7 @@
 // shell (Boost.Redis `exec_op` idea).
 
 #include "http/body_relay.hpp"
+#include "http/buffer_budget.hpp"
 #include "onceproxy/config/config.hpp"
 #include "onceproxy/core/record_cipher.hpp"
 #include "onceproxy/http/handler.hpp"
@@ -63,11 +64,13 @@ struct exchange_report {
 /// this returns. `req` has already been rewritten for the upstream (hop-by-hop removed,
 /// X-Forwarded-* added). An upstream answer whose body outgrows max_record_bytes is streamed
 /// to `target` instead (issue 8): then `report.streamed` is set and the response returned is
-/// empty, not to be written.
+/// empty, not to be written. `held` (the request body's share of limits.max_buffered_bytes)
+/// is kept while the exchange runs and grows by the upstream answer it holds.
 boost::asio::awaitable<response> async_run_exchange(std::shared_ptr<exchange_env> env,
                                                     const config::route_config& route,
                                                     std::size_t route_index, request& req,
-                                                    exchange_report& report, stream_target target);
+                                                    exchange_report& report, stream_target target,
+                                                    std::shared_ptr<buffer_reservation> held);
 
 /// True when requests with this method on this route go through the exchange.
 bool is_guarded(const config::route_config& route, std::string_view method) noexcept;

@@ -86,7 +86,8 @@ net::awaitable<bool> handler::async_relay(client_side client, wire::request_pars
 }
 
 net::awaitable<handled> handler::async_handle(request& req, const request_context& ctx,
-                                              client_side client) {
+                                              client_side client,
+                                              std::shared_ptr<buffer_reservation> held) {
     auto& m = *impl_;
     const auto target = req.target();
     const auto* route = config::find_route(*m.cfg, req.method_string(), path_of(target));
@@ -128,7 +129,8 @@ net::awaitable<handled> handler::async_handle(request& req, const request_contex
 
     // The caller streams every request it may (handler::streams); what arrives here is guarded.
     exchange_report report;
-    auto res = co_await async_run_exchange(m.env, *route, route_index, req, report, sink);
+    auto res =
+        co_await async_run_exchange(m.env, *route, route_index, req, report, sink, std::move(held));
     rm.request_duration.observe(clock::now() - ctx.received);
     if (m.cfg->access_log) {
         log.status = report.streamed ? report.streamed_status : res.result_int();

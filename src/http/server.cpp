@@ -1,6 +1,7 @@
 #include "onceproxy/http/server.hpp"
 
 #include "http/body_pace.hpp"
+#include "http/buffer_budget.hpp"
 #include "http/plain_relay.hpp"
 #include "onceproxy/http/headers.hpp"
 #include "onceproxy/http/loop_guard.hpp"
@@ -23,9 +24,11 @@
 
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <list>
+#include <memory>
 #include <optional>
 
 namespace onceproxy::http {
@@ -312,15 +315,21 @@ struct server::impl::connection {
             1, std::memory_order_relaxed);
     }
 
-    /// Reads the rest of a body that is buffered whole, each read within body_timeout and the
-    /// whole at min_body_rate (body_pace). An answer when it failed (nullopt and a false
-    /// verdict: the client went away).
+    /// The answer to a body that does not fit limits.max_buffered_bytes (counted).
+    response buffer_refusal() const {
+        srv.reg.buffered_refusals.fetch_add(1, std::memory_order_relaxed);
+        return make_problem(problem_code::memory_limit, 11, std::nullopt, 1u);
+    }
+
+    /// Reads the rest of a body that is buffered whole, each read within body_timeout, the
+    /// whole at min_body_rate and within max_body_time (body_pace), its bytes held in `held`.
+    /// An answer when it failed (nullopt and a false verdict: the client went away).
     net::awaitable<std::optional<std::optional<response>>>
-    read_whole_body(wire::request_parser& p) {
-        const body_pace pace(body_pace::clock::now(), limits().body_timeout,
-                             limits().min_body_rate);
+    read_whole_body(wire::request_parser& p, buffer_reservation& held) {
+        const body_pace pace(body_pace::clock::now(), limits().body_timeout, limits().min_body_rate,
+                             limits().max_body_time);
         while (!p.is_done()) {
-            dl.expires_after(limits().body_timeout);
+            dl.expires_at(pace.read_deadline(body_pace::clock::now()));
             const auto ec = co_await wire::async_read(stream, buffer, p, wire::read_until::some);
             if (dl.fired() ||
                 (!ec && !pace.on_progress(p.get().body().size(), body_pace::clock::now()))) {
@@ -330,6 +339,9 @@ struct server::impl::connection {
             if (ec) {
                 co_return read_failure_problem(ec, "request body");
             }
+            if (!held.try_grow_to(p.get().body().size())) {
+                co_return buffer_refusal(); // a chunked body outgrew the budget
+            }
         }
         co_return std::nullopt;
     }
@@ -338,6 +350,16 @@ struct server::impl::connection {
     /// whole first. True when the connection may carry the next request.
     net::awaitable<bool> serve_whole() {
         auto& p = *parser;
+        // The body counts against limits.max_buffered_bytes until the answer is written (the
+        // exchange holds it further while it goes on): a declared length at once, before any
+        // of it is read or 100 Continue invites it, a chunked body as it grows (issue 26).
+        auto held = std::make_shared<buffer_reservation>(srv.reg.buffered_bytes,
+                                                         srv.reg.buffered_bytes_limit);
+        if (!held->try_grow_to(std::max<std::size_t>(
+                static_cast<std::size_t>(p.content_length().value_or(0)), p.get().body().size()))) {
+            co_await reject(buffer_refusal());
+            co_return false;
+        }
         if (!p.is_done()) {
             if (!p.get()[bhttp::field::expect].empty() && p.get().version() >= 11) {
                 static constexpr std::string_view cont = "HTTP/1.1 100 Continue\r\n\r\n";
@@ -348,7 +370,7 @@ struct server::impl::connection {
                     co_return false;
                 }
             }
-            if (auto res = co_await read_whole_body(p)) {
+            if (auto res = co_await read_whole_body(p, *held)) {
                 co_await reject(std::move(*res));
                 co_return false;
             }
@@ -362,7 +384,7 @@ struct server::impl::connection {
         const bool head = req.method() == bhttp::verb::head;
         dl.disarm(); // the upstream side has its own deadlines
         auto out = co_await h->async_handle(
-            req, ctx, client_side{stream, buffer, dl, wire_head, srv.draining, last()});
+            req, ctx, client_side{stream, buffer, dl, wire_head, srv.draining, last()}, held);
         if (out.streamed) {
             co_return out.keep && !srv.draining; // written already, framed by the stream
         }

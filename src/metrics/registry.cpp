@@ -289,9 +289,20 @@ std::string registry::render() const {
     family(
         "onceproxy_client_timeouts_total", "counter",
         "Client connections cut by a read limit: a header not received within "
-        "limits.header_timeout, or a request body stalled for limits.body_timeout or below "
-        "limits.min_body_rate (408).",
+        "limits.header_timeout, or a request body stalled for limits.body_timeout, below "
+        "limits.min_body_rate or not complete within limits.max_body_time (408).",
         {{"{phase=\"header\"}", get(header_timeouts)}, {"{phase=\"body\"}", get(body_timeouts)}});
+    family("onceproxy_buffered_bytes", "gauge",
+           "Bytes of buffered bodies held now, all workers: request bodies read whole (guarded "
+           "routes) and upstream answers held for recording.",
+           {{"", get(buffered_bytes)}});
+    family("onceproxy_buffered_bytes_limit", "gauge",
+           "The budget of buffered bodies (limits.max_buffered_bytes).",
+           {{"", get(buffered_bytes_limit)}});
+    family("onceproxy_buffered_refusals_total", "counter",
+           "Requests refused with 503 proxy.memory_limit because their body did not fit "
+           "limits.max_buffered_bytes.",
+           {{"", get(buffered_refusals)}});
     family("onceproxy_config_reloads_total", "counter",
            "Config reloads (SIGHUP) by result: success, error (unreadable or invalid file) or "
            "restart_required (it changes settings bound at start); the running config stays "

@@ -108,6 +108,13 @@ struct limits_config {
     /// Once a request body has taken longer than body_timeout, it must have averaged at least
     /// this many bytes per second (slow-body defence); 0 would disable it (not configurable).
     std::size_t min_body_rate = 1024;
+    /// A request body read whole (a guarded route's) must be complete within this time from
+    /// its first awaited byte, however steadily it comes (408 request.timeout).
+    duration max_body_time{60'000};
+    /// Process-wide budget of buffered bodies, all workers together: request bodies read whole
+    /// and upstream answers held for recording. A request body that does not fit gets
+    /// 503 proxy.memory_limit; at least max_request_bytes (checked).
+    std::size_t max_buffered_bytes = 64 * 1024 * 1024;
     /// Requests on one client connection; the last one is answered with Connection: close.
     std::size_t max_requests_per_connection = 10'000;
     duration idle_timeout{60'000};

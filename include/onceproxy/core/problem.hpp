@@ -31,11 +31,12 @@ enum class problem_code : std::uint8_t {
     request_timeout,          ///< 408 request.timeout (a request body too slow)
     admin_too_many_attempts,  ///< 429 admin.too_many_attempts + Retry-After (wrong admin tokens)
     upstream_tunnel_limit,    ///< 503 upstream.tunnel_limit (the upstream's max_tunnels in use)
+    memory_limit, ///< 503 proxy.memory_limit + Retry-After (limits.max_buffered_bytes spent)
 };
 
-/// Number of problem codes (the last one is upstream_tunnel_limit).
+/// Number of problem codes (the last one is memory_limit).
 inline constexpr std::size_t problem_code_count =
-    static_cast<std::size_t>(problem_code::upstream_tunnel_limit) + 1;
+    static_cast<std::size_t>(problem_code::memory_limit) + 1;
 
 /// One row of the problem table.
 struct problem_info {
@@ -89,14 +90,16 @@ inline constexpr std::array<problem_info, problem_code_count> problem_table{{
     {problem_code::connection_limit, "proxy.connection_limit", 503, "Too many connections",
      "the proxy is at its connection limit; retry later"},
     {problem_code::request_timeout, "request.timeout", 408, "Request body too slow",
-     "the request body did not arrive within limits.body_timeout or below "
-     "limits.min_body_rate"},
+     "the request body did not arrive within limits.body_timeout, within "
+     "limits.max_body_time or at limits.min_body_rate"},
     {problem_code::admin_too_many_attempts, "admin.too_many_attempts", 429,
      "Too many failed authentication attempts",
      "this address sent too many wrong admin tokens; retry after the time Retry-After gives"},
     {problem_code::upstream_tunnel_limit, "upstream.tunnel_limit", 503,
      "Upstream tunnel limit reached",
      "the upstream's limit of open tunnels (max_tunnels) is reached; retry later"},
+    {problem_code::memory_limit, "proxy.memory_limit", 503, "Buffered bodies at their limit",
+     "the proxy's budget for buffered bodies (limits.max_buffered_bytes) is spent; retry later"},
 }};
 
 namespace detail {

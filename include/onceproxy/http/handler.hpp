@@ -23,6 +23,7 @@ using request = upstream::request;
 using response = upstream::response;
 
 struct client_side;
+class buffer_reservation;
 
 /// Facts about the connection a request arrived on.
 struct request_context {
@@ -75,9 +76,12 @@ public:
     /// streams() is true go to async_relay instead. `req` is consumed (moved upstream). Never
     /// throws for anything a client or an upstream does: those become problem responses. An
     /// upstream answer whose body outgrows the route's max_record_bytes is not held: it streams
-    /// to `client` (its head as soon as that much has arrived) and the result says so.
+    /// to `client` (its head as soon as that much has arrived) and the result says so. `held`
+    /// holds the request body against limits.max_buffered_bytes; the exchange keeps it (and
+    /// counts the upstream answer it holds in it) for as long as it runs.
     boost::asio::awaitable<handled> async_handle(request& req, const request_context& ctx,
-                                                 client_side client);
+                                                 client_side client,
+                                                 std::shared_ptr<buffer_reservation> held);
 
 private:
     struct impl;

@@ -194,6 +194,11 @@ public:
     std::atomic<std::uint64_t> header_timeouts{0};    ///< connections cut at limits.header_timeout
     std::atomic<std::uint64_t> body_timeouts{0};      ///< request bodies cut (408 request.timeout)
     std::atomic<std::uint64_t> tunnels_refused{0};    ///< upgrades refused at max_tunnels
+    /// limits.max_buffered_bytes: bytes of buffered bodies held now (request bodies read whole,
+    /// upstream answers held for recording), all workers; the budget; bodies refused (503).
+    std::atomic<std::int64_t> buffered_bytes{0};
+    std::atomic<std::uint64_t> buffered_bytes_limit{0};
+    std::atomic<std::uint64_t> buffered_refusals{0};
     /// Inbound TLS (README "TLS: inbound"): handshakes that failed (the connection closed),
     /// certificate reloads by result, and the served certificate's expiry (0: no TLS).
     std::atomic<std::uint64_t> tls_handshake_failures{0};

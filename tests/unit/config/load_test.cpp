@@ -644,6 +644,49 @@ TEST_CASE("per-route limits: defaults from limits:, own sizes, none on plain rou
               .size() == 1);
 }
 
+TEST_CASE("limits.max_buffered_bytes and max_body_time: read, and a budget no body fits refused") {
+    const std::string plain_route = "routes: [{ name: a, match: { prefix: / }, upstream: app }]\n";
+    const cfg::config builtin;
+    CHECK(builtin.limits.max_buffered_bytes == 64U * 1024 * 1024);
+    CHECK(builtin.limits.max_body_time == 60s);
+    const auto c = cfg::load_string(
+        std::string{minimal_upstream} +
+            "limits: { max_buffered_bytes: 8MiB, max_body_time: 5s }\n" + plain_route,
+        "limits.yaml");
+    CHECK(c->limits.max_buffered_bytes == std::size_t{8} << 20);
+    CHECK(c->limits.max_body_time == 5s);
+
+    auto errors = errors_of_text(std::string{minimal_upstream} +
+                                 "limits:\n"
+                                 "  max_request_bytes: 2MiB\n"
+                                 "  max_buffered_bytes: 1MiB\n" +
+                                 plain_route);
+    REQUIRE(errors.size() == 1);
+    CHECK(errors[0].line == 4);
+    CHECK(errors[0].column == 23);
+    CHECK(errors[0].message.find("expected at least max_request_bytes") != std::string::npos);
+
+    // A guarded route may not allow a body the budget can never hold; a plain one streams.
+    errors =
+        errors_of_text(std::string{minimal_upstream} + "limits: { max_buffered_bytes: 1MiB }\n"
+                                                       "routes:\n"
+                                                       "  - name: pay\n"
+                                                       "    match: { prefix: /pay }\n"
+                                                       "    upstream: app\n"
+                                                       "    limits: { max_request_bytes: 2MiB }\n"
+                                                       "    idempotency: { mode: required }\n"
+                                                       "  - name: uploads\n"
+                                                       "    match: { prefix: /up }\n"
+                                                       "    upstream: app\n"
+                                                       "    limits: { max_request_bytes: 2MiB }\n");
+    REQUIRE(errors.size() == 1);
+    CHECK(errors[0].line == 7);
+    CHECK(errors[0].message.find("above limits.max_buffered_bytes") != std::string::npos);
+    CHECK(errors_of_text(std::string{minimal_upstream} + "limits: { max_body_time: 0s }\n" +
+                         plain_route)
+              .size() == 1);
+}
+
 // What this binary cannot serve is a config error, with its place: --check-config, a start and a
 // reload all refuse it the same way.
 TEST_CASE("an unreadable inbound TLS file is refused with file:line:column") {

@@ -37,6 +37,7 @@ constexpr expected_row spec[] = {
     {problem_code::request_timeout, "request.timeout", 408},
     {problem_code::admin_too_many_attempts, "admin.too_many_attempts", 429},
     {problem_code::upstream_tunnel_limit, "upstream.tunnel_limit", 503},
+    {problem_code::memory_limit, "proxy.memory_limit", 503},
 };
 
 } // namespace

@@ -56,6 +56,9 @@ TEST_CASE("metrics: the exposed metric families are stable") {
                                   "# TYPE onceproxy_tunnels_refused_total counter",
                                   "# TYPE onceproxy_access_log_dropped_total counter",
                                   "# TYPE onceproxy_client_timeouts_total counter",
+                                  "# TYPE onceproxy_buffered_bytes gauge",
+                                  "# TYPE onceproxy_buffered_bytes_limit gauge",
+                                  "# TYPE onceproxy_buffered_refusals_total counter",
                                   "# TYPE onceproxy_config_reloads_total counter",
                                   "# TYPE onceproxy_config_info gauge",
                                   "# TYPE onceproxy_config_last_reload_success_timestamp_seconds "
