@@ -629,7 +629,14 @@ TEST_SUITE("proxy") {
         CHECK(json_string(r.body, "path") == "/two");
         CHECK(p.upstream.total() == 2); // the closed connection carried nothing to the app
         const auto m = p.proxy.admin("/metrics");
-        CHECK(m.body.find("\nonceproxy_upstream_resends_total 1\n") != std::string::npos);
+        // The idle watch (issue 26) usually drops the closed connection before the GET comes,
+        // which then needs no second send; when the close is seen only as the GET leaves, the
+        // GET is sent once more. Either way the app sees it once.
+        const bool watched =
+            m.body.find("\nonceproxy_upstream_resends_total 0\n") != std::string::npos;
+        const bool resent =
+            m.body.find("\nonceproxy_upstream_resends_total 1\n") != std::string::npos;
+        CHECK((watched || resent));
         CHECK(m.body.find("\nonceproxy_upstream_errors_total{kind=\"unavailable\"} 0\n") !=
               std::string::npos);
     }
