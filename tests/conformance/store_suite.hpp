@@ -572,6 +572,7 @@ TEST_CASE_TEMPLATE_DEFINE("store: purge refuses a held lease unless forced; a fo
 
 TEST_CASE_TEMPLATE_DEFINE("store: a record of either kind, of any holder, replays alike", Fixture,
                           onceproxy_store_record_kind) {
+    using namespace onceproxy;
     Fixture f;
     const std::string kept = f.unique_key();
     const std::string evictable = f.unique_key();
