@@ -151,8 +151,9 @@ std::string describe_key(const resolved_key& k, const store::key_info& info,
             }
             cipher.emplace(std::move(keys));
         }
+        const core::record_binding bound{k.store_key, info.fingerprint, info.created_ms};
         const auto rec =
-            core::decode_stored_record(info.record, cipher ? &*cipher : nullptr, k.store_key);
+            core::decode_stored_record(info.record, cipher ? &*cipher : nullptr, bound);
         o["readable"] = rec.has_value();
         if (rec) {
             o["status"] = rec->status;

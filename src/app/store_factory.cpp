@@ -11,7 +11,8 @@ std::shared_ptr<store::store> make_store(const config::config& cfg,
                                          const std::vector<boost::asio::any_io_executor>& workers) {
     switch (cfg.store.type) {
     case config::store_type::memory:
-        return std::make_shared<store::memory_store>(cfg.store.memory.max_bytes);
+        return std::make_shared<store::memory_store>(cfg.store.memory.max_bytes,
+                                                     cfg.store.memory.max_bytes_per_holder);
     case config::store_type::redis:
         return std::make_shared<store::redis_store>(cfg.store.redis, workers);
     }

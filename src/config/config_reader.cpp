@@ -674,8 +674,14 @@ private:
             w_.enumeration<store_type>(
                 w_.get(f, "type"), {{"memory", store_type::memory}, {"redis", store_type::redis}}));
         const yaml_field memory = w_.get(f, "memory");
-        if (memory.present() && w_.mapping(memory, {"max_bytes"})) {
+        if (memory.present() && w_.mapping(memory, {"max_bytes", "max_bytes_per_holder"})) {
             set(store.memory.max_bytes, w_.positive_size(w_.get(memory, "max_bytes")));
+            const yaml_field per_holder = w_.get(memory, "max_bytes_per_holder");
+            store.memory.max_bytes_per_holder = store.memory.max_bytes / 16;
+            set(store.memory.max_bytes_per_holder, w_.positive_size(per_holder));
+            if (store.memory.max_bytes_per_holder > store.memory.max_bytes) {
+                w_.error(per_holder, "max_bytes_per_holder must not exceed max_bytes");
+            }
         }
         const yaml_field redis = w_.get(f, "redis");
         if (redis.present() &&

@@ -140,7 +140,7 @@ struct sealed_head {
 };
 
 std::optional<sealed_head> parse_head(std::string_view s) noexcept {
-    if (s.size() < 2 || static_cast<unsigned char>(s[0]) != sealed_record_marker) {
+    if (s.size() < 2 || !is_sealed(s)) {
         return std::nullopt;
     }
     const std::size_t id_len = static_cast<unsigned char>(s[1]);
@@ -169,7 +169,12 @@ std::string_view to_string(record_open_failure f) noexcept {
 }
 
 bool is_sealed(std::string_view stored) noexcept {
-    return !stored.empty() && static_cast<unsigned char>(stored[0]) == sealed_record_marker;
+    return !stored.empty() &&
+           (static_cast<unsigned char>(stored[0]) == sealed_record_marker || is_sealed_v1(stored));
+}
+
+bool is_sealed_v1(std::string_view stored) noexcept {
+    return !stored.empty() && static_cast<unsigned char>(stored[0]) == sealed_record_marker_v1;
 }
 
 std::optional<std::string_view> sealed_key_id(std::string_view stored) noexcept {

@@ -5,6 +5,7 @@
 #include <onceproxy/core/idempotency_key.hpp>
 
 #include <optional>
+#include <string>
 #include <vector>
 
 namespace onceproxy::core {
@@ -63,16 +64,32 @@ std::string_view unforwarded_key_header(const config::idempotency_config& policy
     return skip;
 }
 
-} // namespace
-
-std::string scoped_store_key(const config::idempotency_config& policy, std::string_view route_name,
-                             const request_view& req, std::string_view key) {
+/// The scope headers of `req`, with the certificate's subject when the policy scopes by it.
+std::vector<header_view> scope_of(const config::idempotency_config& policy,
+                                  const request_view& req) {
     auto scope = collect(req, policy.scope_headers, unforwarded_key_header(policy));
     if (policy.principal == config::principal_source::client_cert) {
         // A name no header can have: a header cannot pose as the certificate.
         scope.emplace_back(":client-certificate", req.client_cert_subject);
     }
-    return store_key("", route_name, principal_hash(scope), key);
+    return scope;
+}
+
+/// No scope header and no client certificate: nothing names the caller (see
+/// derived_request::holder).
+bool anonymous(const config::idempotency_config& policy, const request_view& req,
+               const std::vector<header_view>& scope) {
+    if (policy.principal == config::principal_source::client_cert) {
+        return req.client_cert_subject.empty() && scope.size() == 1;
+    }
+    return scope.empty();
+}
+
+} // namespace
+
+std::string scoped_store_key(const config::idempotency_config& policy, std::string_view route_name,
+                             const request_view& req, std::string_view key) {
+    return store_key("", route_name, principal_hash(scope_of(policy, req)), key);
 }
 
 derived_request derive_request_facts(const config::idempotency_config& policy,
@@ -85,7 +102,11 @@ derived_request derive_request_facts(const config::idempotency_config& policy,
         return out;
     }
     const std::string_view skip = unforwarded_key_header(policy);
-    out.store_key = scoped_store_key(policy, route_name, req, *key);
+    const auto scope = scope_of(policy, req);
+    const std::string principal = principal_hash(scope);
+    out.store_key = store_key("", route_name, principal, *key);
+    out.holder =
+        anonymous(policy, req, scope) ? "a" + std::string(req.client_address) : "p" + principal;
     fingerprint_input fi;
     fi.method = req.method;
     fi.target = req.target;

@@ -97,15 +97,29 @@ std::string encode_any(const Record& record) {
 
 template <class Record>
 std::string encode_stored_any(const Record& record, const record_cipher* cipher,
-                              std::string_view store_key) {
+                              const record_binding& bound) {
     auto encoded = encode_any(record);
     if (cipher == nullptr) {
         return encoded;
     }
-    return cipher->seal(encoded, store_key);
+    return cipher->seal(encoded, record_binding_aad(bound));
+}
+
+/// What `stored` was bound to when sealed: by its marker, `bound` whole or its store key.
+std::string aad_of(std::string_view stored, const record_binding& bound) {
+    return is_sealed_v1(stored) ? std::string(bound.store_key) : record_binding_aad(bound);
 }
 
 } // namespace
+
+std::string record_binding_aad(const record_binding& bound) {
+    std::string aad;
+    aad.reserve(16 + bound.store_key.size() + bound.fingerprint.size());
+    put_bytes32(aad, bound.store_key);
+    put_bytes32(aad, bound.fingerprint);
+    put_uint(aad, static_cast<std::uint64_t>(bound.created_ms), 8);
+    return aad;
+}
 
 std::string encode_record(const response_record& record) {
     return encode_any(record);
@@ -175,20 +189,20 @@ std::optional<response_record> decode_record(std::string_view data) {
 }
 
 std::string encode_stored_record(const response_record& record, const record_cipher* cipher,
-                                 std::string_view store_key) {
-    return encode_stored_any(record, cipher, store_key);
+                                 const record_binding& bound) {
+    return encode_stored_any(record, cipher, bound);
 }
 
 std::string encode_stored_record(const response_record_view& record, const record_cipher* cipher,
-                                 std::string_view store_key) {
-    return encode_stored_any(record, cipher, store_key);
+                                 const record_binding& bound) {
+    return encode_stored_any(record, cipher, bound);
 }
 
 std::optional<std::string> open_stored_record(std::string stored, const record_cipher* cipher,
-                                              std::string_view store_key,
+                                              const record_binding& bound,
                                               record_open_failure* why) {
     if (cipher != nullptr) {
-        return cipher->open(stored, store_key, why);
+        return cipher->open(stored, aad_of(stored, bound), why);
     }
     if (is_sealed(stored)) {
         if (why != nullptr) {
@@ -201,10 +215,10 @@ std::optional<std::string> open_stored_record(std::string stored, const record_c
 
 std::optional<response_record> decode_stored_record(std::string_view stored,
                                                     const record_cipher* cipher,
-                                                    std::string_view store_key,
+                                                    const record_binding& bound,
                                                     record_open_failure* why) {
     if (cipher != nullptr) {
-        const auto plain = cipher->open(stored, store_key, why);
+        const auto plain = cipher->open(stored, aad_of(stored, bound), why);
         return plain ? decode_record(*plain) : std::nullopt;
     }
     if (is_sealed(stored)) {

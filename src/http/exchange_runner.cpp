@@ -21,6 +21,8 @@
 #include <boost/asio/write.hpp>
 
 #include <atomic>
+#include <chrono>
+#include <cstdint>
 #include <ctime>
 #include <iterator>
 #include <optional>
@@ -38,6 +40,13 @@ constexpr auto use_tuple = net::as_tuple(net::use_awaitable);
 /// The upstream's timeout and late_answer_timeout, as the engine sees them (issue 26).
 core::upstream_deadlines deadlines_of(const config::upstream_config& up) {
     return {up.timeout, up.late_answer_timeout};
+}
+
+/// Now, in milliseconds since the Unix epoch (a claim's created_ms).
+std::int64_t unix_millis() {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(
+               std::chrono::system_clock::now().time_since_epoch())
+        .count();
 }
 
 /// The state shared by the exchange driver and its upstream call.
@@ -68,7 +77,12 @@ struct exchange_state {
     std::shared_ptr<buffer_reservation> held;
     bool streamed = false;      ///< the answer's head went to the client (the stream carries it)
     std::string claimed_record; ///< completed claim: the record to replay
+    std::string holder;         ///< who the store charges the record to (derived_request)
+    /// The last claim's created_ms (the acquiring one's when a record is made): stored beside
+    /// the record and bound into its sealed form.
+    std::int64_t created_ms = 0;
     std::optional<std::string> payload; ///< the encoded record, built once for all attempts
+    store::record_kind payload_kind = store::record_kind::kept; ///< set with `payload`
     /// The record's Idempotency-Expires, fixed once (see record_expiry); from a claim, the
     /// found record's.
     std::string expires;
@@ -118,13 +132,14 @@ net::awaitable<core::action> do_claim(exchange_state& s, core::action a) {
     store_op op(s);
     // Named, then moved: g++ 12 destroys a braced temporary argument of a coroutine twice
     // inside a co_await expression.
-    store::claim_request creq{s.store_key, s.fingerprint, s.owner, a.lease};
+    s.created_ms = unix_millis();
+    store::claim_request creq{s.store_key, s.fingerprint, s.owner, a.lease, s.holder, s.created_ms};
     ++s.round_trips;
     auto r = co_await s.env.st->async_claim(std::move(creq));
     if (r && r->round_trips > 1) {
         s.round_trips += r->round_trips - 1;
     }
-    auto t = to_claim_event(std::move(r), s.env.cipher.get(), s.store_key);
+    auto t = to_claim_event(std::move(r), s.env.cipher.get(), s.store_key, s.fingerprint);
     op.done(t.store_error  ? std::optional(store_error_cause_of(t.error))
             : t.unreadable ? std::optional(metrics::store_error_cause::unreadable)
                            : std::nullopt);
@@ -350,15 +365,16 @@ net::awaitable<core::action> do_complete(exchange_state& s, core::action a) {
     if (!s.payload) {
         const response* res = s.upstream_result ? &s.upstream_result->res : nullptr;
         s.payload = record_payload(a, res, s.route.idempotency, record_expiry(s),
-                                   s.env.cipher.get(), s.store_key);
+                                   s.env.cipher.get(), {s.store_key, s.fingerprint, s.created_ms});
+        s.payload_kind = record_kind_of(a, res);
     }
     store_op op(s);
     std::string k = s.store_key;
     std::string o = s.owner;
     std::string payload = *s.payload;
     ++s.round_trips;
-    auto r =
-        co_await s.env.st->async_complete(std::move(k), std::move(o), std::move(payload), a.ttl);
+    auto r = co_await s.env.st->async_complete(std::move(k), std::move(o), std::move(payload),
+                                               a.ttl, s.payload_kind);
     op.done(r);
     co_return s.fsm.on_complete(to_fence_event(r), clock::now());
 }
@@ -568,6 +584,7 @@ net::awaitable<response> async_run_exchange(std::shared_ptr<exchange_env> env,
         subject = target.client.sock.verified_client_subject();
         view.client_cert_subject = subject;
     }
+    view.client_address = target.client_ip;
     auto derived = core::derive_request_facts(pol, route.name, view);
     lines.clear(); // the views point into s->req, which the erase below may change
     if (pol.key.json_pointer.empty() && !pol.key.forward) {
@@ -575,6 +592,7 @@ net::awaitable<response> async_run_exchange(std::shared_ptr<exchange_env> env,
     }
     s->store_key = std::move(derived.store_key);
     s->fingerprint = std::move(derived.fingerprint);
+    s->holder = std::move(derived.holder);
     s->report.key_hash = s->store_key;
 
     auto first = s->fsm.start(derived.facts, clock::now());

@@ -19,6 +19,7 @@
 
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace onceproxy::http {
@@ -44,6 +45,8 @@ struct stream_target {
     unsigned client_version = 11;
     bool keep_alive = false; ///< the client asked for keep-alive
     bool head_request = false;
+    /// The connection's peer address: the store holder of an anonymous request.
+    std::string_view client_ip;
 };
 
 /// What a finished (or backgrounded) exchange reports for the access log.

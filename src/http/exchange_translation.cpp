@@ -57,6 +57,8 @@ metrics::store_error_cause store_error_cause_of(const boost::system::error_code&
         return store_error_cause::not_replicated;
     case store::errc::store_full:
         return store_error_cause::store_full;
+    case store::errc::holder_full:
+        return store_error_cause::holder_full;
     case store::errc::auth_failed:
         return store_error_cause::auth_failed;
     case store::errc::tls_failed:
@@ -69,7 +71,8 @@ metrics::store_error_cause store_error_cause_of(const boost::system::error_code&
 }
 
 claim_translation to_claim_event(store::result<store::claim_result>&& r,
-                                 const core::record_cipher* cipher, std::string_view store_key) {
+                                 const core::record_cipher* cipher, std::string_view store_key,
+                                 std::string_view fingerprint) {
     claim_translation out;
     if (!r) {
         out.store_error = true;
@@ -92,7 +95,8 @@ claim_translation to_claim_event(store::result<store::claim_result>&& r,
         out.event.kind = core::claim_result_kind::completed;
         if (cipher != nullptr || core::is_sealed(r->record)) {
             core::record_open_failure why{};
-            auto plain = core::open_stored_record(std::move(r->record), cipher, store_key, &why);
+            const core::record_binding bound{store_key, fingerprint, r->created_ms};
+            auto plain = core::open_stored_record(std::move(r->record), cipher, bound, &why);
             if (!plain) {
                 // Not replayed (it may be another key's record, or altered) and not executed
                 // again (the request may have run): answered as a record kept without its body.
@@ -186,7 +190,7 @@ core::response_record record_of(const response& res, const config::idempotency_c
 
 std::string record_payload(const core::action& a, const response* upstream,
                            const config::idempotency_config& policy, std::string_view expires,
-                           const core::record_cipher* cipher, std::string_view store_key) {
+                           const core::record_cipher* cipher, const core::record_binding& bound) {
     // The record's parts are views into the response they come from (a problem is made here
     // and kept until encoded).
     std::optional<response> made;
@@ -211,7 +215,15 @@ std::string record_payload(const core::action& a, const response* upstream,
         // 409) replays it too, so a rolling upgrade changes no answer.
         rec.headers.emplace_back(idempotency_expires, expires);
     }
-    return core::encode_stored_record(rec, cipher, store_key);
+    return core::encode_stored_record(rec, cipher, bound);
+}
+
+store::record_kind record_kind_of(const core::action& a, const response* upstream) noexcept {
+    if (a.record != core::record_kind::upstream_response || upstream == nullptr) {
+        return store::record_kind::kept;
+    }
+    const unsigned status = upstream->result_int();
+    return status >= 200 && status < 300 ? store::record_kind::kept : store::record_kind::evictable;
 }
 
 namespace {

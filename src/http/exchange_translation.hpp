@@ -50,12 +50,15 @@ struct claim_translation {
 };
 
 /// Translates a claim result. A completed record is opened with `cipher` (encryption at rest;
-/// null: off) under `store_key`; `record` is then the encoded record in plaintext. A completed
-/// record that cannot be opened or decoded is reported as completed and not replayable: the
-/// request did run, so it must never run again, and what cannot be read is never replayed.
+/// null: off) bound to `store_key`, `fingerprint` (the request's: a completed claim matched it)
+/// and the claim's created_ms as stored; `record` is then the encoded record in plaintext. A
+/// completed record that cannot be opened or decoded is reported as completed and not
+/// replayable: the request did run, so it must never run again, and what cannot be read is
+/// never replayed.
 [[nodiscard]] claim_translation to_claim_event(store::result<store::claim_result>&& r,
                                                const core::record_cipher* cipher = nullptr,
-                                               std::string_view store_key = {});
+                                               std::string_view store_key = {},
+                                               std::string_view fingerprint = {});
 
 /// Result of a fenced store operation (extend, complete, release) as the engine event.
 [[nodiscard]] core::fence_event
@@ -75,12 +78,17 @@ record_of(const response& res, const config::idempotency_config& policy, bool re
 /// The encoded payload of a complete action: the upstream response (`upstream`, required for
 /// record_kind::upstream_response) or the upstream.outcome_unknown problem, with `expires` (an
 /// IMF-fixdate; none when empty) recorded as its Idempotency-Expires header; sealed by
-/// `cipher` under `store_key` when encryption at rest is on.
+/// `cipher`, bound to `bound`, when encryption at rest is on.
 [[nodiscard]] std::string record_payload(const core::action& a, const response* upstream,
                                          const config::idempotency_config& policy,
                                          std::string_view expires,
                                          const core::record_cipher* cipher = nullptr,
-                                         std::string_view store_key = {});
+                                         const core::record_binding& bound = {});
+
+/// How the store may treat the record of complete action `a`: evictable for an upstream answer
+/// outside 2xx; kept for a 2xx answer and for an uncertain outcome (a retry must not run it).
+[[nodiscard]] store::record_kind record_kind_of(const core::action& a,
+                                                const response* upstream) noexcept;
 
 /// The Idempotency-Expires a record carries ("" for a record written before it existed).
 [[nodiscard]] std::string_view record_expires(const core::response_record& rec) noexcept;

@@ -116,7 +116,7 @@ net::awaitable<handled> handler::async_handle(request& req, const request_contex
 
     // What the client's request says about a streamed answer, before the rewrite below.
     const stream_target sink{client, req.version(), req.keep_alive(),
-                             req.method() == bhttp::verb::head};
+                             req.method() == bhttp::verb::head, ctx.client_ip};
     std::string request_id;
     if (m.cfg->access_log) {
         request_id = ensure_request_id(req);

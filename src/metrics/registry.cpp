@@ -213,12 +213,14 @@ std::string registry::render() const {
            {{"", get(open_connections)}});
     family("onceproxy_store_errors_total", "counter",
            "Store operations that failed, by cause: unavailable, timeout, not_replicated "
-           "(durability replicated: too few replicas acknowledged), store_full, auth_failed, "
+           "(durability replicated: too few replicas acknowledged), store_full, holder_full "
+           "(memory store: the caller's max_bytes_per_holder is reached), auth_failed, "
            "tls_failed, protocol, unreadable (a record that does not decode or decrypt), other.",
            {{"{cause=\"unavailable\"}", store_errors(store_error_cause::unavailable)},
             {"{cause=\"timeout\"}", store_errors(store_error_cause::timeout)},
             {"{cause=\"not_replicated\"}", store_errors(store_error_cause::not_replicated)},
             {"{cause=\"store_full\"}", store_errors(store_error_cause::store_full)},
+            {"{cause=\"holder_full\"}", store_errors(store_error_cause::holder_full)},
             {"{cause=\"auth_failed\"}", store_errors(store_error_cause::auth_failed)},
             {"{cause=\"tls_failed\"}", store_errors(store_error_cause::tls_failed)},
             {"{cause=\"protocol\"}", store_errors(store_error_cause::protocol)},

@@ -638,7 +638,8 @@ std::vector<std::string> claim_command(const std::string& key, const claim_reque
     cmd.reserve(7);
     cmd.emplace_back("SET");
     cmd.push_back(key);
-    cmd.push_back(redis_record::claim_value(req.owner, req.fingerprint, unix_millis()));
+    cmd.push_back(redis_record::claim_value(req.owner, req.fingerprint,
+                                            req.created_ms != 0 ? req.created_ms : unix_millis()));
     cmd.emplace_back("NX");
     cmd.emplace_back("PX");
     cmd.push_back(millis(req.lease));
@@ -658,6 +659,7 @@ result<claim_result> found(std::string& value, const claim_request& req) {
         out.status = claim_status::mismatch;
     } else if (v->state == redis_record::completed) {
         out.status = claim_status::completed;
+        out.created_ms = v->created_ms;
         value.erase(0, v->payload_offset);
         out.record = std::move(value);
     } else {
@@ -813,8 +815,11 @@ net::awaitable<result<claim_result>> redis_store::claim_v1(redis_route& c, const
     co_return out;
 }
 
-net::awaitable<result<fence_status>>
-redis_store::async_complete(std::string key, std::string owner, std::string payload, duration ttl) {
+net::awaitable<result<fence_status>> redis_store::async_complete(std::string key, std::string owner,
+                                                                 std::string payload, duration ttl,
+                                                                 record_kind kind) {
+    // Redis keeps every record for its ttl whatever it holds: its own maxmemory bounds it.
+    (void)kind;
     auto ex = co_await net::this_coro::executor;
     std::string rkey = redis_key(key);
     auto c = impl_->route(ex, rkey);
@@ -890,6 +895,8 @@ net::awaitable<result<key_info>> redis_store::async_inspect(std::string key) {
             info.owner_age = duration{std::max<std::int64_t>(unix_millis() - v->created_ms, 0)};
         } else {
             info.state = key_state::completed;
+            info.fingerprint = std::string(v->fingerprint);
+            info.created_ms = v->created_ms;
             value.erase(0, v->payload_offset);
             info.record = std::move(value);
         }

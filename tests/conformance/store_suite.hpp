@@ -120,8 +120,9 @@ store::claim_result claim(Fixture& f, store::claim_request req) {
 
 template <class Fixture>
 store::fence_status complete(Fixture& f, const std::string& key, const std::string& owner,
-                             std::string payload, store::duration ttl = suite_ttl) {
-    auto r = f.run(f.store().async_complete(key, owner, std::move(payload), ttl));
+                             std::string payload, store::duration ttl = suite_ttl,
+                             store::record_kind kind = store::record_kind::kept) {
+    auto r = f.run(f.store().async_complete(key, owner, std::move(payload), ttl, kind));
     REQUIRE_MESSAGE(r.has_value(), "complete failed: " << r.error().message());
     return *r;
 }
@@ -569,6 +570,33 @@ TEST_CASE_TEMPLATE_DEFINE("store: purge refuses a held lease unless forced; a fo
     CHECK(replay.record == "second");
 }
 
+TEST_CASE_TEMPLATE_DEFINE("store: a record of either kind, of any holder, replays alike", Fixture,
+                          onceproxy_store_record_kind) {
+    using namespace onceproxy;
+    Fixture f;
+    const std::string kept = f.unique_key();
+    const std::string evictable = f.unique_key();
+    auto c1 = conformance::make_claim(kept, "fp-1", "owner-a");
+    c1.holder = "holder-1";
+    auto c2 = conformance::make_claim(evictable, "fp-2", "owner-b");
+    c2.holder = "holder-2";
+    REQUIRE(conformance::claim(f, c1).status == store::claim_status::acquired);
+    REQUIRE(conformance::claim(f, c2).status == store::claim_status::acquired);
+    REQUIRE(conformance::complete(f, kept, "owner-a", "two hundred") == store::fence_status::ok);
+    REQUIRE(conformance::complete(f, evictable, "owner-b", "four hundred",
+                                  conformance::suite_ttl, store::record_kind::evictable) ==
+            store::fence_status::ok);
+    // Another holder's claim of the same key sees the same record: the holder is no scope.
+    auto again = conformance::make_claim(evictable, "fp-2", "owner-c");
+    again.holder = "holder-3";
+    auto replay = conformance::claim(f, again);
+    CHECK(replay.status == store::claim_status::completed);
+    CHECK(replay.record == "four hundred");
+    CHECK(conformance::claim(f, conformance::make_claim(kept, "fp-1", "owner-d")).record ==
+          "two hundred");
+    CHECK(conformance::inspect(f, evictable).state == store::key_state::completed);
+}
+
 TEST_CASE_TEMPLATE_DEFINE("store: ping answers", Fixture, onceproxy_store_ping) {
     Fixture f;
     auto r = f.run(f.store().async_ping());
@@ -591,4 +619,5 @@ TEST_CASE_TEMPLATE_DEFINE("store: ping answers", Fixture, onceproxy_store_ping) 
     TEST_CASE_TEMPLATE_INVOKE(onceproxy_store_inspect, Fixture);                                   \
     TEST_CASE_TEMPLATE_INVOKE(onceproxy_store_purge, Fixture);                                     \
     TEST_CASE_TEMPLATE_INVOKE(onceproxy_store_purge_in_flight, Fixture);                           \
+    TEST_CASE_TEMPLATE_INVOKE(onceproxy_store_record_kind, Fixture);                               \
     TEST_CASE_TEMPLATE_INVOKE(onceproxy_store_ping, Fixture)

@@ -15,7 +15,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     static const record_cipher cipher({{"k1", std::string(32, 'k')}});
     const std::string_view in(reinterpret_cast<const char*>(data), size);
     // Arbitrary bytes presented as a sealed record never open (a forged tag would be a break).
-    if (cipher.open(in, "store-key") || decode_stored_record(in, &cipher, "store-key")) {
+    if (cipher.open(in, "store-key") || decode_stored_record(in, &cipher, {"store-key"})) {
         std::abort();
     }
     const auto rec = decode_record(in);
@@ -27,10 +27,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         again->body != rec->body || again->replayable != rec->replayable) {
         std::abort();
     }
-    const auto sealed = encode_stored_record(*rec, &cipher, "store-key");
-    const auto opened = decode_stored_record(sealed, &cipher, "store-key");
+    const auto sealed = encode_stored_record(*rec, &cipher, {"store-key"});
+    const auto opened = decode_stored_record(sealed, &cipher, {"store-key"});
     if (!opened || opened->body != rec->body || opened->headers != rec->headers ||
-        decode_stored_record(sealed, &cipher, "other-key")) {
+        decode_stored_record(sealed, &cipher, {"other-key"})) {
         std::abort();
     }
     return 0;

@@ -134,9 +134,11 @@ std::string raw_payload(const redis_server& redis, const std::string& k) {
     return v ? value.substr(v->payload_offset) : "(not a record: " + value.substr(0, 16) + ")";
 }
 
-/// The key id of a sealed payload: the marker byte 0xe5, a length byte, then the id in clear.
+/// The key id of a sealed payload: the marker byte (0xe6, or 0xe5 from earlier versions), a
+/// length byte, then the id in clear.
 std::string key_id_of(const std::string& payload) {
-    if (payload.size() < 2 || static_cast<unsigned char>(payload[0]) != 0xe5) {
+    if (payload.size() < 2 || (static_cast<unsigned char>(payload[0]) != 0xe6 &&
+                               static_cast<unsigned char>(payload[0]) != 0xe5)) {
         return "(not sealed: " + payload.substr(0, 16) + ")";
     }
     return payload.substr(2, static_cast<unsigned char>(payload[1]));
@@ -307,6 +309,46 @@ TEST_SUITE("encryption at rest") {
         CHECK(up.count(new_key) == 1);
         CHECK(decrypt_failures(p, "authentication") == 0);
         CHECK(decrypt_failures(p, "unknown_key") == 0);
+        CHECK(p.terminate() == 0);
+    }
+    TEST_CASE("redis: a record whose created field was altered in Redis is refused, not "
+              "replayed nor executed again") {
+        redis_server redis;
+        upstream_process up;
+        temp_dir keys;
+        const auto k1 = keys.write("k1", key_a);
+        const std::string prefix = "enc-c:";
+        proxy_process p(config(up.port, store_lines(redis.url(), prefix, {{"k1", k1}})));
+        wait_ready(p);
+        const auto key = unique_key("enc", "created");
+        const auto first = post(p.port, key);
+        REQUIRE(first.header("Idempotency-Status") == "stored");
+        REQUIRE(post(p.port, key).header("Idempotency-Status") == "replayed");
+        const auto stored = redis_keys(redis, prefix);
+        REQUIRE(stored.size() == 1);
+        CHECK(key_id_of(raw_payload(redis, *stored.begin())) == "k1");
+
+        // Rewrites <created ms> of the value (2c<n>:<owner><n>:<fingerprint><created ms>;...)
+        // in place, one second earlier, keeping the TTL: the sealed bytes stay as they were.
+        const std::string shift_created = R"(
+local v = redis.call('GET', KEYS[1])
+local ol, at = string.match(v, '^(%d+):()', 3)
+at = at + tonumber(ol)
+local fl, at2 = string.match(v, '^(%d+):()', at)
+at = at2 + tonumber(fl)
+local ct, semi = string.match(v, '^(%d+)();', at)
+redis.call('SET', KEYS[1], string.sub(v, 1, at - 1) .. (tonumber(ct) - 1000) ..
+           string.sub(v, semi), 'KEEPTTL')
+return ct)";
+        const auto was = redis.cli({"EVAL", shift_created, "1", *stored.begin()});
+        INFO("created was " << was);
+        REQUIRE(was.find_first_of("0123456789") != std::string::npos);
+
+        const auto again = post(p.port, key);
+        check_problem(again, 409, "idempotency.response_not_replayable");
+        CHECK(again.body.find(json_member(first.body, "execution_id")) == std::string::npos);
+        CHECK(decrypt_failures(p, "authentication") == 1);
+        CHECK(up.count(key) == 1);
         CHECK(p.terminate() == 0);
     }
 }

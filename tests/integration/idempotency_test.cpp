@@ -412,7 +412,7 @@ TEST_SUITE("idempotency") {
         auto& s = shared();
         proxy_config c;
         c.upstream_port = s.upstream.port;
-        c.store = {"type: memory", "memory:", "  max_bytes: 2KiB"};
+        c.store = {"type: memory", "memory:", "  max_bytes: 2KiB", "  max_bytes_per_holder: 2KiB"};
         c.routes = "  - name: tiny\n    match: { path: /v1/tiny }\n    upstream: app\n"
                    "    idempotency: { mode: required }\n";
         proxy_process proxy(c.yaml());
@@ -465,6 +465,94 @@ TEST_SUITE("idempotency") {
                    r.status == 503));
             CHECK(s.upstream.count(k) == 1);
         }
+    }
+
+    TEST_CASE("one client answered 400 again and again cannot fill the memory store for others") {
+        auto& s = shared();
+        proxy_config c;
+        c.upstream_port = s.upstream.port;
+        // Room for about 90 records of 700 bytes; one holder may keep 1/16 of it (the default).
+        c.store = {"type: memory", "memory:", "  max_bytes: 64KiB"};
+        c.routes = "  - name: small\n    match: { path: /v1/small }\n    upstream: app\n"
+                   "    idempotency: { mode: required }\n";
+        proxy_process proxy(c.yaml());
+
+        // 300 requests answered 400, anonymous or each by another principal (`principals`).
+        const auto fill = [&](bool principals, const std::string& tag) {
+            http_client client(proxy.port);
+            for (int i = 0; i < 300; ++i) {
+                header_list h;
+                if (principals) {
+                    h.emplace_back("Authorization", "Bearer filler-" + std::to_string(i));
+                }
+                h.emplace_back("X-Test-Status", "400");
+                h.emplace_back("Content-Type", "application/json");
+                const auto r = client.request("POST", "/v1/small",
+                                              with_key(unique_key(tag), std::move(h)), order_body);
+                INFO("request " << i << ": " << r.status << " " << r.body);
+                REQUIRE(r.status == 400);
+                REQUIRE(r.header("Idempotency-Status") == "stored");
+            }
+        };
+        const auto stores_and_replays = [&](const std::string& who) {
+            const auto key = unique_key("small-ok");
+            const header_list auth{{"Authorization", "Bearer " + who}};
+            const auto first = post(proxy.port, "/v1/small", key, auth);
+            INFO("first: " << first.status << " " << first.body << "; proxy log:\n" << proxy.log());
+            CHECK(first.status == 200);
+            CHECK(first.header("Idempotency-Status") == "stored");
+            const auto again = post(proxy.port, "/v1/small", key, auth);
+            CHECK(again.status == 200);
+            CHECK(again.header("Idempotency-Status") == "replayed");
+            CHECK(s.upstream.count(key) == 1);
+        };
+
+        SUBCASE("an anonymous client: its own oldest 400 records make room for its next") {
+            fill(false, "small-anon");
+            stores_and_replays("someone-else");
+        }
+        SUBCASE("as many principals: the full store evicts the oldest 400 records") {
+            fill(true, "small-p");
+            stores_and_replays("late-comer");
+        }
+    }
+
+    TEST_CASE("a holder whose 2xx records reach its bound is refused alone") {
+        auto& s = shared();
+        proxy_config c;
+        c.upstream_port = s.upstream.port;
+        c.store = {"type: memory", "memory:", "  max_bytes: 64KiB", "  max_bytes_per_holder: 4KiB"};
+        c.routes = "  - name: small\n    match: { path: /v1/small }\n    upstream: app\n"
+                   "    idempotency: { mode: required }\n";
+        proxy_process proxy(c.yaml());
+        const header_list heavy{{"Authorization", "Bearer heavy"}};
+        int stored = 0;
+        std::optional<http_response> refused;
+        for (int i = 0; i < 50 && !refused; ++i) {
+            const auto key = unique_key("small-heavy");
+            auto r = post(proxy.port, "/v1/small", key, heavy);
+            if (r.status == 503) {
+                refused = std::move(r);
+                CHECK(s.upstream.count(key) == 0);
+            } else {
+                REQUIRE(r.status == 200);
+                CHECK(r.header("Idempotency-Status") == "stored");
+                ++stored;
+            }
+        }
+        REQUIRE(refused);
+        check_problem(*refused, 503, "idempotency.store_unavailable");
+        // 4KiB hold a few records of under 1KiB; none of them was evicted for the next.
+        CHECK(stored >= 2);
+        // Another caller is not affected.
+        const auto key = unique_key("small-light");
+        const header_list light{{"Authorization", "Bearer light"}};
+        const auto r = post(proxy.port, "/v1/small", key, light);
+        CHECK(r.status == 200);
+        CHECK(r.header("Idempotency-Status") == "stored");
+        const auto metrics = fetch(proxy.admin_port, "GET", "/metrics");
+        CHECK(metrics.body.find("onceproxy_store_errors_total{cause=\"holder_full\"} 1") !=
+              std::string::npos);
     }
 
     TEST_CASE("upstream unreachable: 502 upstream.unavailable, and the key is not consumed") {

@@ -288,7 +288,8 @@ TEST_CASE("redis store: INFO commandstats shows one command per operation: a nat
     for (int i = 0; i < n; ++i) {
         const std::string key = unique("stats");
         CHECK(env.claim(key, "o1").status == claim_status::acquired);
-        auto done = env.go(env.store->async_complete(key, "o1", "payload", 60'000ms));
+        auto done = env.go(env.store->async_complete(key, "o1", "payload", 60'000ms,
+                                                     onceproxy::store::record_kind::kept));
         REQUIRE(done.has_value());
         CHECK(*done == fence_status::ok);
         auto replay = env.claim(key, "o2");
@@ -386,7 +387,8 @@ TEST_CASE("redis store: survives a restart (appendonly): in-flight commands fail
 
     // SCRIPT FLUSH behind our back: NOSCRIPT is answered by EVAL, and the completion still works.
     server.cli({"SCRIPT", "FLUSH"});
-    auto done = env.go(env.store->async_complete(fresh, "owner-3", "p", 60'000ms));
+    auto done = env.go(env.store->async_complete(fresh, "owner-3", "p", 60'000ms,
+                                                 onceproxy::store::record_kind::kept));
     REQUIRE(done.has_value());
     CHECK(*done == fence_status::ok);
     CHECK(server.command_calls("eval") == evals_before + 1);
@@ -565,7 +567,8 @@ TEST_CASE("redis store: rediss:// over TLS, verified against the CA; a wrong CA 
         CHECK_MESSAGE(!report.ec, report.message);
         const std::string key = unique("tls");
         CHECK(env.claim(key, "o").status == claim_status::acquired);
-        auto done = env.go(env.store->async_complete(key, "o", std::string(100'000, 'z'), 60s));
+        auto done = env.go(env.store->async_complete(key, "o", std::string(100'000, 'z'), 60s,
+                                                     onceproxy::store::record_kind::kept));
         REQUIRE(done.has_value());
         auto replay = env.claim(key, "p");
         CHECK(replay.status == claim_status::completed);
@@ -688,7 +691,8 @@ TEST_CASE("redis store: a claim whose reply was lost is resolved by reading the 
         CHECK(client.connect_count() == 2);
         CHECK(shared_server().command_calls("set") == set_before + 1);
         // The lease is really ours: the owner can complete it.
-        auto done = run(ioc, s.async_complete(key, "me", "p", 60'000ms));
+        auto done = run(
+            ioc, s.async_complete(key, "me", "p", 60'000ms, onceproxy::store::record_kind::kept));
         REQUIRE(done.has_value());
         CHECK(*done == fence_status::ok);
     }
@@ -786,17 +790,20 @@ TEST_CASE("redis store, durability replicated: a write whose reply was lost coun
         REQUIRE(claimed->status == claim_status::acquired);
         replica.pause();
         gate.set_existing(tcp_gate::mode::drop_replies);
-        auto first = run(ioc, s.async_complete(key, "me", "p", 60'000ms));
+        auto first = run(
+            ioc, s.async_complete(key, "me", "p", 60'000ms, onceproxy::store::record_kind::kept));
         REQUIRE_FALSE(first.has_value());
         // The record is on the master; the retry (on a new connection) finds it completed by
         // its own owner, which is not proof that a replica has it.
         REQUIRE(run(ioc, client.async_wait_ready(5s)));
-        auto again = run(ioc, s.async_complete(key, "me", "p", 60'000ms));
+        auto again = run(
+            ioc, s.async_complete(key, "me", "p", 60'000ms, onceproxy::store::record_kind::kept));
         REQUIRE_FALSE(again.has_value());
         CHECK(again.error() == store::errc::not_replicated);
         replica.resume();
         REQUIRE(run(ioc, client.async_wait_ready(5s)));
-        auto settled = run(ioc, s.async_complete(key, "me", "p", 60'000ms));
+        auto settled = run(
+            ioc, s.async_complete(key, "me", "p", 60'000ms, onceproxy::store::record_kind::kept));
         REQUIRE_MESSAGE(settled.has_value(), settled.error().message());
         CHECK(*settled == fence_status::ok);
     }
@@ -1089,7 +1096,8 @@ TEST_CASE("redis store: record format: binary-safe fields, versioned, foreign ke
         CHECK(in_flight.status == claim_status::in_flight);
         CHECK(in_flight.remaining_lease > 0ms);
         CHECK(in_flight.remaining_lease <= 5'000ms);
-        auto done = env.go(env.store->async_complete(key, "o", "r", 3'600'000ms));
+        auto done = env.go(env.store->async_complete(key, "o", "r", 3'600'000ms,
+                                                     onceproxy::store::record_kind::kept));
         REQUIRE(done.has_value());
         const auto record_ttl =
             std::stoll(shared_server().cli({"PTTL", env.store->redis_key(key)}));

@@ -231,6 +231,10 @@ struct redis_config {
 
 struct memory_store_config {
     std::size_t max_bytes = 256 * 1024 * 1024; ///< records + leases; full → claims refused
+    /// What one holder (a principal, or the client address of an anonymous request) may hold;
+    /// over it, that holder's oldest non-2xx records go first, then its claims are refused.
+    /// Default (when not set): max_bytes / 16. Never above max_bytes.
+    std::size_t max_bytes_per_holder = 256 * 1024 * 1024 / 16;
 
     friend bool operator==(const memory_store_config&, const memory_store_config&) = default;
 };

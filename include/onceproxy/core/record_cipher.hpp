@@ -1,14 +1,18 @@
 #pragma once
 // Encryption at rest of stored records: AES-256-GCM (OpenSSL EVP) around the encoded record,
-// with the store key bound as additional authenticated data, so a record copied under another
-// key, altered, or sealed with a key this process does not hold fails to open. Pure: no I/O
-// but the random nonce.
+// with the store key and the claim fields kept beside the record bound as additional
+// authenticated data, so a record copied under another key, altered (or its fields beside it),
+// or sealed with a key this process does not hold fails to open. Pure: no I/O but the random
+// nonce.
 //
 // Sealed form (all of it stored as the record's payload):
-//   0xE5 (marker; never a record_format_version) | key id length (u8, 1..64) | key id |
+//   marker | key id length (u8, 1..64) | key id |
 //   nonce (12 bytes) | ciphertext (as long as the encoded record) | tag (16 bytes)
 // The authenticated data is the sealed form's head (marker, key id, nonce) followed by the
-// store key.
+// caller's `aad`. The marker (never a record_format_version) names what the caller bound:
+//   0xE6 (sealed_record_marker, written now): the store key and the claim fields kept beside
+//        the record (response_record.hpp, record_binding_aad);
+//   0xE5 (sealed_record_marker_v1, written by earlier versions, still opened): the store key.
 
 #include <cstddef>
 #include <cstdint>
@@ -19,8 +23,10 @@
 
 namespace onceproxy::core {
 
-/// First byte of every sealed record.
-inline constexpr unsigned char sealed_record_marker = 0xE5;
+/// First byte of every record sealed now.
+inline constexpr unsigned char sealed_record_marker = 0xE6;
+/// First byte of a record sealed by an earlier version (its authenticated data: the store key).
+inline constexpr unsigned char sealed_record_marker_v1 = 0xE5;
 inline constexpr std::size_t record_key_bytes = 32;
 inline constexpr std::size_t record_nonce_bytes = 12;
 inline constexpr std::size_t record_tag_bytes = 16;
@@ -38,8 +44,11 @@ inline constexpr std::size_t record_open_failure_count = 4;
 
 [[nodiscard]] std::string_view to_string(record_open_failure f) noexcept;
 
-/// True when `stored` is in the sealed form (by its first byte).
+/// True when `stored` is in the sealed form (by its first byte, either marker).
 [[nodiscard]] bool is_sealed(std::string_view stored) noexcept;
+
+/// True when `stored` is sealed with sealed_record_marker_v1 (bound to the store key only).
+[[nodiscard]] bool is_sealed_v1(std::string_view stored) noexcept;
 
 /// The key id of a sealed record; nullopt when `stored` is not a well-formed sealed head.
 [[nodiscard]] std::optional<std::string_view> sealed_key_id(std::string_view stored) noexcept;

@@ -29,6 +29,10 @@ struct derived_request {
     request_facts facts;
     std::string store_key;   ///< scoped store key (hex hash); empty unless the key is present
     std::string fingerprint; ///< 32 raw bytes (compute_fingerprint); empty unless present
+    /// Who the record is charged to in the store (claim_request::holder): 'p' and the
+    /// principal's hash, or, for an anonymous request (no scope header, no client
+    /// certificate), 'a' and the client address. Empty unless the key is present.
+    std::string holder;
 };
 
 /// Derives the request facts of `req` on the route named `route_name` with `policy`:

@@ -21,6 +21,8 @@ struct request_view {
     std::string_view body; ///< the whole body, already de-chunked
     /// The subject of the client's verified TLS certificate; empty when there is none.
     std::string_view client_cert_subject;
+    /// The address the request's connection came from (its peer, not a forwarded header).
+    std::string_view client_address{};
 
     /// Values of every line named `name`, in arrival order.
     [[nodiscard]] std::vector<std::string_view> values(std::string_view name) const;

@@ -5,6 +5,7 @@
 
 #include "onceproxy/core/record_cipher.hpp"
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -49,30 +50,43 @@ inline constexpr unsigned char record_format_version = 1;
 /// not-replayable record. Never reads outside `data`; allocation is bounded by its size.
 [[nodiscard]] std::optional<response_record> decode_record(std::string_view data);
 
+/// What a sealed record is bound to besides its own bytes: where it is kept and the claim
+/// fields the store keeps beside it. Altering any of them makes the record fail to open.
+struct record_binding {
+    std::string_view store_key{};   ///< the hashed key as stored
+    std::string_view fingerprint{}; ///< the request fingerprint stored beside the record
+    std::int64_t created_ms = 0;    ///< the claim's creation time stored beside it
+};
+
+/// The authenticated data of a record sealed now (marker sealed_record_marker): each field of
+/// `bound`, the strings with a u32 length, created_ms as a u64, big-endian. A record sealed
+/// with sealed_record_marker_v1 was bound to the store key alone and still opens so.
+[[nodiscard]] std::string record_binding_aad(const record_binding& bound);
+
 /// The record as the store keeps it: encode_record's bytes, sealed by `cipher` (bound to
-/// `store_key`, the hashed key as stored) when encryption is on (`cipher` not null).
+/// `bound`) when encryption is on (`cipher` not null).
 [[nodiscard]] std::string encode_stored_record(const response_record& record,
                                                const record_cipher* cipher,
-                                               std::string_view store_key);
+                                               const record_binding& bound);
 [[nodiscard]] std::string encode_stored_record(const response_record_view& record,
                                                const record_cipher* cipher,
-                                               std::string_view store_key);
+                                               const record_binding& bound);
 
-/// The encoded record (encode_record's bytes) of what the store keeps under `store_key`. With
-/// `cipher`, only a record it seals under that store key opens; a plaintext record, an unknown
-/// key id or a failed authentication gives nullopt and the reason in `why`. Without `cipher`, a
-/// plaintext record is returned as it is and a sealed one fails as unknown_key. The bytes are
-/// not decoded: decode_record does that.
+/// The encoded record (encode_record's bytes) of what the store keeps as `bound` says. With
+/// `cipher`, only a record it sealed bound to the same values opens; a plaintext record, an
+/// unknown key id or a failed authentication gives nullopt and the reason in `why`. Without
+/// `cipher`, a plaintext record is returned as it is and a sealed one fails as unknown_key.
+/// The bytes are not decoded: decode_record does that.
 [[nodiscard]] std::optional<std::string> open_stored_record(std::string stored,
                                                             const record_cipher* cipher,
-                                                            std::string_view store_key,
+                                                            const record_binding& bound,
                                                             record_open_failure* why = nullptr);
 
 /// open_stored_record then decode_record. nullopt when either fails; `why` is set only when
 /// opening failed (a record that opens but does not decode leaves it untouched).
 [[nodiscard]] std::optional<response_record>
 decode_stored_record(std::string_view stored, const record_cipher* cipher,
-                     std::string_view store_key, record_open_failure* why = nullptr);
+                     const record_binding& bound, record_open_failure* why = nullptr);
 
 /// decode_record without copies: the same checks, the result pointing into `data`.
 [[nodiscard]] std::optional<response_record_view> decode_record_view(std::string_view data);

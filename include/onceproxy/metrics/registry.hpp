@@ -110,13 +110,14 @@ enum class store_error_cause {
     timeout,        ///< no answer within command_timeout (the operation may have run)
     not_replicated, ///< durability replicated: too few replicas acknowledged within wait_timeout
     store_full,     ///< the memory store's byte budget is exhausted
+    holder_full,    ///< the memory store's bound for one holder (max_bytes_per_holder) is reached
     auth_failed,    ///< credentials refused
     tls_failed,     ///< the TLS session with the store could not be set up
     protocol,       ///< a reply that is not valid for the command, or a script the store lacks
     unreadable,     ///< a record that does not decode or decrypt
     other,
 };
-inline constexpr std::size_t store_error_cause_count = 9;
+inline constexpr std::size_t store_error_cause_count = 10;
 
 class registry {
 public:

@@ -36,6 +36,10 @@ enum class errc {
     /// durability replicated: fewer replicas than required acknowledged a write within
     /// wait_timeout (WAIT). The write stands on the master but may be lost in a failover.
     not_replicated,
+
+    /// The memory store's bound for one holder (max_bytes_per_holder) is reached by its live
+    /// leases and 2xx records: nothing was changed; other holders are not affected.
+    holder_full,
 };
 
 namespace detail {
@@ -62,6 +66,8 @@ public:
             return "store TLS setup failed";
         case errc::not_replicated:
             return "store write not acknowledged by enough replicas";
+        case errc::holder_full:
+            return "store memory budget of this holder exhausted";
         }
         return "onceproxy.store error";
     }

@@ -13,18 +13,29 @@
 // already-expired entries of that shard (a min-heap of expiry times). There is no background
 // thread and no full scan on the hot path.
 //
-// Memory budget (`max_bytes`): each entry is charged key + fingerprint + owner + payload +
-// `entry_overhead` bytes. The rule, checked atomically against one process-wide counter:
-//   - claim: admitted only if the new lease fits in the budget. If it does not, every shard is
-//     swept for expired entries (slow path, only when full) and the claim is tried once more;
-//     if it still does not fit, it is refused with errc::store_full and nothing changes.
-//   - complete: the payload is admitted if the lease's charge plus the payload fits in the
-//     budget (after the same sweep); otherwise errc::store_full, and the lease stays as it was
-//     (the caller answers unrecorded and may retry while it owns the lease).
-//   - Nothing live is ever evicted: in-flight leases and unexpired records stay until they
-//     expire, are released, or complete. A full store therefore refuses new keys (the route's
-//     on_store_error decides: 503 or unprotected passthrough) rather than forgetting a record
-//     and allowing a second execution.
+// Memory budget (`max_bytes`): each entry is charged key + fingerprint + owner + holder +
+// payload + `entry_overhead` bytes, to the whole store and to the entry's holder (the
+// claim_request's `holder`: a principal, or the client address of an anonymous request).
+//   - claim: admitted only if the new lease fits both in the holder's bound
+//     (`max_bytes_per_holder`) and in `max_bytes`. Over its bound, the holder's own oldest
+//     evictable records (non-2xx answers) are evicted until the lease fits; if its leases and
+//     2xx records alone fill its bound, the claim is refused with errc::holder_full (that holder
+//     only). A full store makes room in this order: (1) every shard is swept for expired
+//     entries; (2) the oldest evictable records of the heaviest holder (most bytes charged
+//     among the holders that have evictable records) are evicted, then those of the next
+//     heaviest, until the lease fits. If only leases and 2xx records remain, the claim is
+//     refused with errc::store_full and nothing changes.
+//   - complete: the payload is charged to the holder without checking its bound (its lease
+//     passed it), and must fit in `max_bytes` after the same steps (1) and (2); otherwise
+//     errc::store_full, and the lease stays as it was (the caller answers unrecorded and may
+//     retry while it owns the lease).
+//   - Never evicted: in-flight leases and 2xx records (a retry could otherwise execute twice);
+//     they stay until they expire, are released, or complete. An evicted non-2xx record is
+//     forgotten: a retry of its request executes again. That is the price of a bounded store
+//     shared by callers who do not trust each other; 2xx answers, whose repetition is the
+//     harm this proxy prevents, are never traded for it.
+//
+// Lock order: a shard's mutex, then holders_mutex_ (never the other way, never two shards).
 
 #include <onceproxy/store/store.hpp>
 
@@ -32,9 +43,12 @@
 #include <atomic>
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <functional>
+#include <list>
 #include <mutex>
 #include <queue>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -51,7 +65,9 @@ public:
     static constexpr std::size_t entry_overhead = 160;
 
     /// `now` is read on every operation, from any thread (tests pass a fake clock).
-    explicit memory_store(std::size_t max_bytes, clock_fn now = &std::chrono::steady_clock::now);
+    /// `max_bytes_per_holder` is clamped to `max_bytes`.
+    memory_store(std::size_t max_bytes, std::size_t max_bytes_per_holder,
+                 clock_fn now = &std::chrono::steady_clock::now);
 
     memory_store(const memory_store&) = delete;
     memory_store& operator=(const memory_store&) = delete;
@@ -62,8 +78,9 @@ public:
     void close() override;
 
     boost::asio::awaitable<result<claim_result>> async_claim(claim_request req) override;
-    boost::asio::awaitable<result<fence_status>>
-    async_complete(std::string key, std::string owner, std::string payload, duration ttl) override;
+    boost::asio::awaitable<result<fence_status>> async_complete(std::string key, std::string owner,
+                                                                std::string payload, duration ttl,
+                                                                record_kind kind) override;
     boost::asio::awaitable<result<fence_status>> async_release(std::string key,
                                                                std::string owner) override;
     boost::asio::awaitable<result<fence_status>> async_extend(std::string key, std::string owner,
@@ -77,7 +94,8 @@ public:
     /// thread; the awaitables only wrap them.
     result<claim_result> claim(const claim_request& req);
     result<fence_status> complete(const std::string& key, const std::string& owner,
-                                  std::string payload, duration ttl);
+                                  std::string payload, duration ttl,
+                                  record_kind kind = record_kind::kept);
     result<fence_status> release(const std::string& key, const std::string& owner);
     result<fence_status> extend(const std::string& key, const std::string& owner, duration lease);
     result<key_info> inspect(const std::string& key);
@@ -86,6 +104,11 @@ public:
     /// Bytes currently charged against the budget (entries not yet reaped included).
     std::size_t bytes_used() const noexcept { return used_.load(std::memory_order_relaxed); }
     std::size_t max_bytes() const noexcept { return max_bytes_; }
+    std::size_t max_bytes_per_holder() const noexcept { return max_bytes_per_holder_; }
+    /// Bytes charged to `holder` (0 when it holds nothing).
+    std::size_t holder_bytes(const std::string& holder) const;
+    /// Records evicted before their ttl ended, since the store was made.
+    std::uint64_t evictions() const noexcept { return evictions_.load(std::memory_order_relaxed); }
     /// Number of stored entries, expired but not yet reaped ones included (locks every shard).
     std::size_t entry_count() const;
     /// Removes every expired entry (locks each shard in turn). Used when the budget is hit.
@@ -95,14 +118,32 @@ private:
     using time_point = std::chrono::steady_clock::time_point;
 
     struct entry {
-        std::string fingerprint;
-        std::string owner;
-        std::string payload;
+        std::string fingerprint{};
+        std::string owner{};
+        std::string payload{};
+        std::string holder{};
         bool completed = false;
-        time_point expiry;
-        time_point claimed;      ///< when the lease was taken (key administration: owner age)
-        std::size_t charged = 0; ///< bytes counted in used_ for this entry
+        time_point expiry{};
+        time_point claimed{};        ///< when the lease was taken (key administration: owner age)
+        std::int64_t created_ms = 0; ///< claim_request::created_ms (or the system clock's)
+        std::size_t charged = 0;     ///< bytes counted in used_ and in its holder's account
+        bool evictable = false;      ///< completed with record_kind::evictable
+        /// evictable: the entry's place in its holder's `evictable` list.
+        std::list<std::string>::iterator evict_pos{};
     };
+
+    /// What one holder holds (guarded by holders_mutex_); removed when it holds nothing.
+    struct holder_account {
+        std::size_t bytes = 0;
+        /// Keys of its evictable records, oldest completion first.
+        std::list<std::string> evictable;
+    };
+    using holder_map = std::unordered_map<std::string, holder_account>;
+    /// Holders with evictable records by bytes charged (the last is the heaviest).
+    using weight_index = std::set<std::pair<std::size_t, const std::string*>>;
+
+    /// Why a charge was refused.
+    enum class charge_status { ok, store_full, holder_full };
 
     struct expiry_item {
         time_point expiry;
@@ -123,14 +164,30 @@ private:
     /// The live entry for `key`, or nullptr; an expired entry is erased first (lock held).
     entry* find_live(shard& s, const std::string& key, time_point now);
     void erase(shard& s, std::unordered_map<std::string, entry>::iterator it);
-    /// Adds `bytes` to used_ if the total stays within max_bytes_.
-    bool try_charge(std::size_t bytes) noexcept;
-    void uncharge(std::size_t bytes) noexcept;
+    /// Charges `bytes` to the store and to `holder` if both stay within their budgets (the
+    /// holder's only when `check_holder`); otherwise changes nothing.
+    charge_status try_charge(const std::string& holder, std::size_t bytes, bool check_holder);
+    /// Gives back an entry's charge and drops it from its holder's evictable list.
+    void uncharge(const entry& e);
+    /// The store lacked room (`why`) for `bytes` more of `holder`: makes some, in the documented
+    /// order (`swept`: step 1 is done). False when nothing more can be freed.
+    bool make_room(charge_status why, const std::string& holder, std::size_t bytes, bool& swept);
+    /// Evicts the oldest evictable record of `holder`, or of the heaviest holder when null;
+    /// false when there is none.
+    bool evict_one(const std::string* holder);
+    /// (holders_mutex_ held) Moves `account`'s place in weights_ after `change` ran on it.
+    template <class F>
+    void reweigh(holder_map::iterator account, F change);
 
     std::size_t max_bytes_;
+    std::size_t max_bytes_per_holder_;
     clock_fn now_;
     std::atomic<std::size_t> used_{0};
+    std::atomic<std::uint64_t> evictions_{0};
     std::array<shard, shard_count> shards_;
+    mutable std::mutex holders_mutex_;
+    holder_map holders_;
+    weight_index weights_;
 };
 
 } // namespace onceproxy::store

@@ -116,8 +116,9 @@ public:
     boost::asio::awaitable<result<claim_result>> async_claim(claim_request req) override;
 
     /// One EVALSHA; ok also when the same owner already completed it (lost reply, retried).
-    boost::asio::awaitable<result<fence_status>>
-    async_complete(std::string key, std::string owner, std::string payload, duration ttl) override;
+    boost::asio::awaitable<result<fence_status>> async_complete(std::string key, std::string owner,
+                                                                std::string payload, duration ttl,
+                                                                record_kind kind) override;
 
     /// One EVALSHA; deletes the record only if it is a lease held by `owner`.
     boost::asio::awaitable<result<fence_status>> async_release(std::string key,

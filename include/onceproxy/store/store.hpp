@@ -47,12 +47,25 @@ struct claim_request {
     std::string fingerprint; ///< request fingerprint bytes
     std::string owner;       ///< unique owner token of this attempt
     duration lease{30'000};  ///< lease length if acquired
+    /// Who the entry is charged to, for the memory store's per-holder bound: a hash of the
+    /// principal, or the client address of an anonymous request. The Redis store ignores it.
+    std::string holder{};
+    /// When the claim was made (ms since the Unix epoch), stored beside the record and bound
+    /// into a sealed record's authenticated data; 0: the store's own clock.
+    std::int64_t created_ms = 0;
+};
+
+/// What kind of answer a completed record holds, for the memory store's eviction order.
+enum class record_kind {
+    kept,     ///< a 2xx answer, or an uncertain outcome: never evicted before its ttl ends
+    evictable ///< any other answer: may be evicted when the store or its holder is full
 };
 
 struct claim_result {
     claim_status status = claim_status::acquired;
     duration remaining_lease{0}; ///< in_flight: time until the lease lapses
     std::string record;          ///< completed: the payload given to complete()
+    std::int64_t created_ms = 0; ///< completed: the claim's created_ms, as stored beside it
     /// Round trips the claim took: 1, except where the store must read twice (Redis: an
     /// in-flight key's remaining lease, a record of an earlier layout).
     unsigned round_trips = 1;
@@ -79,6 +92,10 @@ struct key_info {
     /// lease taken by a version that did not note it).
     duration owner_age{-1};
     std::string record; ///< completed: the payload given to complete()
+    /// completed: what is stored beside the record (a sealed record is bound to them; 0 and
+    /// empty for a record of Redis layout 1).
+    std::string fingerprint{};
+    std::int64_t created_ms = 0;
 };
 
 /// What a purge did.
@@ -154,9 +171,11 @@ public:
     /// Claim-or-get: takes a lease on a free key, or reports what is there.
     virtual boost::asio::awaitable<result<claim_result>> async_claim(claim_request req) = 0;
 
-    /// Turns the caller's lease into a completed record with `payload`, kept for `ttl`.
+    /// Turns the caller's lease into a completed record with `payload`, kept for `ttl` (the
+    /// memory store may evict a record of `kind` evictable earlier; the Redis store ignores it).
     virtual boost::asio::awaitable<result<fence_status>>
-    async_complete(std::string key, std::string owner, std::string payload, duration ttl) = 0;
+    async_complete(std::string key, std::string owner, std::string payload, duration ttl,
+                   record_kind kind) = 0;
 
     /// Deletes the caller's lease so a retry may execute.
     virtual boost::asio::awaitable<result<fence_status>> async_release(std::string key,

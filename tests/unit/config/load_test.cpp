@@ -571,6 +571,30 @@ TEST_CASE("route names are restricted") {
     CHECK(errors[0].message.find("invalid route name") != std::string::npos);
 }
 
+TEST_CASE("store.memory.max_bytes_per_holder: max_bytes / 16 unless set, never above it") {
+    const auto load_memory = [](const std::string& block) {
+        return cfg::load_string(std::string{minimal_upstream} + "store:\n  memory:\n" + block +
+                                    "routes: [{ name: a, match: { prefix: / }, upstream: app }]\n",
+                                "memory.yaml");
+    };
+    CHECK(cfg::load_string(std::string{minimal_upstream} +
+                               "routes: [{ name: a, match: { prefix: / }, upstream: app }]\n",
+                           "memory.yaml")
+              ->store.memory.max_bytes_per_holder == 16U * 1024 * 1024);
+    CHECK(load_memory("    max_bytes: 1MiB\n")->store.memory.max_bytes_per_holder == 64U * 1024);
+    CHECK(load_memory("    max_bytes: 1MiB\n    max_bytes_per_holder: 1MiB\n")
+              ->store.memory.max_bytes_per_holder == 1024U * 1024);
+
+    const auto errors = errors_of(
+        [&] { return load_memory("    max_bytes: 1MiB\n    max_bytes_per_holder: 2MiB\n"); });
+    REQUIRE(errors.size() == 1);
+    CHECK(errors[0].path == "store.memory.max_bytes_per_holder");
+    CHECK(errors[0].line == 5);
+    CHECK(errors[0].column > 0);
+    CHECK(errors[0].message.find("must not exceed max_bytes") != std::string::npos);
+    CHECK(errors_of([&] { return load_memory("    max_bytes_per_holder: 0\n"); }).size() == 1);
+}
+
 TEST_CASE("store.redis.key_prefix: visible text without braces, 1 to 64 bytes") {
     const auto load_prefix = [](const std::string& value) {
         return cfg::load_string(

@@ -160,25 +160,80 @@ TEST_CASE("invalid key sets are refused") {
 TEST_CASE("stored records: encode and decode through the codec with and without a cipher") {
     const record_cipher c({key("k1", 'a')});
     const auto r = sample();
-    const auto sealed = core::encode_stored_record(r, &c, "sk");
-    const auto plain = core::encode_stored_record(r, nullptr, "sk");
+    const auto sealed = core::encode_stored_record(r, &c, {"sk"});
+    const auto plain = core::encode_stored_record(r, nullptr, {"sk"});
     CHECK(plain == core::encode_record(r));
     CHECK(core::is_sealed(sealed));
 
-    const auto back = core::decode_stored_record(sealed, &c, "sk");
+    const auto back = core::decode_stored_record(sealed, &c, {"sk"});
     REQUIRE(back);
     CHECK(back->body == r.body);
     CHECK(back->headers == r.headers);
-    CHECK(core::open_stored_record(sealed, &c, "sk") == core::encode_record(r));
+    CHECK(core::open_stored_record(sealed, &c, {"sk"}) == core::encode_record(r));
 
     record_open_failure why{};
-    CHECK_FALSE(core::decode_stored_record(sealed, &c, "other", &why));
+    CHECK_FALSE(core::decode_stored_record(sealed, &c, {"other"}, &why));
     CHECK(why == record_open_failure::authentication);
-    CHECK_FALSE(core::decode_stored_record(plain, &c, "sk", &why));
+    CHECK_FALSE(core::decode_stored_record(plain, &c, {"sk"}, &why));
     CHECK(why == record_open_failure::plaintext);
-    CHECK_FALSE(core::decode_stored_record(sealed, nullptr, "sk", &why));
+    CHECK_FALSE(core::decode_stored_record(sealed, nullptr, {"sk"}, &why));
     CHECK(why == record_open_failure::unknown_key);
-    CHECK_FALSE(core::open_stored_record(sealed, nullptr, "sk", &why));
-    CHECK(core::decode_stored_record(plain, nullptr, "sk"));
-    CHECK(core::open_stored_record(plain, nullptr, "sk") == plain);
+    CHECK_FALSE(core::open_stored_record(sealed, nullptr, {"sk"}, &why));
+    CHECK(core::decode_stored_record(plain, nullptr, {"sk"}));
+    CHECK(core::open_stored_record(plain, nullptr, {"sk"}) == plain);
+}
+
+TEST_CASE("a sealed record is bound to the claim fields kept beside it") {
+    const record_cipher c({key("k1", 'a')});
+    const auto r = sample();
+    const std::string fp(32, 'f');
+    const core::record_binding bound{"sk", fp, 1'700'000'000'123};
+    const auto sealed = core::encode_stored_record(r, &c, bound);
+    CHECK(static_cast<unsigned char>(sealed[0]) == core::sealed_record_marker);
+    CHECK_FALSE(core::is_sealed_v1(sealed));
+    REQUIRE(core::decode_stored_record(sealed, &c, bound));
+
+    // Each field altered alone: the record does not open (authentication).
+    const std::string other_fp(32, 'g');
+    for (const auto& altered :
+         {core::record_binding{"sk", fp, 1'700'000'000'124},
+          core::record_binding{"sk", other_fp, 1'700'000'000'123},
+          core::record_binding{"sk2", fp, 1'700'000'000'123}, core::record_binding{"sk"}}) {
+        record_open_failure why{};
+        CHECK_FALSE(core::decode_stored_record(sealed, &c, altered, &why));
+        CHECK(why == record_open_failure::authentication);
+    }
+    // The fields are length-prefixed: moving bytes from one to the next is no disguise.
+    CHECK(core::record_binding_aad({"ab", "c"}) != core::record_binding_aad({"a", "bc"}));
+}
+
+TEST_CASE("a record sealed by the earlier format (0xE5, bound to the store key) still opens") {
+    // Sealed as the previous version did: sample() under key k1 ('a' x 32), nonce 0..11, the
+    // authenticated data its head and the store key "sk".
+    const std::string v1("\xe5\x02\x6b\x31\x00\x01\x02\x03\x04\x05\x06\x07\x08\x09\x0a\x0b"
+                         "\xb6\x1b\xe4\x28\x50\x8f\x42\x97\xdf\xc9\x2f\x3b\xca\xf1\x28\x50"
+                         "\xd3\x49\x8c\x11\xec\xeb\x2e\x38\x12\x30\xd3\x4f\xb3\x25\x77\x19"
+                         "\x7a\x4a\x24\x5b\xc3\x47\x31\xaa\x53\x51\x42\x85\xdb\xcb\x46\x28"
+                         "\x4a\x99\x92\x45\xd1\x65\xc8\xa3\xb8\x54\xf3\x85\x4d\xc9\xf0\x5c"
+                         "\x3e\x03\xf6\xf2\xd5\xd1\x6f\x6c\x4e\x23\x9a\x1d\xd1\xb9\xf5\x2d"
+                         "\x64\x90\xb2\xbe\xba\x6a\x81\xb2\x70\x7f\x95\x66\x9a\x59\xb2\x41"
+                         "\xe0\xf7",
+                         114);
+    REQUIRE(core::is_sealed(v1));
+    REQUIRE(core::is_sealed_v1(v1));
+    CHECK(*core::sealed_key_id(v1) == "k1");
+    const record_cipher c({key("k1", 'a')});
+    // Whatever the claim fields say: that format did not bind them.
+    const auto back = core::decode_stored_record(v1, &c, {"sk", "any fingerprint", 42});
+    REQUIRE(back);
+    CHECK(back->body == "the body");
+    CHECK(back->headers == sample().headers);
+    record_open_failure why{};
+    CHECK_FALSE(core::decode_stored_record(v1, &c, {"other"}, &why));
+    CHECK(why == record_open_failure::authentication);
+    // Its marker is part of the authenticated head: it cannot pass for the current format.
+    std::string relabelled = v1;
+    relabelled[0] = static_cast<char>(core::sealed_record_marker);
+    CHECK_FALSE(core::decode_stored_record(relabelled, &c, {"sk"}, &why));
+    CHECK(why == record_open_failure::authentication);
 }

@@ -399,7 +399,7 @@ TEST_SUITE("exchange translation") {
         a.replayable = true;
         const auto up = upstream_answer();
 
-        const auto sealed = record_payload(a, &up, p, "", &k1, "route:hash-1");
+        const auto sealed = record_payload(a, &up, p, "", &k1, {"route:hash-1"});
         CHECK(core::is_sealed(sealed));
         CHECK(sealed.find(up.body()) == std::string::npos);
 
@@ -430,7 +430,7 @@ TEST_SUITE("exchange translation") {
         };
         refused(&k1, "route:hash-2", sealed, core::record_open_failure::authentication);
         refused(&other, "route:hash-1", sealed, core::record_open_failure::authentication);
-        refused(&k1, "route:hash-1", record_payload(a, &up, p, "", &k2_k1, "route:hash-1"),
+        refused(&k1, "route:hash-1", record_payload(a, &up, p, "", &k2_k1, {"route:hash-1"}),
                 core::record_open_failure::unknown_key);
         refused(&k1, "route:hash-1", record_payload(a, &up, p, ""),
                 core::record_open_failure::plaintext);
