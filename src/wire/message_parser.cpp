@@ -5,7 +5,6 @@
 #include <boost/beast/http/rfc7230.hpp>
 
 #include <algorithm>
-#include <charconv>
 #include <limits>
 #include <new>
 
@@ -22,6 +21,21 @@ constexpr std::size_t max_field_part = std::numeric_limits<std::uint16_t>::max()
 /// The body buffer reserved up front for a Content-Length: capped, so a peer announcing a large
 /// body it never sends costs no memory (the body still grows to its limit as bytes arrive).
 constexpr std::size_t max_reserve = 1024 * 1024;
+
+} // namespace
+
+namespace {
+
+/// The first member of a Content-Length value Beast has accepted ("002, 2" -> "2"): its digits
+/// without leading zeros.
+std::string_view canonical_length(std::string_view v) {
+    v = v.substr(0, v.find(','));
+    const auto first = v.find_first_of("0123456789");
+    v = first == std::string_view::npos ? std::string_view("0") : v.substr(first);
+    v = v.substr(0, v.find_first_not_of("0123456789"));
+    const auto nonzero = v.find_first_not_of('0');
+    return nonzero == std::string_view::npos ? v.substr(v.size() - 1) : v.substr(nonzero);
+}
 
 } // namespace
 
@@ -88,10 +102,7 @@ void message_parser<isRequest>::on_field_impl(bhttp::field name, string_view nam
                     return;
                 }
                 length_seen_ = true;
-                const auto n = this->content_length().value_or(0);
-                const auto r = std::to_chars(length_.data(), length_.data() + length_.size(), n);
-                value =
-                    string_view(length_.data(), static_cast<std::size_t>(r.ptr - length_.data()));
+                value = canonical_length(value);
             } else if (name == bhttp::field::transfer_encoding && refuse_codings_) {
                 for (const auto coding : bhttp::token_list{value}) {
                     if (!boost::beast::iequals(coding, "chunked")) {
