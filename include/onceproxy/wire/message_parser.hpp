@@ -26,7 +26,6 @@
 #include <boost/beast/http/message.hpp>
 #include <boost/beast/http/string_body.hpp>
 
-#include <array>
 #include <cstddef>
 #include <cstdint>
 
@@ -116,7 +115,6 @@ private:
     std::size_t stream_capacity_ = 0; ///< 0: the body is kept whole
     bool refuse_codings_ = false;     ///< refuse_transfer_codings()
     bool length_seen_ = false;        ///< a response's Content-Length line was stored
-    std::array<char, 24> length_{};   ///< a response's Content-Length, in canonical digits
 };
 
 using request_parser = message_parser<true>;
