@@ -1394,10 +1394,23 @@ private:
     }
 
     void read_match(const yaml_field& f, route_match& match) {
-        if (!f.present() || !w_.mapping(f, {"methods", "path", "prefix", "template"})) {
+        if (!f.present() || !w_.mapping(f, {"methods", "path", "prefix", "template", "path_params",
+                                            "trailing_slash", "case"})) {
             return;
         }
         set(match.methods, read_methods(w_.get(f, "methods"), false));
+        set(match.path_params,
+            w_.enumeration<path_params_match>(w_.get(f, "path_params"),
+                                              {{"guard", path_params_match::guard},
+                                               {"refuse", path_params_match::refuse},
+                                               {"literal", path_params_match::literal}}));
+        set(match.trailing_slash,
+            w_.enumeration<trailing_slash_match>(w_.get(f, "trailing_slash"),
+                                                 {{"ignore", trailing_slash_match::ignore},
+                                                  {"exact", trailing_slash_match::exact}}));
+        set(match.letter_case,
+            w_.enumeration<case_match>(w_.get(f, "case"), {{"insensitive", case_match::insensitive},
+                                                           {"exact", case_match::exact}}));
         const yaml_field path = w_.get(f, "path");
         const yaml_field prefix = w_.get(f, "prefix");
         const yaml_field tmpl = w_.get(f, "template");

@@ -48,25 +48,50 @@ response_framing frame_response(unsigned status, bool head_request, bool length_
     return f;
 }
 
-bool forbidden_trailer(std::string_view name) noexcept {
-    static constexpr std::array<std::string_view, 17> names{
-        "content-length",  "transfer-encoding", "host",
-        "connection",      "keep-alive",        "te",
-        "trailer",         "upgrade",           "authorization",
-        "cookie",          "set-cookie",        "content-type",
-        "x-forwarded-for", "x-forwarded-proto", "forwarded",
-        "x-real-ip",       "x-request-id"};
-    return std::any_of(names.begin(), names.end(),
-                       [&](std::string_view n) { return beast::iequals(name, n); });
+bool trailer_may_travel(std::string_view name, trailer_side side) noexcept {
+    // A request's trailers reach an app that may merge them into the header (Beast's parser
+    // and many servers do): only fields meant to follow a body pass (RFC 9530 digests, RFC 9421
+    // signatures), never Expect, Proxy-Authorization, Content-Encoding or anything routed on.
+    static constexpr std::array<std::string_view, 5> request_allowed{
+        "content-digest", "repr-digest", "digest", "signature", "signature-input"};
+    // A response's trailers pass unless they are framing, routing, credentials, the
+    // idempotency status this proxy vouches for, or a Proxy-* field.
+    static constexpr std::array<std::string_view, 20> response_denied{"content-length",
+                                                                      "transfer-encoding",
+                                                                      "host",
+                                                                      "connection",
+                                                                      "keep-alive",
+                                                                      "te",
+                                                                      "trailer",
+                                                                      "upgrade",
+                                                                      "authorization",
+                                                                      "cookie",
+                                                                      "set-cookie",
+                                                                      "content-type",
+                                                                      "x-forwarded-for",
+                                                                      "x-forwarded-proto",
+                                                                      "forwarded",
+                                                                      "x-real-ip",
+                                                                      "x-request-id",
+                                                                      "idempotency-status",
+                                                                      "content-encoding",
+                                                                      "expect"};
+    const auto is = [&](std::string_view n) { return beast::iequals(name, n); };
+    if (side == trailer_side::to_upstream) {
+        return std::any_of(request_allowed.begin(), request_allowed.end(), is);
+    }
+    const bool proxy = name.size() >= 6 && beast::iequals(name.substr(0, 6), "proxy-");
+    return !proxy && std::none_of(response_denied.begin(), response_denied.end(), is);
 }
 
-std::string last_chunk(const bhttp::fields& trailers, std::span<const std::string_view> in_use) {
+std::string last_chunk(const bhttp::fields& trailers, trailer_side side,
+                       std::span<const std::string_view> in_use) {
     std::string out = "0\r\n";
     for (const auto& f : trailers) {
         const auto name = f.name_string();
         const bool used = std::any_of(in_use.begin(), in_use.end(),
                                       [&](std::string_view n) { return beast::iequals(n, name); });
-        if (!used && !forbidden_trailer(name)) {
+        if (!used && trailer_may_travel(name, side)) {
             out.append(f.name_string()).append(": ").append(f.value()).append("\r\n");
         }
     }
@@ -151,7 +176,7 @@ net::awaitable<body_end> relay_body(wire::response_parser& rp, body_source from,
         }
     }
     if (to.rechunk) {
-        const auto end = last_chunk(rp.trailers(), {});
+        const auto end = last_chunk(rp.trailers(), trailer_side::to_client);
         if (!co_await write_piece(to.sock, to.dl, to.timeout, end, false)) {
             to.sock.mark_cut();
             co_return body_end::client_failed;

@@ -56,15 +56,24 @@ struct response_framing {
 [[nodiscard]] response_framing frame_response(unsigned status, bool head_request, bool length_known,
                                               unsigned client_version, bool may_keep) noexcept;
 
-/// Fields that must not travel as trailers (RFC 9110 §6.5.1): framing, routing, controls.
-[[nodiscard]] bool forbidden_trailer(std::string_view name) noexcept;
+/// Which way trailer fields travel.
+enum class trailer_side {
+    to_upstream, ///< a request's, from the client to the upstream: an allowlist
+    to_client,   ///< a response's, from the upstream to the client: a denylist
+};
+
+/// True when trailer field `name` may travel on `side` (RFC 9110 §6.5.1). A request's trailers
+/// pass only when they are Content-Digest, Repr-Digest, Digest, Signature or Signature-Input; a
+/// response's pass unless they are framing, routing, credential, Proxy-* or Idempotency-Status
+/// fields.
+[[nodiscard]] bool trailer_may_travel(std::string_view name, trailer_side side) noexcept;
 
 /// "0\r\n" + the trailer fields that may travel + "\r\n": the end of a chunked body. Fields the
-/// proxy depends on (`in_use`) and the forwarding headers it sets never travel as trailers: an
-/// upstream that merges trailers into the header (Beast's own parser does) must not see a key,
-/// a principal or an X-Forwarded-For chain the proxy did not vouch for.
-[[nodiscard]] std::string last_chunk(const boost::beast::http::fields& trailers,
-                                     std::span<const std::string_view> in_use);
+/// proxy depends on (`in_use`) never travel as trailers either: an upstream that merges
+/// trailers into the header (Beast's own parser does) must not see a key or a principal the
+/// proxy did not vouch for.
+[[nodiscard]] std::string last_chunk(const boost::beast::http::fields& trailers, trailer_side side,
+                                     std::span<const std::string_view> in_use = {});
 
 /// The buffers of one gather write: `head`, then `piece` (as one chunk of a chunked body when
 /// `chunked`; nothing for an empty piece), then `tail`. Coalescing a head with the body bytes

@@ -5,6 +5,7 @@
 #include <boost/beast/core/string.hpp>
 #include <boost/beast/http/field.hpp>
 #include <boost/beast/http/rfc7230.hpp>
+#include <boost/beast/http/verb.hpp>
 
 #include <algorithm>
 #include <array>
@@ -213,6 +214,63 @@ forwarding_lines find_forwarding_lines(const fields& f) {
     return out;
 }
 
+/// `a` and `b` are equal ignoring case, with '_' in `a` read as '-'.
+bool iequals_dashed(std::string_view a, std::string_view b) {
+    const auto fold = [](char c) {
+        return c == '_' ? '-' : c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c;
+    };
+    return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(),
+                                              [&](char x, char y) { return fold(x) == fold(y); });
+}
+
+/// Forwarding fields that the proxy does not set but an app may read as the client's address,
+/// port or path prefix. A client that is not a trusted proxy could forge them.
+constexpr std::array<std::string_view, 3> other_forwarding_names{"X-Real-IP", "X-Forwarded-Port",
+                                                                 "X-Forwarded-Prefix"};
+
+/// Every forwarding field name, as an app may read it (CGI, WSGI, Rack and PHP turn '-' and '_'
+/// alike into '_', so `X_Forwarded_For` arrives as X-Forwarded-For).
+constexpr std::array<std::string_view, 7> all_forwarding_names{
+    "X-Forwarded-For",  "X-Forwarded-Proto",  "X-Forwarded-Host", "Forwarded",
+    "X-Forwarded-Port", "X-Forwarded-Prefix", "X-Real-IP"};
+
+/// Removes the forwarding fields this hop does not rewrite: every underscore spelling of a
+/// forwarding field (no proxy sends those), and, unless `extend`, X-Real-IP, X-Forwarded-Port
+/// and X-Forwarded-Prefix.
+void strip_other_forwarding(fields& f, bool extend) {
+    for (auto it = f.begin(); it != f.end();) {
+        const auto n = it->name_string();
+        const bool underscore =
+            it->name() == bhttp::field::unknown && n.find('_') != std::string_view::npos &&
+            std::any_of(all_forwarding_names.begin(), all_forwarding_names.end(),
+                        [&](std::string_view fw) { return iequals_dashed(n, fw); });
+        const bool other =
+            !extend && it->name() == bhttp::field::unknown && listed(n, other_forwarding_names);
+        it = underscore || other ? f.erase(it) : std::next(it);
+    }
+}
+
+/// True when a Forwarded list (RFC 7239 §4) ends outside a quoted-string and holds no control
+/// character: an unbalanced quote would swallow the element this hop appends.
+bool forwarded_list_closed(std::string_view v) {
+    bool quoted = false;
+    for (std::size_t i = 0; i < v.size(); ++i) {
+        const auto c = static_cast<unsigned char>(v[i]);
+        if ((c < 0x20 && c != '\t') || c == 0x7f) {
+            return false;
+        }
+        if (quoted && c == '\\') {
+            ++i; // quoted-pair
+            if (i == v.size()) {
+                return false;
+            }
+        } else if (c == '"') {
+            quoted = !quoted;
+        }
+    }
+    return !quoted;
+}
+
 /// Sets `name` to `value`: a plain insert when the request had no such line (the common case
 /// saves the erase's lookup).
 template <class Name>
@@ -232,6 +290,7 @@ void add_forwarded(fields& f, std::string_view client_ip, std::string_view proto
     // else could write any chain, so theirs is dropped and this hop starts a new one.
     const bool extend = config::address_in(client_ip, trusted);
     const auto seen = find_forwarding_lines(f);
+    strip_other_forwarding(f, extend);
     // Fields are nodes of their own: inserting or erasing other fields leaves Host's value
     // where it is.
     const std::string_view host = f[bhttp::field::host];
@@ -260,6 +319,9 @@ void add_forwarded(fields& f, std::string_view client_ip, std::string_view proto
     value.clear();
     if (extend && seen.forwarded) {
         value = joined_lines(f, "Forwarded");
+        if (!forwarded_list_closed(value)) {
+            value.clear(); // a broken chain is not extended: this hop starts a new one
+        }
     }
     value += value.empty() ? "for=" : ", for=";
     append_forwarded_node(value, client_ip);
@@ -348,12 +410,67 @@ namespace onceproxy::http {
 
 namespace {
 
-/// RFC 3986 host [":" port] characters: reg-name / IPv4 / IP-literal, and the port's digits.
-constexpr auto host_char_table = alnum_and("-._~%!$&'()*+,;=:[]");
+/// The reg-name and IPv4 characters accepted in Host: RFC 3986 unreserved. Sub-delims and
+/// pct-encoded are refused although RFC 3986 allows them: no DNS name uses them, and a ',' or a
+/// ';' copied into X-Forwarded-Host or Forwarded would read as a list or a parameter.
+constexpr auto reg_name_table = alnum_and("-._~");
+
+/// An IP-literal's inside (RFC 3986 §3.2.2): an IPv6 address (hex digits, ':' and a dotted
+/// IPv4 tail) or an IPvFuture ("v" HEXDIG "." 1*( unreserved / sub-delims / ":" )).
+constexpr auto ip_literal_table = alnum_and(":.");
+
+} // namespace
 
 bool valid_host_value(std::string_view v) {
-    return std::all_of(v.begin(), v.end(),
-                       [](char c) { return host_char_table[static_cast<unsigned char>(c)]; });
+    // RFC 9110 §7.2: Host = uri-host [ ":" port ]; uri-host = IP-literal / IPv4address / reg-name.
+    std::string_view host = v;
+    std::string_view port;
+    bool has_port = false;
+    if (v.starts_with('[')) {
+        const auto close = v.find(']');
+        if (close == std::string_view::npos || close < 3) {
+            return false;
+        }
+        host = v.substr(1, close - 1);
+        if (host.find(':') == std::string_view::npos ||
+            !std::all_of(host.begin(), host.end(),
+                         [](char c) { return ip_literal_table[static_cast<unsigned char>(c)]; })) {
+            return false;
+        }
+        const auto rest = v.substr(close + 1);
+        if (!rest.empty() && rest.front() != ':') {
+            return false;
+        }
+        has_port = !rest.empty();
+        port = has_port ? rest.substr(1) : rest;
+    } else {
+        const auto colon = v.find(':');
+        has_port = colon != std::string_view::npos;
+        host = v.substr(0, colon);
+        port = has_port ? v.substr(colon + 1) : std::string_view{};
+        if (!std::all_of(host.begin(), host.end(),
+                         [](char c) { return reg_name_table[static_cast<unsigned char>(c)]; })) {
+            return false;
+        }
+        if (host.empty() && has_port) {
+            return false; // ":80" names no host
+        }
+    }
+    // port = *DIGIT; at most five of them (a TCP port).
+    return !has_port ||
+           (port.size() <= 5 && port.find_first_not_of("0123456789") == std::string_view::npos);
+}
+
+namespace {
+
+/// True for `method` that Beast does not know as it is but does once upper-cased (`post`,
+/// `Get`, `propfind`): a registered method spelled in another case.
+bool is_standard_method_in_other_case(std::string_view method) {
+    std::string upper(method);
+    for (auto& c : upper) {
+        c = c >= 'a' && c <= 'z' ? static_cast<char>(c - 'a' + 'A') : c;
+    }
+    return upper != method && bhttp::string_to_verb(upper) != bhttp::verb::unknown;
 }
 
 } // namespace
@@ -383,6 +500,11 @@ std::string_view refuse_request_head(const request_head& h) {
     }
     if (lines.host == 1 && !valid_host_value(h[bhttp::field::host])) {
         return "invalid Host header value";
+    }
+    if (h.method() == bhttp::verb::unknown && is_standard_method_in_other_case(h.method_string())) {
+        // RFC 9110 §9.1: the method token is case-sensitive, so `post` is not POST; an app that
+        // upper-cases it would run as a POST what no POST route guarded.
+        return "the method token differs from a standard method only in case";
     }
     if (h.method() == bhttp::verb::trace) {
         const auto cl = trim(h[bhttp::field::content_length]);

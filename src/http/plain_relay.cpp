@@ -183,6 +183,7 @@ struct plain_relay::exchange {
     bool resend_ok = false;
     bool conn_reused = false;       ///< `conn` came from the idle pool
     std::string tail;               ///< the end of a chunked body written with a head
+    std::string transfer_coding;    ///< the Transfer-Encoding of a re-chunked answer
     std::optional<gather> outgoing; ///< the buffers of the head write in flight
 
     std::span<const std::string_view> in_use() const { return relay.fields_in_use_[route_index]; }
@@ -336,7 +337,7 @@ struct plain_relay::exchange {
         const auto& staged = parser.get().body();
         const bool chunked = parser.chunked();
         tail = chunked && parser.is_done() && !staged.empty()
-                   ? last_chunk(parser.trailers(), in_use())
+                   ? last_chunk(parser.trailers(), trailer_side::to_upstream, in_use())
                    : std::string();
         outgoing.emplace(conn->head, staged, chunked, tail);
         conn->dl.expires_after(up.timeout);
@@ -395,7 +396,7 @@ struct plain_relay::exchange {
             }
         }
         if (chunked) {
-            const auto end = last_chunk(parser.trailers(), in_use());
+            const auto end = last_chunk(parser.trailers(), trailer_side::to_upstream, in_use());
             if (!co_await write_piece(*conn, up.timeout, end, false)) {
                 co_return upstream_stopped();
             }
@@ -522,7 +523,10 @@ struct plain_relay::exchange {
         std::array<added_field, 3> added{};
         std::size_t n_added = 0;
         if (f.rechunk) {
-            added[n_added++] = {"Transfer-Encoding", "chunked"};
+            // The upstream's own codings (gzip, ...) stay ahead of the proxy's chunked.
+            transfer_coding = transfer_codings(raw);
+            transfer_coding.append(transfer_coding.empty() ? "" : ", ").append("chunked");
+            added[n_added++] = {"Transfer-Encoding", transfer_coding};
             // Only a re-chunked body carries trailers on to the client.
             if (const auto names = raw.value_of(bhttp::field::trailer); !names.empty()) {
                 added[n_added++] = {"Trailer", names};
@@ -542,6 +546,13 @@ struct plain_relay::exchange {
     /// arrives (SSE and long polling see their events at once).
     net::awaitable<bool> relay_response(wire::response_parser& rp) {
         const unsigned status = rp.get().result_int();
+        if (client_version < 11 && !head_request && rp.get().result_int() >= 200 &&
+            !transfer_codings(conn->answer_fields).empty()) {
+            // An HTTP/1.0 client knows no Transfer-Encoding (RFC 9112 §6.1): a coded body
+            // could only reach it as if it were plain.
+            co_return co_await fail(
+                upstream_failure(upstream::forward_status::bad_response, relay.reg_));
+        }
         const auto f = rewrite_response_head(rp);
         // The body bytes that came with the head go out with it (one write for a small answer).
         if (!f.no_body && stage_buffered(rp, conn->buffer)) {
@@ -568,7 +579,8 @@ struct plain_relay::exchange {
     /// caller awaits the write).
     net::awaitable<std::tuple<boost::system::error_code, std::size_t>>
     write_response_head(wire::response_parser& rp, bool rechunk) {
-        tail = rechunk && rp.is_done() ? last_chunk(rp.trailers(), {}) : std::string();
+        tail = rechunk && rp.is_done() ? last_chunk(rp.trailers(), trailer_side::to_client)
+                                       : std::string();
         response_started = true;
         outgoing.emplace(client.scratch, rp.get().body(), rechunk, tail);
         client.dl.expires_after(limits().idle_timeout);

@@ -69,4 +69,20 @@ void serialize_raw_response_head(unsigned version, unsigned code, const wire::ra
     out += "\r\n";
 }
 
+std::string transfer_codings(const wire::raw_header_store& raw) {
+    std::string out;
+    for (std::size_t i = 0; i < raw.size(); ++i) {
+        const auto line = raw[i];
+        if (line.name != bhttp::field::transfer_encoding) {
+            continue;
+        }
+        for (const auto coding : bhttp::token_list{line.value}) {
+            if (!beast::iequals(coding, "chunked")) {
+                out.append(out.empty() ? "" : ", ").append(coding);
+            }
+        }
+    }
+    return out;
+}
+
 } // namespace onceproxy::http

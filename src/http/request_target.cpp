@@ -46,6 +46,10 @@ const char* decode_path(std::string_view in, std::string& out) {
         if (decoded == '/' || decoded == '\\') {
             return "the request path contains an encoded slash or backslash";
         }
+        if (decoded == 0) {
+            // C-string code (and Tomcat, Node's older url module) would end the path here.
+            return "the request path contains an encoded NUL (%00)";
+        }
         if (unreserved(decoded)) {
             out += static_cast<char>(decoded);
         } else {
@@ -68,6 +72,12 @@ const char* resolve_segments(std::string_view path, std::string& out) {
         const auto end = slash == std::string_view::npos ? path.size() : slash;
         const auto seg = path.substr(pos, end - pos);
         const bool last = slash == std::string_view::npos;
+        const auto bare = seg.substr(0, seg.find(';'));
+        if (bare.size() != seg.size() && (bare == "." || bare == "..")) {
+            // Tomcat and Jetty strip ";params" first and then resolve the dot segment:
+            // /public/..;/admin is /admin to them, a path below /public to anyone else.
+            return "the request path has a dot segment with parameters (..;)";
+        }
         if (seg == "..") {
             if (segments.empty()) {
                 return "the request path climbs above the root";
@@ -136,7 +146,7 @@ bool is_normal_target(std::string_view raw) noexcept {
             const auto next = path.substr(i + 1);
             // "//", "/." and "/.." segments
             if (next.front() == '/' || next == "." || next.starts_with("./") || next == ".." ||
-                next.starts_with("../")) {
+                next.starts_with("../") || next.starts_with(".;") || next.starts_with("..;")) {
                 return false;
             }
         }

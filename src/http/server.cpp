@@ -3,6 +3,7 @@
 #include "http/body_pace.hpp"
 #include "http/buffer_budget.hpp"
 #include "http/plain_relay.hpp"
+#include "onceproxy/config/route_table.hpp"
 #include "onceproxy/http/headers.hpp"
 #include "onceproxy/http/loop_guard.hpp"
 #include "onceproxy/http/problem.hpp"
@@ -278,6 +279,12 @@ struct server::impl::connection {
         }
         read_verdict v;
         v.route = h->route_for(head, v.route_index);
+        if (v.route != nullptr &&
+            config::refuses_path(*v.route, head.target().substr(0, head.target().find('?')))) {
+            return read_verdict::reject(make_problem(
+                problem_code::bad_request,
+                "the route refuses path parameters (;) in its paths (match.path_params: refuse)"));
+        }
         const auto body_limit = v.route != nullptr
                                     ? v.route->limits.max_request_bytes
                                     : std::optional<std::size_t>(limits().max_request_bytes);

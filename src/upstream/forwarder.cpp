@@ -356,6 +356,9 @@ forwarder::async_forward(std::size_t upstream_index, request& req,
             parser.body_limit(max_response ? boost::optional<std::uint64_t>(*max_response)
                                            : boost::none);
             parser.skip(head);
+            // The answer is re-framed (and may be recorded): a coding such as gzip could not be
+            // passed on, and dropping it would hand the client coded bytes as plain ones.
+            parser.refuse_transfer_codings();
             if (hold) {
                 // One byte more than `hold` tells a body that fits from one that does not.
                 parser.stream_body(*hold + 1);

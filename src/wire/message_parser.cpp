@@ -1,6 +1,8 @@
 #include "onceproxy/wire/message_parser.hpp"
 
+#include <boost/beast/core/string.hpp>
 #include <boost/beast/http/error.hpp>
+#include <boost/beast/http/rfc7230.hpp>
 
 #include <algorithm>
 #include <limits>
@@ -19,6 +21,21 @@ constexpr std::size_t max_field_part = std::numeric_limits<std::uint16_t>::max()
 /// The body buffer reserved up front for a Content-Length: capped, so a peer announcing a large
 /// body it never sends costs no memory (the body still grows to its limit as bytes arrive).
 constexpr std::size_t max_reserve = 1024 * 1024;
+
+} // namespace
+
+namespace {
+
+/// The first member of a Content-Length value Beast has accepted ("002, 2" -> "2"): its digits
+/// without leading zeros.
+std::string_view canonical_length(std::string_view v) {
+    v = v.substr(0, v.find(','));
+    const auto first = v.find_first_of("0123456789");
+    v = first == std::string_view::npos ? std::string_view("0") : v.substr(first);
+    v = v.substr(0, v.find_first_not_of("0123456789"));
+    const auto nonzero = v.find_first_not_of('0');
+    return nonzero == std::string_view::npos ? v.substr(v.size() - 1) : v.substr(nonzero);
+}
 
 } // namespace
 
@@ -77,6 +94,24 @@ void message_parser<isRequest>::on_field_impl(bhttp::field name, string_view nam
         return;
     }
     if (!header_done_) {
+        if constexpr (!isRequest) {
+            if (name == bhttp::field::content_length) {
+                // Beast has checked every member of the list, and every earlier line, against
+                // the first value: one line with that value stands for them all.
+                if (length_seen_) {
+                    return;
+                }
+                length_seen_ = true;
+                value = canonical_length(value);
+            } else if (name == bhttp::field::transfer_encoding && refuse_codings_) {
+                for (const auto coding : bhttp::token_list{value}) {
+                    if (!boost::beast::iequals(coding, "chunked")) {
+                        ec = bhttp::error::bad_transfer_encoding;
+                        return;
+                    }
+                }
+            }
+        }
         if (raw_ != nullptr) {
             raw_->append(name, name_string, value);
         } else {
@@ -145,13 +180,58 @@ std::size_t message_parser<isRequest>::on_body_impl(string_view data, error_code
     return data.size();
 }
 
+namespace {
+
+/// True when `ext` holds a control character other than HTAB. Beast's extension grammar lets a
+/// bare LF (or CR) through inside a quoted-string; a hop that ends the line there reads the rest
+/// of the chunk line as body, so the two would frame the body differently (RFC 9112 §7.1.1
+/// allows no CTL in chunk-ext).
+bool has_control(std::string_view ext) {
+    return std::any_of(ext.begin(), ext.end(), [](char ch) {
+        const auto c = static_cast<unsigned char>(ch);
+        return (c < 0x20 && c != '\t') || c == 0x7f;
+    });
+}
+
+/// True when the trailer section that follows the last chunk's line holds an obsolete line fold
+/// (a line starting with SP or HTAB, RFC 9112 §5.2). `line_end` points at the LF that ends the
+/// "0[;ext]" line. Beast calls on_chunk_header_impl for the last chunk only once the whole
+/// trailer section, up to its empty line, is in the contiguous buffer it parses; the scan stops
+/// at that empty line (the first LF followed by CR).
+bool trailer_has_obs_fold(const char* line_end) {
+    for (const char* lf = line_end;; ++lf) {
+        if (*lf != '\n') {
+            continue;
+        }
+        const char next = lf[1];
+        if (next == '\r') {
+            return false;
+        }
+        if (next == ' ' || next == '\t') {
+            return true;
+        }
+    }
+}
+
+} // namespace
+
 template <bool isRequest>
-void message_parser<isRequest>::on_chunk_header_impl(std::uint64_t, string_view extensions,
+void message_parser<isRequest>::on_chunk_header_impl(std::uint64_t size, string_view extensions,
                                                      error_code& ec) {
     // Extensions have no meaning to the proxy and are not forwarded (the body is re-framed);
     // a bound keeps a peer from making every chunk line arbitrarily long.
-    if (extensions.size() > max_chunk_extension) {
+    if (extensions.size() > max_chunk_extension || has_control(extensions)) {
         ec = bhttp::error::bad_chunk_extension;
+        return;
+    }
+    if constexpr (isRequest) {
+        // Beast joins a folded trailer line to the previous field; another hop may not, so a
+        // request with one is refused, as one with a folded header line is (message_reader).
+        if (size == 0 && trailer_has_obs_fold(extensions.data() + extensions.size() + 1)) {
+            ec = bhttp::error::bad_value;
+        }
+    } else {
+        (void)size;
     }
 }
 

@@ -11,12 +11,18 @@
 
 #include <doctest/doctest.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <memory>
+#include <mutex>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -121,6 +127,117 @@ long long metric(const std::string& text, const std::string& series) {
     }
     return std::stoll(text.substr(pos + series.size() + 2));
 }
+
+/// An upstream that shows what reached "the app": it listens on 127.0.0.1, keeps the bytes of
+/// every request it reads and answers each with the same `answer` bytes, then closes that
+/// connection. Every wait is bounded (poll with a timeout); the destructor stops the thread.
+class scripted_upstream {
+public:
+    explicit scripted_upstream(std::string answer) : answer_(std::move(answer)) {
+        fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+        sockaddr_in a{};
+        a.sin_family = AF_INET;
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        socklen_t len = sizeof a;
+        if (fd_ < 0 || ::bind(fd_, reinterpret_cast<sockaddr*>(&a), len) != 0 ||
+            ::listen(fd_, 16) != 0 ||
+            ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+            throw std::runtime_error("scripted_upstream: cannot listen");
+        }
+        port = ntohs(a.sin_port);
+        thread_ = std::thread([this] { serve(); });
+    }
+    ~scripted_upstream() {
+        stop_ = true;
+        thread_.join();
+        ::close(fd_);
+    }
+    scripted_upstream(const scripted_upstream&) = delete;
+    scripted_upstream& operator=(const scripted_upstream&) = delete;
+
+    unsigned short port = 0;
+
+    /// Every request read so far, one after the other.
+    std::string received() const {
+        std::lock_guard lock(mutex_);
+        return received_;
+    }
+
+private:
+    /// True once `in` holds one whole request: the head, then a Content-Length body or a
+    /// chunked body up to the end of its trailer section.
+    static bool whole(const std::string& in) {
+        const auto head_end = in.find("\r\n\r\n");
+        if (head_end == std::string::npos) {
+            return false;
+        }
+        const auto head = in.substr(0, head_end);
+        if (head.find("chunked") != std::string::npos) {
+            const auto last = in.find("\n0\r\n", head_end + 2);
+            return last != std::string::npos && in.find("\r\n\r\n", last + 1) != std::string::npos;
+        }
+        const auto cl = head.find("Content-Length: ");
+        const auto size = cl == std::string::npos ? 0 : std::stoul(head.substr(cl + 16));
+        return in.size() >= head_end + 4 + size;
+    }
+
+    void serve() {
+        while (!stop_) {
+            pollfd p{fd_, POLLIN, 0};
+            if (::poll(&p, 1, 50) <= 0) {
+                continue;
+            }
+            const int c = ::accept(fd_, nullptr, nullptr);
+            if (c < 0) {
+                continue;
+            }
+            std::string in;
+            char buf[4096];
+            const auto deadline = clock_type::now() + 10s;
+            while (!whole(in) && clock_type::now() < deadline && !stop_) {
+                pollfd q{c, POLLIN, 0};
+                if (::poll(&q, 1, 50) <= 0) {
+                    continue;
+                }
+                const auto n = ::recv(c, buf, sizeof buf, 0);
+                if (n <= 0) {
+                    break;
+                }
+                in.append(buf, static_cast<std::size_t>(n));
+            }
+            {
+                std::lock_guard lock(mutex_);
+                received_ += in;
+            }
+            (void)::send(c, answer_.data(), answer_.size(), MSG_NOSIGNAL);
+            ::close(c);
+        }
+    }
+
+    std::string answer_;
+    int fd_ = -1;
+    std::atomic<bool> stop_{false};
+    mutable std::mutex mutex_;
+    std::string received_;
+    std::thread thread_;
+};
+
+/// A proxy (memory store) in front of `up` with a guarded /guarded route and a catch-all;
+/// `top` is extra top-level YAML.
+proxy_process proxy_before(const scripted_upstream& up, const std::string& top = "") {
+    proxy_config c;
+    c.upstream_port = up.port;
+    c.routes = R"(  - name: guarded
+    match: { prefix: /guarded }
+    upstream: app
+    idempotency: { mode: required, lease: 3s }
+)";
+    c.upstream_settings.push_back("timeout: 2s");
+    c.top = top;
+    return proxy_process(c.yaml());
+}
+
+const std::string ok_answer = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok";
 
 } // namespace
 
@@ -631,5 +748,218 @@ TEST_SUITE("hostile input") {
             CHECK((r.header("Connection") == "close") == (i == 3));
         }
         CHECK(c.wait_closed(3s));
+    }
+
+    TEST_CASE("a guarded route is not reached around by ;params, a slash, case, %00 or ..;") {
+        proxy_config cfg;
+        cfg.routes = R"(  - name: pay
+    match: { path: /pay }
+    upstream: app
+    idempotency: { mode: required, lease: 3s }
+  - name: refund
+    match: { template: "/orders/{id}/refund" }
+    upstream: app
+    idempotency: { mode: required, lease: 3s }
+)";
+        proxied p(cfg);
+        const header_list json{{"Content-Type", "application/json"}};
+        // Each of these is /pay or /orders/1/refund to some framework (README "Route
+        // matching"): the route guards it, so a request without a key is refused.
+        for (const char* target :
+             {"/pay;x=1", "/pay%3B", "/pay%3bx", "/orders/1/refund;jsessionid=1", "/pay/", "/PAY",
+              "/Orders/1/Refund/", "/pay;a=1/"}) {
+            CAPTURE(target);
+            const auto r = fetch(p.proxy.port, "POST", target, json, R"({"amount":1})");
+            check_problem(r, 400, "idempotency.missing_key");
+        }
+        // Never routable: an encoded NUL, a dot segment with parameters, a standard method in
+        // another case.
+        for (const char* raw : {"POST /pay%00 HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n",
+                                "GET /public/..;/admin HTTP/1.1\r\nHost: x\r\n\r\n",
+                                "GET /public/.;/admin HTTP/1.1\r\nHost: x\r\n\r\n",
+                                "post /pay HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n",
+                                "Post /pay HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n"}) {
+            CAPTURE(raw);
+            const auto r = exchange_raw(p.proxy.port, raw);
+            REQUIRE(r);
+            check_problem(*r, 400, "request.malformed");
+        }
+        CHECK(p.upstream.total() == 0);
+        // A keyed request on a spelling of /pay is recorded and replayed like /pay itself.
+        const auto first = fetch(p.proxy.port, "POST", "/pay;x=1",
+                                 {{"Idempotency-Key", "params-1"}, json[0]}, R"({"amount":1})");
+        CHECK(first.header("Idempotency-Status") == "stored");
+        const auto again = fetch(p.proxy.port, "POST", "/pay;x=1",
+                                 {{"Idempotency-Key", "params-1"}, json[0]}, R"({"amount":1})");
+        CHECK(again.header("Idempotency-Status") == "replayed");
+        CHECK(p.upstream.count("params-1") == 1);
+        // A non-standard method token still passes, in any case.
+        const auto custom = exchange_raw(p.proxy.port, "mymethod /x HTTP/1.1\r\nHost: x\r\n\r\n");
+        REQUIRE(custom);
+        CHECK(custom->status != 400);
+    }
+
+    TEST_CASE("match.path_params, trailing_slash and case switch each reading per route") {
+        proxy_config cfg;
+        cfg.routes = R"(  - name: literal
+    match: { path: /lit, path_params: literal, trailing_slash: exact, case: exact }
+    upstream: app
+    idempotency: { mode: required, lease: 3s }
+  - name: strict
+    match: { prefix: /strict, path_params: refuse }
+    upstream: app
+    idempotency: { mode: required, lease: 3s }
+)";
+        proxied p(cfg);
+        const header_list json{{"Content-Type", "application/json"}};
+        // The literal route reads them as other paths: the catch-all serves them.
+        for (const char* target : {"/lit;x=1", "/lit/", "/LIT"}) {
+            CAPTURE(target);
+            CHECK(fetch(p.proxy.port, "POST", target, json, "{}").status == 200);
+        }
+        check_problem(fetch(p.proxy.port, "POST", "/lit", json, "{}"), 400,
+                      "idempotency.missing_key");
+        // The refusing route: parameters get 400 even with a key; without them it guards.
+        check_problem(fetch(p.proxy.port, "POST", "/strict;x=1",
+                            {{"Idempotency-Key", "strict-1"}, json[0]}, "{}"),
+                      400, "request.malformed");
+        check_problem(fetch(p.proxy.port, "POST", "/strict%3B", json, "{}"), 400,
+                      "request.malformed");
+        check_problem(fetch(p.proxy.port, "POST", "/STRICT/a", json, "{}"), 400,
+                      "idempotency.missing_key");
+        CHECK(p.upstream.count("strict-1") == 0);
+    }
+
+    TEST_CASE("a chunk extension with a bare LF and a folded request trailer get 400") {
+        proxied p;
+        const std::string head =
+            "POST /plain HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n";
+        for (const std::string& body : {std::string("5;a=\"x\ny\"\r\nhello\r\n0\r\n\r\n"),
+                                        std::string("5\r\nhello\r\n0\r\nX-A: b\r\n c\r\n\r\n"),
+                                        std::string("5\r\nhello\r\n0\r\nX-A: b\r\n\tc\r\n\r\n")}) {
+            CAPTURE(body);
+            bool closed = false;
+            const auto r = exchange_raw(p.proxy.port, head + body, &closed);
+            REQUIRE(r);
+            check_problem(*r, 400, "request.malformed");
+            CHECK(closed);
+        }
+        CHECK(p.upstream.total() == 0);
+    }
+
+    TEST_CASE("request trailers pass an allowlist; response trailers keep proxy fields out") {
+        SUBCASE("request") {
+            scripted_upstream up(ok_answer);
+            auto proxy = proxy_before(up);
+            const auto r = exchange_raw(proxy.port,
+                                        chunked_with_trailer("POST", "/plain", "",
+                                                             "Expect: 100-continue\r\n"
+                                                             "Proxy-Authorization: Basic eDp5\r\n"
+                                                             "Content-Encoding: gzip\r\n"
+                                                             "X-Custom: 1\r\n"
+                                                             "Content-Digest: sha-256=:abc=:\r\n"));
+            REQUIRE(r);
+            CHECK(r->status == 200);
+            const auto got = up.received();
+            INFO(got);
+            const auto trailers = got.substr(got.find("\r\n0\r\n"));
+            CHECK(trailers == "\r\n0\r\nContent-Digest: sha-256=:abc=:\r\n\r\n");
+        }
+        SUBCASE("response") {
+            scripted_upstream up("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n"
+                                 "Connection: close\r\n\r\n2\r\nok\r\n0\r\n"
+                                 "Proxy-Authenticate: Basic\r\nIdempotency-Status: stored\r\n"
+                                 "X-Fine: 1\r\n\r\n");
+            auto proxy = proxy_before(up);
+            const auto raw =
+                raw_exchange(proxy.port, make_request("GET", "/t", {{"Connection", "close"}}));
+            INFO(raw);
+            CHECK(raw.find("HTTP/1.1 200") == 0);
+            CHECK(raw.ends_with("\r\n0\r\nX-Fine: 1\r\n\r\n"));
+        }
+    }
+
+    TEST_CASE("Host must be uri-host [:port]: a list, two colons or an open bracket get 400") {
+        proxied p;
+        for (const char* host : {"a,b", "a:1:2", "[::1", "a;b", "[::1]x"}) {
+            CAPTURE(host);
+            const auto r = exchange_raw(p.proxy.port, std::string("GET /h HTTP/1.1\r\nHost: ") +
+                                                          host + "\r\n\r\n");
+            REQUIRE(r);
+            check_problem(*r, 400, "request.malformed");
+        }
+        CHECK(p.upstream.total() == 0);
+        for (const char* host : {"[::1]:8080", "shop.example:80", "127.0.0.1"}) {
+            CAPTURE(host);
+            const auto r = exchange_raw(p.proxy.port, std::string("GET /h HTTP/1.1\r\nHost: ") +
+                                                          host + "\r\n\r\n");
+            REQUIRE(r);
+            CHECK(r->status == 200);
+            CHECK(r->header("X-Echo-Forwarded-Host") == host);
+        }
+    }
+
+    TEST_CASE("forwarding fields the proxy does not set never come from an untrusted client") {
+        SUBCASE("untrusted") {
+            scripted_upstream up(ok_answer);
+            auto proxy = proxy_before(up);
+            const auto r = fetch(proxy.port, "GET", "/f",
+                                 {{"X-Real-IP", "6.6.6.6"},
+                                  {"X-Forwarded-Port", "443"},
+                                  {"X-Forwarded-Prefix", "/admin"},
+                                  {"X_Forwarded_For", "6.6.6.6"},
+                                  {"X_Real_IP", "6.6.6.6"}});
+            CHECK(r.status == 200);
+            const auto got = up.received();
+            INFO(got);
+            CHECK(got.find("6.6.6.6") == std::string::npos);
+            CHECK(got.find("X-Forwarded-Port") == std::string::npos);
+            CHECK(got.find("/admin") == std::string::npos);
+            CHECK(got.find("X-Forwarded-For: 127.0.0.1\r\n") != std::string::npos);
+        }
+        SUBCASE("a trusted proxy's Forwarded with an unclosed quote does not swallow ours") {
+            scripted_upstream up(ok_answer);
+            auto proxy = proxy_before(up, "trusted_proxies: [127.0.0.1]\n");
+            const auto r = exchange_raw(proxy.port, "GET /f HTTP/1.1\r\nHost: shop.example\r\n"
+                                                    "Forwarded: for=\"1.2.3.4\r\n\r\n");
+            REQUIRE(r);
+            CHECK(r->status == 200);
+            const auto got = up.received();
+            INFO(got);
+            CHECK(got.find("\r\nForwarded: for=127.0.0.1;host=shop.example;proto=http\r\n") !=
+                  std::string::npos);
+        }
+    }
+
+    TEST_CASE("an upstream Content-Length list is passed on as one value; gzip stays coded") {
+        SUBCASE("Content-Length: 2, 2") {
+            scripted_upstream up(
+                "HTTP/1.1 200 OK\r\nContent-Length: 2, 2\r\nConnection: close\r\n\r\nok");
+            auto proxy = proxy_before(up);
+            const auto raw =
+                raw_exchange(proxy.port, make_request("GET", "/cl", {{"Connection", "close"}}));
+            INFO(raw);
+            CHECK(raw.find("HTTP/1.1 200") == 0);
+            CHECK(raw.find("\r\nContent-Length: 2\r\n") != std::string::npos);
+            CHECK(raw.find("2, 2") == std::string::npos);
+        }
+        SUBCASE("Transfer-Encoding: gzip, chunked") {
+            scripted_upstream up("HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n"
+                                 "Connection: close\r\n\r\n2\r\nzz\r\n0\r\n\r\n");
+            auto proxy = proxy_before(up);
+            const auto raw =
+                raw_exchange(proxy.port, make_request("GET", "/te", {{"Connection", "close"}}));
+            INFO(raw);
+            CHECK(raw.find("HTTP/1.1 200") == 0);
+            CHECK(raw.find("\r\nTransfer-Encoding: gzip, chunked\r\n") != std::string::npos);
+            // An HTTP/1.0 client knows no transfer coding; a guarded route records no coding.
+            const auto old = exchange_raw(proxy.port, "GET /te HTTP/1.0\r\n\r\n");
+            REQUIRE(old);
+            check_problem(*old, 502, "upstream.bad_response");
+            const auto guarded = exchange_raw(
+                proxy.port, make_request("POST", "/guarded", {{"Idempotency-Key", "te-1"}}, "{}"));
+            REQUIRE(guarded);
+            CHECK(guarded->status == 502);
+        }
     }
 }

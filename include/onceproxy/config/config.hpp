@@ -375,10 +375,33 @@ enum class path_match_kind {
     pattern, ///< template with {param} segments, each matching one non-empty segment
 };
 
+/// How a route reads `;params` in a path segment (`/pay;jsessionid=1`, also spelled `%3B`).
+/// Tomcat, Jetty and Spring strip them before routing; Express, Rails and Go keep them.
+enum class path_params_match {
+    guard,   ///< the route matches the path with every segment's `;params` removed
+    refuse,  ///< as `guard`, and a matching path with `;params` is refused with 400
+    literal, ///< `;` is an ordinary character (the app keeps parameters as part of the path)
+};
+
+/// Whether `/pay/` is the route `/pay` (Spring before 6, Express and Rails by default say yes).
+enum class trailing_slash_match {
+    ignore, ///< one trailing '/' of the path (and of the route) is not compared
+    exact,  ///< `/pay/` is not `/pay`
+};
+
+/// Whether `/PAY` is the route `/pay` (IIS, ASP.NET and Express by default say yes).
+enum class case_match {
+    insensitive, ///< ASCII letters compare case-insensitively
+    exact,       ///< byte for byte
+};
+
 struct route_match {
     std::vector<std::string> methods; ///< empty: any method
     path_match_kind kind = path_match_kind::prefix;
     std::string path; ///< the exact path, prefix or template as written
+    path_params_match path_params = path_params_match::guard;
+    trailing_slash_match trailing_slash = trailing_slash_match::ignore;
+    case_match letter_case = case_match::insensitive; ///< `case:` in YAML
 };
 
 /// Body limits of one route, resolved (the global `limits:` values unless the route sets its

@@ -7,11 +7,16 @@
 
 namespace onceproxy::config {
 
-/// Matches `path` (without the query) against one route's match block.
-bool matches(const route_match& m, std::string_view method, std::string_view path) noexcept;
+/// Matches `path` (without the query, normalised) against one route's match block, read the way
+/// the block's path_params, trailing_slash and case say (README "Route matching").
+/// It allocates only for a path with `;params`.
+bool matches(const route_match& m, std::string_view method, std::string_view path);
+
+/// True when `route` refuses `path` (path_params: refuse and the path has `;params`); the route
+/// matched it, the request gets 400.
+bool refuses_path(const route_config& route, std::string_view path) noexcept;
 
 /// The first route that matches, or nullptr.
-const route_config* find_route(const config& cfg, std::string_view method,
-                               std::string_view path) noexcept;
+const route_config* find_route(const config& cfg, std::string_view method, std::string_view path);
 
 } // namespace onceproxy::config

@@ -43,6 +43,10 @@ std::vector<std::string_view> request_fields_in_use(const config::idempotency_co
 /// X-Forwarded-Proto/-Host are kept (set from this hop when absent). Otherwise every incoming
 /// forwarding header is replaced by this hop's values, so a client cannot forge an earlier hop.
 /// X-Forwarded-Host and Forwarded's host= are the request's Host (left out when it has none).
+/// X-Real-IP, X-Forwarded-Port and X-Forwarded-Prefix, which this hop does not set, are removed
+/// unless the peer is trusted; an underscore spelling of any forwarding field (X_Forwarded_For)
+/// is always removed; a trusted peer's Forwarded list with an unclosed quoted-string is replaced,
+/// not extended (this hop's element would be read as part of the string).
 void add_forwarded(fields& f, std::string_view client_ip, std::string_view proto,
                    std::span<const config::cidr> trusted = {});
 
@@ -61,8 +65,14 @@ using request_head = boost::beast::http::request_header<fields>;
 
 /// Why a request head must be refused with 400 before its body is read or anything is sent
 /// upstream (empty: acceptable): ambiguous framing (check_framing), Transfer-Encoding on
-/// HTTP/1.0, a missing (HTTP/1.1), repeated or invalid Host, a TRACE with a body.
+/// HTTP/1.0, a missing (HTTP/1.1), repeated or invalid Host (valid_host_value), a standard
+/// method token in another case (`post`), a TRACE with a body.
 std::string_view refuse_request_head(const request_head& h);
+
+/// True for a Host value that is RFC 9110 §7.2 uri-host [":" port] (empty is accepted, for a
+/// target without authority): a reg-name of letters, digits and "-._~", an IPv4 address or a
+/// bracketed IPv6 literal, and at most five port digits. `a,b`, `a:1:2` and `[::1` are not.
+bool valid_host_value(std::string_view v);
 
 /// Number of header lines named `name` (case-insensitive).
 std::size_t count_lines(const fields& f, std::string_view name);

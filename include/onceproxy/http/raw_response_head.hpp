@@ -30,4 +30,9 @@ struct added_field {
 void serialize_raw_response_head(unsigned version, unsigned code, const wire::raw_header_store& raw,
                                  std::span<const added_field> added, std::string& out);
 
+/// The transfer codings of the answer in `raw` other than `chunked`, in order, joined with ", "
+/// (`Transfer-Encoding: gzip, chunked` gives "gzip"); empty when there are none. A proxy that
+/// re-chunks the body must pass them on ahead of its own `chunked` (RFC 9112 §6.1).
+std::string transfer_codings(const wire::raw_header_store& raw);
+
 } // namespace onceproxy::http

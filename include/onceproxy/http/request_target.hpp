@@ -11,7 +11,10 @@
 //     and the hex digits of every other escape are upper-cased;
 //   - an encoded slash or backslash (%2F, %5C) is refused: decoding it would change the segments,
 //     keeping it lets the upstream decode it differently;
-//   - a malformed escape, a control character, a space, a backslash or a '#' is refused;
+//   - a malformed escape, a control character, a space, a backslash or a '#' is refused, and so
+//     is an encoded NUL (%00);
+//   - a dot segment with path parameters ("..;x", ".;") is refused: Tomcat and Jetty resolve it
+//     after stripping the parameters, so /public/..;/admin would be /admin to them;
 //   - runs of '/' become one '/';
 //   - dot segments ("." and "..", also once decoded from %2E) are removed (RFC 3986 §5.2.4); a
 //     ".." above the root is refused.

@@ -9,7 +9,11 @@
 // This parser
 //  - keeps trailers apart (`trailers()`), bounded by `trailer_limit` bytes in all,
 //  - refuses a field that `fields` cannot hold with an error instead of throwing,
-//  - bounds chunk extensions (`chunk_extension_limit` bytes per chunk; they are never stored).
+//  - bounds chunk extensions (`chunk_extension_limit` bytes per chunk; they are never stored)
+//    and refuses a control character in them,
+//  - refuses an obsolete line fold in a request's trailer section,
+//  - stores a response's Content-Length once, as plain digits: Beast accepts `2, 2` and repeated
+//    equal lines, which a proxy must not pass on as they are (RFC 9110 §8.6).
 // Pair it with a read buffer bounded by `read_buffer_limit(header_limit)`: Beast needs a whole
 // header, chunk-size line or trailer section in the buffer, so a bounded buffer turns anything
 // longer into `http::error::buffer_overflow` rather than unbounded memory.
@@ -56,6 +60,11 @@ public:
     /// `capacity` bytes that the caller drains (and clears) between reads. When it is full the
     /// read stops with `http::error::need_buffer`, which is not an error: drain, then read on.
     void stream_body(std::size_t capacity) noexcept { stream_capacity_ = capacity; }
+
+    /// A response whose Transfer-Encoding names a coding other than `chunked` (`gzip, chunked`)
+    /// fails with `http::error::bad_transfer_encoding`: for a reader that re-frames the body and
+    /// could not pass the coding on (a recorded answer has no Transfer-Encoding).
+    void refuse_transfer_codings() noexcept { refuse_codings_ = true; }
 
     /// Header fields go to `store` (cleared here) instead of the message: for a head that is
     /// passed on as received and never looked up, which saves `fields`' allocation and tree
@@ -104,6 +113,8 @@ private:
     std::size_t trailer_limit_ = 16 * 1024;
     std::size_t trailer_bytes_ = 0;
     std::size_t stream_capacity_ = 0; ///< 0: the body is kept whole
+    bool refuse_codings_ = false;     ///< refuse_transfer_codings()
+    bool length_seen_ = false;        ///< a response's Content-Length line was stored
 };
 
 using request_parser = message_parser<true>;

@@ -136,6 +136,10 @@ TEST_CASE("conf/example.yaml documents exactly the built-in defaults") {
     CHECK(documented.exclude_headers == idem.exclude_headers);
     CHECK(documented.record_set_cookie == idem.record_set_cookie);
     CHECK(documented == idem);
+    const cfg::route_match match;
+    CHECK(c->routes[0].match.path_params == match.path_params);
+    CHECK(c->routes[0].match.trailing_slash == match.trailing_slash);
+    CHECK(c->routes[0].match.letter_case == match.letter_case);
     // Routes that set nothing but `mode` resolve to the same values, defaults block included.
     CHECK(c->routes[2].name == "orders");
     auto orders = c->routes[2].idempotency;

@@ -71,13 +71,37 @@ TEST_SUITE("body_relay") {
     TEST_CASE("last_chunk: trailers that may travel, never those the proxy vouches for") {
         boost::beast::http::fields t;
         t.insert("X-Checksum", "abc");
+        t.insert("Content-Digest", "sha-256=:x:");
         t.insert("Idempotency-Key", "k");
         t.insert("Authorization", "secret");
         t.insert("Content-Length", "5");
         const std::string_view in_use[] = {"Idempotency-Key"};
-        CHECK(last_chunk(t, in_use) == "0\r\nX-Checksum: abc\r\n\r\n");
-        CHECK(last_chunk({}, {}) == "0\r\n\r\n");
-        CHECK(forbidden_trailer("x-forwarded-for"));
-        CHECK_FALSE(forbidden_trailer("x-checksum"));
+        CHECK(last_chunk(t, trailer_side::to_upstream, in_use) ==
+              "0\r\nContent-Digest: sha-256=:x:\r\n\r\n");
+        CHECK(last_chunk(t, trailer_side::to_client, in_use) ==
+              "0\r\nX-Checksum: abc\r\nContent-Digest: sha-256=:x:\r\n\r\n");
+        CHECK(last_chunk({}, trailer_side::to_upstream) == "0\r\n\r\n");
+    }
+
+    TEST_CASE("trailer_may_travel: an allowlist for requests, a denylist for responses") {
+        for (const char* name : {"Expect", "Proxy-Authorization", "Content-Encoding", "Host",
+                                 "X-Forwarded-For", "Idempotency-Key", "X-Checksum"}) {
+            CAPTURE(name);
+            CHECK_FALSE(trailer_may_travel(name, trailer_side::to_upstream));
+        }
+        for (const char* name :
+             {"Content-Digest", "repr-digest", "Digest", "Signature", "Signature-Input"}) {
+            CAPTURE(name);
+            CHECK(trailer_may_travel(name, trailer_side::to_upstream));
+        }
+        for (const char* name : {"Proxy-Authenticate", "proxy-x", "Idempotency-Status",
+                                 "x-forwarded-for", "Set-Cookie", "Transfer-Encoding"}) {
+            CAPTURE(name);
+            CHECK_FALSE(trailer_may_travel(name, trailer_side::to_client));
+        }
+        for (const char* name : {"Server-Timing", "grpc-status", "X-Checksum"}) {
+            CAPTURE(name);
+            CHECK(trailer_may_travel(name, trailer_side::to_client));
+        }
     }
 }

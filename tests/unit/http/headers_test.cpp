@@ -249,6 +249,89 @@ TEST_SUITE("headers") {
         }
     }
 
+    TEST_CASE("add_forwarded: the forwarding fields it does not set, and a broken chain") {
+        const std::vector<onceproxy::config::cidr> trusted{
+            *onceproxy::config::parse_cidr("10.0.0.0/8")};
+        const auto forged = [] {
+            return make({{"Host", "shop.example"},
+                         {"X-Real-IP", "6.6.6.6"},
+                         {"X-Forwarded-Port", "443"},
+                         {"X-Forwarded-Prefix", "/admin"},
+                         {"X_Forwarded_For", "6.6.6.6"},
+                         {"x_real_ip", "6.6.6.6"},
+                         {"X_Forwarded_Host", "evil.example"},
+                         {"X-Other_Thing", "kept"}});
+        };
+        SUBCASE("an untrusted peer: all of them are removed") {
+            auto f = forged();
+            add_forwarded(f, "192.168.1.5", "http", trusted);
+            for (const char* name : {"X-Real-IP", "X-Forwarded-Port", "X-Forwarded-Prefix",
+                                     "X_Forwarded_For", "x_real_ip", "X_Forwarded_Host"}) {
+                CAPTURE(name);
+                CHECK(count_lines(f, name) == 0);
+            }
+            CHECK(f["X-Other_Thing"] == "kept");
+            CHECK(f["X-Forwarded-For"] == "192.168.1.5");
+        }
+        SUBCASE("a trusted proxy: its X-Real-IP, -Port and -Prefix stay; underscores never do") {
+            auto f = forged();
+            add_forwarded(f, "10.0.0.1", "http", trusted);
+            CHECK(f["X-Real-IP"] == "6.6.6.6");
+            CHECK(f["X-Forwarded-Port"] == "443");
+            CHECK(f["X-Forwarded-Prefix"] == "/admin");
+            CHECK(count_lines(f, "X_Forwarded_For") == 0);
+            CHECK(count_lines(f, "x_real_ip") == 0);
+            CHECK(count_lines(f, "X_Forwarded_Host") == 0);
+        }
+        SUBCASE("a trusted proxy's Forwarded with an unclosed quote is replaced, not extended") {
+            for (const char* broken : {"for=\"1.2.3.4", "for=\"a\\\"", "for=a\x01"}) {
+                CAPTURE(broken);
+                auto f = make({{"Host", "shop.example"}, {"Forwarded", broken}});
+                add_forwarded(f, "10.0.0.1", "http", trusted);
+                CHECK(f["Forwarded"] == "for=10.0.0.1;host=shop.example;proto=http");
+            }
+            auto f = make({{"Forwarded", "for=\"[2001:db8::1]\";proto=\"a\\\"b\""}});
+            add_forwarded(f, "10.0.0.1", "http", trusted);
+            CHECK(f["Forwarded"] ==
+                  "for=\"[2001:db8::1]\";proto=\"a\\\"b\", for=10.0.0.1;proto=http");
+        }
+    }
+
+    TEST_CASE("valid_host_value: uri-host [\":\" port] (RFC 9110 §7.2)") {
+        for (const char* ok : {"", "shop.example", "shop.example:8080", "127.0.0.1:80", "[::1]",
+                               "[::1]:8080", "[2001:db8::1]", "a_b-c~d", "x"}) {
+            CAPTURE(ok);
+            CHECK(valid_host_value(ok));
+        }
+        for (const char* bad :
+             {"a,b", "a:1:2", "[::1", "::1", "[::1]x", "[::1]:x", "a:b", ":80", "a;b", "a b", "a/b",
+              "a@b", "a%41", "[]", "[x]", "a:123456", "a\"b"}) {
+            CAPTURE(bad);
+            CHECK_FALSE(valid_host_value(bad));
+        }
+    }
+
+    TEST_CASE("refuse_request_head: a standard method in another case is refused") {
+        for (const char* method : {"post", "Post", "get", "pUT", "patch", "propfind"}) {
+            CAPTURE(method);
+            request_head h;
+            h.method_string(method);
+            h.target("/pay");
+            h.version(11);
+            h.set(bhttp::field::host, "x");
+            CHECK_FALSE(refuse_request_head(h).empty());
+        }
+        for (const char* method : {"POST", "GET", "PURGE", "mymethod", "X-Custom"}) {
+            CAPTURE(method);
+            request_head h;
+            h.method_string(method);
+            h.target("/pay");
+            h.version(11);
+            h.set(bhttp::field::host, "x");
+            CHECK(refuse_request_head(h).empty());
+        }
+    }
+
     TEST_CASE("check_framing accepts the unambiguous shapes") {
         CHECK(check_framing(fields{}) == framing_error::none);
         CHECK(check_framing(make({{"Content-Length", "0"}})) == framing_error::none);

@@ -150,4 +150,30 @@ TEST_SUITE("raw_response_head") {
             CHECK(raw_head(a, chunked_close) == beast_head(a, chunked_close));
         }
     }
+
+    TEST_CASE("transfer_codings: the upstream's codings but chunked, in order") {
+        const auto codings = [](std::string_view wire) {
+            raw_header_store raw;
+            response_parser p;
+            parse_head(p, wire, &raw);
+            return transfer_codings(raw);
+        };
+        CHECK(codings("HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n") == "gzip");
+        CHECK(codings("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n").empty());
+        CHECK(codings("HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n"
+                      "Transfer-Encoding: br, CHUNKED\r\n\r\n") == "gzip, br");
+        CHECK(codings("HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n").empty());
+    }
+
+    TEST_CASE("a response's Content-Length list or repeated lines pass on as one plain value") {
+        const std::array<std::string_view, 3> answers{
+            "HTTP/1.1 200 OK\r\nContent-Length: 2, 2\r\nX-A: b\r\n\r\n",
+            "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nX-A: b\r\nContent-Length: 2\r\n\r\n",
+            "HTTP/1.1 200 OK\r\nContent-Length: 002\r\nX-A: b\r\n\r\n"};
+        for (const auto wire : answers) {
+            CAPTURE(wire);
+            CHECK(raw_head(wire) == "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nX-A: b\r\n\r\n");
+            CHECK(beast_head(wire) == "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nX-A: b\r\n\r\n");
+        }
+    }
 }

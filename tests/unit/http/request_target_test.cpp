@@ -80,3 +80,20 @@ TEST_CASE("targets that cannot be routed safely are refused") {
     CHECK(refused(std::string_view("/a\0b", 4)));
     CHECK(refused("/a#frag"));
 }
+
+TEST_CASE("an encoded NUL and dot segments with parameters are refused") {
+    CHECK(refused("/pay%00"));
+    CHECK(refused("/pay%00.json"));
+    CHECK(refused("/public/..;/admin"));
+    CHECK(refused("/public/..;x=1/admin"));
+    CHECK(refused("/public/.;/admin"));
+    CHECK(refused("/public/%2e%2e;/admin"));
+    CHECK(refused("/public/..;"));
+    CHECK_FALSE(is_normal_target("/public/..;/admin"));
+    CHECK_FALSE(is_normal_target("/public/.;/admin"));
+    // Parameters on an ordinary segment are routed (match.path_params decides); a segment
+    // that merely starts with dots is no dot segment.
+    CHECK(normal("/pay;x=1") == "/pay;x=1");
+    CHECK(normal("/a/...;x/b") == "/a/...;x/b");
+    CHECK(normal("/pay%3b") == "/pay%3B");
+}
