@@ -156,7 +156,7 @@ struct upstream_config {
     std::string host;
     std::uint16_t port = 0;
     duration connect_timeout{1'000};
-    duration timeout{30'000};          ///< whole-response deadline once the request is sent
+    duration timeout{30'000}; ///< whole-response deadline once the request is sent
     /// Guarded routes: an answer not in by `timeout` (the client gets its 504) is still read
     /// until this long after the request was sent, and recorded so a retry replays it
     /// (issue 26). 0 (or at most `timeout`): off. Unset in the file: 3 x timeout.
