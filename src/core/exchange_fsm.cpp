@@ -51,7 +51,11 @@ exchange_fsm::exchange_fsm(const config::idempotency_config& policy, exchange_ti
               policy.max_record_bytes},
       timing_(timing), wait_backoff_(timing.wait_backoff_initial),
       extend_backoff_(timing.retry_backoff_initial), retry_backoff_(timing.retry_backoff_initial),
-      answer_window_(deadlines.timeout > duration{0} &&
+      // Not on `fail` routes: there the outcome_unknown record is written at the timeout,
+      // as before, so a proxy killed while it waited on cannot leave the key to lapse and run
+      // again (the soak's strict route caught exactly that).
+      answer_window_(policy.on_upstream_uncertain != config::uncertain_policy::fail &&
+                             deadlines.timeout > duration{0} &&
                              deadlines.late_answer_timeout > deadlines.timeout
                          ? deadlines.timeout
                          : duration{0}) {}

@@ -322,10 +322,9 @@ void start_stream(const std::shared_ptr<exchange_state>& s, core::idempotency_st
 /// client's 504 at the upstream's timeout and waits on for the call (issue 26).
 void start_forward(const std::shared_ptr<exchange_state>& s) {
     s->upstream_started = clock::now();
-    const auto& up = s->env.fwd->upstream(s->route.upstream_index);
     std::optional<std::chrono::milliseconds> deadline;
-    if (up.late_answer_timeout > up.timeout) {
-        deadline = up.late_answer_timeout;
+    if (s->fsm.awaits_late_answers()) {
+        deadline = s->env.fwd->upstream(s->route.upstream_index).late_answer_timeout;
     }
     net::co_spawn(s->timer.get_executor(), call_upstream(s, deadline),
                   side_task_end(s, "upstream call"));

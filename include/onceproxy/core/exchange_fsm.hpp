@@ -260,6 +260,10 @@ public:
     /// The client got its 504 while the upstream answer was still awaited (issue 26): once the
     /// exchange is done, what became of that answer. Empty otherwise.
     std::optional<late_answer> late() const noexcept;
+    /// Late answers are on for this exchange: the upstream call is bounded by
+    /// late_answer_timeout, and the engine itself answers 504 at the timeout (never on `fail`
+    /// routes, whose outcome_unknown record is written at the timeout).
+    bool awaits_late_answers() const noexcept { return answer_window_ > duration{0}; }
 
 private:
     struct policy_values {
