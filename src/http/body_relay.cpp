@@ -158,6 +158,7 @@ net::awaitable<body_end> relay_body(wire::response_parser& rp, body_source from,
     auto& conn = from.conn;
     // Beast reads at most the buffer's free capacity: room for a relay piece per read.
     conn.buffer.reserve(conn.buffer.max_size());
+    long_transfer_watch long_transfer(from.fwd, from.upstream_index);
     while (!rp.is_done()) {
         conn.dl.expires_after(from.timeout);
         auto ec = co_await upstream::async_read(conn, rp, wire::read_until::some);
@@ -174,6 +175,7 @@ net::awaitable<body_end> relay_body(wire::response_parser& rp, body_source from,
             relayed += body.size();
             body.clear();
         }
+        long_transfer.on_piece(conn);
     }
     if (to.rechunk) {
         const auto end = last_chunk(rp.trailers(), trailer_side::to_client);

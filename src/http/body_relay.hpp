@@ -133,10 +133,38 @@ enum class body_end {
     client_failed,   ///< a write to the client failed or stalled past idle_timeout
 };
 
+/// Watches a streamed body's transfer (either way) for lasting over
+/// upstream::long_transfer_after, then moves its upstream connection to the upstream's
+/// long-transfer budget (forwarder::move_to_long_transfers). Checked between pieces: one clock
+/// read per piece, none per byte.
+class long_transfer_watch {
+public:
+    /// `fwd`: the forwarder that lent the connection (null: no watch).
+    long_transfer_watch(upstream::forwarder* fwd, std::size_t upstream_index)
+        : fwd_(fwd), upstream_index_(upstream_index), since_(std::chrono::steady_clock::now()) {}
+
+    /// After a piece of the transfer on `conn`.
+    void on_piece(upstream::connection& conn) {
+        if (fwd_ != nullptr && !conn.tunnel &&
+            std::chrono::steady_clock::now() - since_ >= upstream::long_transfer_after) {
+            fwd_->move_to_long_transfers(upstream_index_, conn);
+        }
+    }
+
+private:
+    upstream::forwarder* fwd_;
+    std::size_t upstream_index_;
+    std::chrono::steady_clock::time_point since_;
+};
+
 /// The upstream side of a body relay: the lent connection and its read deadline.
 struct body_source {
     upstream::connection& conn;
     std::chrono::steady_clock::duration timeout; ///< for each read (an idle limit)
+    /// The forwarder that lent `conn` and its upstream: a body relayed for over
+    /// upstream::long_transfer_after leaves its ordinary slot (long_transfer_watch).
+    upstream::forwarder* fwd = nullptr;
+    std::size_t upstream_index = 0;
 };
 
 /// The client side of a body relay.

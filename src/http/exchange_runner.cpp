@@ -262,7 +262,7 @@ net::awaitable<core::upstream_event> relay_answer(exchange_state& s, core::idemp
         rp.stream_body(relay_chunk);
         const auto& up = s.env.fwd->upstream(s.route.upstream_index);
         end = co_await relay_body(
-            rp, {*rest->conn, up.timeout},
+            rp, {*rest->conn, up.timeout, s.env.fwd.get(), s.route.upstream_index},
             {t.client.sock, t.client.dl, s.env.cfg->limits.idle_timeout, f.rechunk}, bytes,
             failure);
     }

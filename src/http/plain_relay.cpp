@@ -371,6 +371,7 @@ struct plain_relay::exchange {
         const body_pace pace(body_pace::clock::now(), limits().body_timeout,
                              limits().min_body_rate);
         std::uint64_t received = 0;
+        long_transfer_watch long_transfer(&relay.fwd_, route.upstream_index);
         while (!parser.is_done()) {
             client.dl.expires_after(limits().body_timeout);
             auto ec = co_await wire::async_read(client.sock, client.buffer, parser,
@@ -394,6 +395,7 @@ struct plain_relay::exchange {
                 }
                 body.clear();
             }
+            long_transfer.on_piece(*conn);
         }
         if (chunked) {
             const auto end = last_chunk(parser.trailers(), trailer_side::to_upstream, in_use());
@@ -593,8 +595,8 @@ struct plain_relay::exchange {
         std::uint64_t relayed = 0;
         auto failure = upstream::forward_status::ok;
         const auto end = co_await relay_body(
-            rp, {*conn, up.timeout}, {client.sock, client.dl, limits().idle_timeout, rechunk},
-            relayed, failure);
+            rp, {*conn, up.timeout, &relay.fwd_, route.upstream_index},
+            {client.sock, client.dl, limits().idle_timeout, rechunk}, relayed, failure);
         co_return end == body_end::complete;
     }
 

@@ -76,8 +76,9 @@ struct forwarder::impl {
         /// https://: the TLS context and the session to resume; outlives the connections.
         const std::unique_ptr<tls_client> tls;
         std::vector<std::unique_ptr<connection>> idle;
-        std::size_t open = 0;    ///< idle + in use (ordinary exchanges; max_connections)
-        std::size_t tunnels = 0; ///< lent for upgrades (max_tunnels), not counted in `open`
+        std::size_t open = 0; ///< idle + in use (ordinary exchanges; max_connections)
+        /// Lent for upgrades and long transfers (max_tunnels), not counted in `open`.
+        std::size_t tunnels = 0;
         struct waiter {
             net::steady_timer* timer = nullptr;
             bool listed = true; ///< still in `waiters` (not yet woken by give_back)
@@ -293,6 +294,17 @@ net::awaitable<lent_connection> forwarder::async_acquire(std::size_t upstream_in
 
 void forwarder::release(std::size_t upstream_index, std::unique_ptr<connection> c, bool reusable) {
     impl_->give_back(*impl_->pools.at(upstream_index), std::move(c), reusable);
+}
+
+void forwarder::move_to_long_transfers(std::size_t upstream_index, connection& c) {
+    auto& p = *impl_->pools.at(upstream_index);
+    if (c.tunnel || p.tunnels >= p.cfg.max_tunnels) {
+        return;
+    }
+    c.tunnel = true;
+    --p.open;
+    ++p.tunnels;
+    impl::wake_one(p); // its ordinary slot is free
 }
 
 const config::upstream_config& forwarder::upstream(std::size_t upstream_index) const {

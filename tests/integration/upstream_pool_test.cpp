@@ -4,6 +4,8 @@
 // - WebSocket tunnels count against the upstream's max_tunnels, apart from the max_connections
 //   slots of ordinary requests: idle tunnels never starve ordinary requests, and a full pool or a
 //   full tunnel budget is reported as such (not as an unreachable upstream).
+// - Long transfers (a slow download) move to that same budget once they have lasted a second,
+//   freeing their ordinary slots.
 // - An idle pooled connection on which the upstream writes an answer nobody asked for is closed,
 //   so no later request (of another client) receives that answer; a 101 the proxy did not ask
 //   for never puts its connection back into the pool.
@@ -19,8 +21,10 @@
 #include <doctest/doctest.h>
 
 #include <chrono>
+#include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -152,6 +156,73 @@ TEST_SUITE("upstream pool") {
         REQUIRE(head);
         CHECK(head->status == 101);
         check_echo(again, "a new tunnel");
+    }
+
+    TEST_CASE("slow downloads do not take the slots of ordinary requests") {
+        upstream_process upstream(2);
+        proxy_config cfg;
+        cfg.upstream_port = upstream.port;
+        cfg.workers = 1;
+        cfg.upstream_settings = {"max_connections: 2", "max_tunnels: 16", "connect_timeout: 2s"};
+        cfg.routes = R"(  - name: downloads
+    match: { prefix: /download/ }
+    upstream: app
+    limits: { max_response_bytes: none }
+)";
+        proxy_process proxy(cfg.yaml());
+
+        // Twice max_connections downloads of about 5 s each (a 64 KiB piece every 50 ms). The
+        // first two take both ordinary slots; after long_transfer_after (1 s) they move to the
+        // long-transfer budget, and the other two, queued meanwhile, get the slots they freed.
+        constexpr std::uint64_t size = std::uint64_t{6} << 20;
+        std::vector<std::unique_ptr<stream_connection>> downloads;
+        for (int i = 0; i < 4; ++i) {
+            auto c = std::make_unique<stream_connection>(proxy.port);
+            REQUIRE(c->send(make_request(
+                "GET", "/download/" + std::to_string(i),
+                {{"X-Test-Body-Bytes", std::to_string(size)}, {"X-Test-Slow-Body-Ms", "50"}})));
+            downloads.push_back(std::move(c));
+        }
+        const auto started = clock_type::now();
+        for (int i = 0; i < 4; ++i) {
+            auto& c = *downloads[static_cast<std::size_t>(i)];
+            const auto head = c.read_head(5s);
+            REQUIRE_MESSAGE(head, "download " << i << " got no answer");
+            INFO("download " << i << ": " << head->raw);
+            REQUIRE(head->status == 200);
+            c.begin_body(*head);
+        }
+
+        // Once all four have lasted over a second, ordinary requests find both slots free
+        // while the downloads go on.
+        std::this_thread::sleep_until(started + 2500ms);
+        std::vector<std::unique_ptr<http_client>> clients;
+        for (int i = 0; i < 2; ++i) {
+            clients.push_back(std::make_unique<http_client>(proxy.port));
+            clients.back()->send_raw(
+                make_request("GET", "/slow/" + std::to_string(i), {{"X-Test-Delay-Ms", "100"}}));
+        }
+        for (int i = 0; i < 2; ++i) {
+            const auto r = clients[static_cast<std::size_t>(i)]->read_response(5s);
+            REQUIRE(r);
+            INFO("body " << r->body);
+            CHECK(r->status == 200);
+            CHECK(json_member(r->body, "path") == "/slow/" + std::to_string(i));
+        }
+        check_own_answer(proxy.port, "/plain/0");
+        CHECK(clock_type::now() - started < 4s); // well before the downloads end
+
+        // The downloads themselves are whole, and their connections find their way back.
+        for (int i = 0; i < 4; ++i) {
+            const auto got = downloads[static_cast<std::size_t>(i)]->read_body(
+                [](std::string_view) {}, 10s, 30s);
+            INFO("download " << i);
+            CHECK(got.complete);
+            CHECK(got.bytes == size);
+        }
+        for (int i = 1; i < 6; ++i) {
+            check_own_answer(proxy.port, "/plain/" + std::to_string(i));
+        }
     }
 
     TEST_CASE("a route's limits.max_tunnels bounds its upgrades, all workers together") {

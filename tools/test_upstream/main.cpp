@@ -25,6 +25,7 @@
 //                          first N bytes (at least) for the release (10 s at most)
 //   X-Test-Cut-After-Bytes: N    a generated body stops after about N bytes: the connection
 //                          closes with the body unfinished
+//   X-Test-Slow-Body-Ms: N       a generated body waits N ms before each 64 KiB piece
 //   the JSON reply         has "body_fnv1a": 64-bit FNV-1a of the request body, 16 hex digits
 //   GET .../ws + Upgrade: websocket (Connection: Upgrade, Sec-WebSocket-Key): 101, then every
 //                          message is echoed back; any method is upgraded (see session.cpp)

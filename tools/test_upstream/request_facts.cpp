@@ -107,6 +107,7 @@ void request_facts::clear() {
     stream_id.clear();
     pause_after_bytes.reset();
     cut_after_bytes.reset();
+    slow_body_ms.reset();
 }
 
 bool request_facts::wants_websocket() const {
@@ -227,6 +228,9 @@ void request_reader::on_field_impl(http::field name, boost::beast::string_view n
         } else if (which == "cut-after-bytes") {
             f.bad_test_header |= !parse_u64(value, n);
             f.cut_after_bytes = n;
+        } else if (which == "slow-body-ms") {
+            f.bad_test_header |= !parse_u64(value, n) || n > 10'000;
+            f.slow_body_ms = n;
         } else if (which == "stream-id") {
             f.stream_id.assign(value);
         } else if (which == "malformed") {

@@ -81,6 +81,8 @@ struct request_facts {
     std::optional<std::uint64_t> pause_after_bytes;
     // A generated body (over 1 MiB): the connection closes after this many bytes of it.
     std::optional<std::uint64_t> cut_after_bytes;
+    // A generated body (over 1 MiB): wait this many milliseconds before each piece.
+    std::optional<std::uint64_t> slow_body_ms;
 
     void clear();
     /// Upgrade names websocket, Connection has the `upgrade` token and a key is present.

@@ -380,7 +380,8 @@ net::awaitable<bool> wait_for_release(tcp::socket& socket, stream_releases& rele
 /// Writes the head and a generated body of X-Test-Body-Bytes bytes in pieces of piece_size (one
 /// chunk each when chunked), so a 4 GiB body needs no more memory than a small one. With
 /// X-Test-Pause-After-Bytes it waits for a release part-way; with X-Test-Cut-After-Bytes it
-/// stops part-way (false: the caller closes the connection).
+/// stops part-way (false: the caller closes the connection); with X-Test-Slow-Body-Ms it
+/// waits that long before each piece.
 net::awaitable<bool> write_generated_body(tcp::socket& socket, reply const& r,
                                           request_facts const& f, std::string& head,
                                           stream_releases& releases) {
@@ -404,6 +405,11 @@ net::awaitable<bool> write_generated_body(tcp::socket& socket, reply const& r,
             !f.stream_id.empty()) {
             paused = true;
             co_await wait_for_release(socket, releases, f.stream_id);
+        }
+        if (f.slow_body_ms) {
+            net::steady_timer pace(socket.get_executor(),
+                                   std::chrono::milliseconds(*f.slow_body_ms));
+            co_await pace.async_wait(use_tuple);
         }
         auto const len =
             static_cast<std::size_t>(std::min<std::uint64_t>(piece_size, size - offset));

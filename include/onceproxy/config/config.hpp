@@ -162,8 +162,8 @@ struct upstream_config {
     /// (issue 26). 0 (or at most `timeout`): off. Unset in the file: 3 x timeout.
     duration late_answer_timeout{90'000};
     std::size_t max_connections = 256; ///< per worker, ordinary exchanges
-    /// Per worker: connections lent for upgrades (WebSocket tunnels), counted apart from
-    /// max_connections; 0 refuses every upgrade.
+    /// Per worker: connections lent for upgrades (WebSocket tunnels) and held by transfers
+    /// that last over 1 s, counted apart from max_connections; 0 refuses every upgrade.
     std::size_t max_tunnels = 256;
     duration idle_timeout{60'000};    ///< pooled connection kept this long unused
     upstream_tls_config tls_settings; ///< used when `tls`

@@ -74,7 +74,8 @@ struct connection {
     /// answer to answer on this connection.
     wire::raw_header_store answer_fields;
     std::unique_ptr<tls_layer> tls; ///< https:// upstreams: the TLS session over `sock`
-    /// Lent for an upgrade: counted against the upstream's max_tunnels, not max_connections.
+    /// Lent for an upgrade, or a transfer that outlasted long_transfer_after: counted against
+    /// the upstream's max_tunnels, not max_connections.
     bool tunnel = false;
 };
 
@@ -157,6 +158,10 @@ struct forward_result {
     std::unique_ptr<unread_body> rest; ///< the body did not fit the hold limit
 };
 
+/// A streamed body (a slow download or upload) that has gone on this long gives its ordinary
+/// slot up for one of the upstream's max_tunnels budget: see forwarder::move_to_long_transfers.
+inline constexpr std::chrono::seconds long_transfer_after{1};
+
 /// One worker's pools, one per configured upstream. Lives on one worker's executor; all calls
 /// must come from coroutines running on that executor (no locking).
 class forwarder {
@@ -204,6 +209,13 @@ public:
     /// keep-alive connection with nothing left unread), closed otherwise. A tunnel's connection
     /// (one that did not upgrade) is pooled only when an ordinary slot is free.
     void release(std::size_t upstream_index, std::unique_ptr<connection> c, bool reusable);
+
+    /// A lent connection whose transfer has gone on for long_transfer_after: when the
+    /// upstream's max_tunnels budget has room, the connection is counted there from now on and
+    /// its max_connections slot goes to the oldest queued request, so long transfers never
+    /// take the slots ordinary requests need. With the budget in use (or the connection
+    /// already counted there), nothing changes. Released as a tunnel's connection.
+    void move_to_long_transfers(std::size_t upstream_index, connection& c);
 
     /// The settings of upstream `upstream_index`.
     const config::upstream_config& upstream(std::size_t upstream_index) const;
