@@ -58,7 +58,14 @@ exchange_fsm::exchange_fsm(const config::idempotency_config& policy, exchange_ti
                              deadlines.timeout > duration{0} &&
                              deadlines.late_answer_timeout > deadlines.timeout
                          ? deadlines.timeout
-                         : duration{0}) {}
+                         : duration{0}) {
+    if (deadlines.timeout > duration{0}) {
+        give_up_after_ =
+            deadlines.connect_timeout +
+            (answer_window_ > duration{0} ? deadlines.late_answer_timeout : deadlines.timeout) +
+            std::chrono::seconds(1);
+    }
+}
 
 std::optional<late_answer> exchange_fsm::late() const noexcept {
     if (!overdue_ || !outcome_) {
@@ -79,7 +86,10 @@ std::optional<late_answer> exchange_fsm::late() const noexcept {
 }
 
 time_point exchange_fsm::forwarding_wake() const noexcept {
-    return overdue_ || streaming_ ? next_extend_ : std::min(next_extend_, answer_due_);
+    if (streaming_) {
+        return next_extend_;
+    }
+    return std::min({next_extend_, give_up_at_, overdue_ ? time_point::max() : answer_due_});
 }
 
 // The upstream is past its timeout: the client gets its 504 now, as it always did, but the
@@ -220,6 +230,9 @@ action exchange_fsm::on_claim(const claim_event& ev, time_point now) {
         next_extend_ = issued_at_ + policy_.lease / 3;
         if (answer_window_ > duration{0}) {
             answer_due_ = now + answer_window_;
+        }
+        if (give_up_after_ > duration{0}) {
+            give_up_at_ = now + give_up_after_;
         }
         state_ = state::forwarding;
         wake_at_ = forwarding_wake();
@@ -538,6 +551,11 @@ action exchange_fsm::on_tick(time_point now) {
         }
         return issue_claim(now);
     case state::forwarding:
+        if (!streaming_ && now >= give_up_at_) {
+            // The call outlived every deadline it had: an unknown outcome (see
+            // upstream_deadlines); a late answer is no longer awaited.
+            return on_upstream({upstream_result::timed_out, 0, 0}, now);
+        }
         if (!overdue_ && !streaming_ && now >= answer_due_) {
             return answer_overdue(now);
         }

@@ -39,7 +39,7 @@ constexpr auto use_tuple = net::as_tuple(net::use_awaitable);
 
 /// The upstream's timeout and late_answer_timeout, as the engine sees them (issue 26).
 core::upstream_deadlines deadlines_of(const config::upstream_config& up) {
-    return {up.timeout, up.late_answer_timeout};
+    return {up.timeout, up.late_answer_timeout, up.connect_timeout};
 }
 
 /// Now, in milliseconds since the Unix epoch (a claim's created_ms).

@@ -175,9 +175,16 @@ struct upstream_event {
 /// timeout, a call that has not answered `timeout` after forward gets the client its 504 while
 /// the answer is still awaited, up to late_answer_timeout after forward (the call's deadline,
 /// which the session sets). Otherwise (the defaults) the call's own outcome is all there is.
+///
+/// Whatever the session's call does, the engine itself gives up on it at connect_timeout + the
+/// call's deadline (late_answer_timeout when late answers are on, else timeout) + 1 s, as an
+/// unknown outcome: a call that never ends (a bug, a stall the forwarder does not bound) cannot
+/// leave the client unanswered or the lease extended for ever (issue 26, item 7b). 0 timeout:
+/// no bound (unit tests of other paths).
 struct upstream_deadlines {
     duration timeout{0};
     duration late_answer_timeout{0};
+    duration connect_timeout{0};
 };
 
 /// Backoffs; the defaults are the product's, tests may shorten them.
@@ -316,10 +323,12 @@ private:
     /// Late answers (upstream_deadlines): when the client gets its 504 if the call has not
     /// ended (time_point::max(): never); whether it got it; whether the call then answered.
     time_point answer_due_ = time_point::max();
-    duration answer_window_{0};  ///< timeout, when late answers are on; 0 otherwise
-    bool overdue_ = false;       ///< the client got its 504 while the call went on
-    bool awaiting_late_ = false; ///< ... and that answer's on_responded is still due
-    bool late_arrived_ = false;  ///< the call then ended with an answer (or nothing sent)
+    duration answer_window_{0};                 ///< timeout, when late answers are on; 0 otherwise
+    duration give_up_after_{0};                 ///< the engine's own bound on the call; 0: none
+    time_point give_up_at_ = time_point::max(); ///< forward + give_up_after_
+    bool overdue_ = false;                      ///< the client got its 504 while the call went on
+    bool awaiting_late_ = false;                ///< ... and that answer's on_responded is still due
+    bool late_arrived_ = false; ///< the call then ended with an answer (or nothing sent)
 
     // What the exchange answers once its store step (complete/release) is done.
     action pending_answer_{};

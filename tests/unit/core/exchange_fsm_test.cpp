@@ -1264,9 +1264,10 @@ TEST_CASE("exchange_fsm: late answers off (the default): no tick before the firs
     exchange x;
     const time_point t0 = x.now();
     CHECK(x.start_and_acquire().wake_at == t0 + 10s);
-    // late_answer_timeout not above timeout: off as well.
+    // late_answer_timeout not above timeout: off as well; the only earlier wake-up is the
+    // engine's own bound on the call (timeout + 1 s), past the forwarder's timeout.
     exchange same(make_policy(), {}, upstream_deadlines{3s, 3s});
-    CHECK(same.start_and_acquire().wake_at == same.now() + 10s);
+    CHECK(same.start_and_acquire().wake_at == same.now() + 4s);
 }
 
 TEST_CASE("exchange_fsm: an answer within the timeout is answered as usual") {
@@ -1303,7 +1304,9 @@ TEST_CASE("exchange_fsm: the lease is extended while a late answer is awaited") 
     REQUIRE(a.kind == action_kind::extend_lease);
     a = x.fsm.on_extend(fence_event::ok, x.now());
     CHECK(a.kind == action_kind::wait_until);
-    CHECK(a.wake_at == x.t0 + 20s);
+    // The next extension is due at t0 + 20 s, but the engine's own bound on the call comes
+    // first: late_answer_timeout (15 s) + 1 s after forward.
+    CHECK(a.wake_at == x.t0 + 16s);
     CHECK(x.fsm.lease_deadline() == x.t0 + 40s);
     x.advance(2s);
     a = x.fsm.on_upstream(response(200), x.now());
@@ -1337,13 +1340,49 @@ TEST_CASE("exchange_fsm: no answer by late_answer_timeout: on_upstream_uncertain
         exchange x(p, {}, upstream_deadlines{3s, 15s});
         const time_point t0 = x.now();
         CHECK_FALSE(x.fsm.awaits_late_answers());
-        // No wake-up at the upstream timeout: the forwarder's own timeout ends the call.
-        CHECK(x.start_and_acquire().wake_at == t0 + 10s);
+        // No 504 of the engine's at the upstream timeout: the forwarder's own timeout ends the
+        // call; the engine only bounds it (timeout + 1 s).
+        CHECK(x.start_and_acquire().wake_at == t0 + 4s);
         x.advance(3s);
         action a = x.fsm.on_upstream(uncertain(upstream_result::timed_out), x.now());
         REQUIRE(a.kind == action_kind::complete);
         CHECK(a.record == record_kind::outcome_unknown_problem);
         CHECK_FALSE(x.fsm.late().has_value());
+    }
+}
+
+TEST_CASE("exchange_fsm: a call that never ends is given up at connect_timeout + its deadline "
+          "+ 1 s, as an unknown outcome") {
+    SUBCASE("late answers off (fail route): the client gets the outcome_unknown record") {
+        idempotency_config p = make_policy();
+        p.on_upstream_uncertain = uncertain_policy::fail;
+        exchange x(p, {}, upstream_deadlines{3s, 15s, 1s});
+        const time_point t0 = x.now();
+        // Bound: 1 s connect + 3 s timeout + 1 s.
+        CHECK(x.start_and_acquire().wake_at == t0 + 5s);
+        x.advance(5s);
+        action a = x.fsm.on_tick(x.now());
+        REQUIRE(a.kind == action_kind::complete);
+        CHECK(a.record == record_kind::outcome_unknown_problem);
+    }
+    SUBCASE("late answers on (hold route): 504 at the timeout, then the lease is let go") {
+        exchange x(make_policy(), {}, upstream_deadlines{3s, 15s, 1s});
+        const time_point t0 = x.now();
+        CHECK(x.start_and_acquire().wake_at == t0 + 3s);
+        x.advance(3s);
+        check_reject(x.fsm.on_tick(x.now()), problem_code::upstream_timeout, 504, 27s);
+        action a = x.fsm.on_responded(x.now());
+        REQUIRE(a.kind == action_kind::wait_until);
+        CHECK(a.wake_at == t0 + 10s); // the first extension
+        x.advance(7s);
+        REQUIRE(x.fsm.on_tick(x.now()).kind == action_kind::extend_lease);
+        a = x.fsm.on_extend(fence_event::ok, x.now());
+        REQUIRE(a.kind == action_kind::wait_until);
+        CHECK(a.wake_at == t0 + 17s); // 1 s connect + 15 s late_answer_timeout + 1 s
+        x.advance(7s);
+        CHECK(x.fsm.on_tick(x.now()).kind == action_kind::done);
+        check_done(x, exchange_outcome::held);
+        CHECK(x.fsm.late() == late_answer::unanswered);
     }
 }
 
