@@ -821,10 +821,13 @@ TEST_CASE("redis store, durability replicated: the claims of one connection shar
     auto& replica = pair.replica;
 
     auto cfg = make_config(master.url());
-    cfg.command_timeout = 1'000ms;
+    // The 40 claims share one WAIT: one acknowledgement later than wait_timeout fails them
+    // all, so wait_timeout leaves room for a loaded machine (100 ms did not, under ctest -j 2);
+    // with the replica paused, at most 3 WAITs one after another stay within command_timeout.
+    cfg.command_timeout = 2'000ms;
     cfg.durability = onceproxy::config::redis_durability::replicated;
     cfg.replicas = 1;
-    cfg.wait_timeout = 100ms;
+    cfg.wait_timeout = 300ms;
     store_env env(cfg);
     constexpr int n = 40;
     struct tally {
