@@ -7,8 +7,8 @@
 #include "onceproxy/core/problem.hpp"
 #include "onceproxy/http/loop_guard.hpp"
 #include "onceproxy/wire/message_parser.hpp"
+#include "onceproxy/wire/use_tuple.hpp"
 
-#include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -46,7 +46,7 @@ namespace bhttp = beast::http;
 using tcp = net::ip::tcp;
 
 namespace {
-constexpr auto use_tuple = net::as_tuple(net::use_awaitable);
+using wire::use_tuple;
 
 using admin_response = bhttp::response<bhttp::string_body>;
 

@@ -1,8 +1,8 @@
 #include "http/body_relay.hpp"
 
 #include "onceproxy/wire/message_reader.hpp"
+#include "onceproxy/wire/use_tuple.hpp"
 
-#include <boost/asio/as_tuple.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core/string.hpp>
@@ -18,7 +18,7 @@ namespace bhttp = beast::http;
 
 namespace {
 
-constexpr auto use_tuple = net::as_tuple(net::use_awaitable);
+using wire::use_tuple;
 
 /// How a failed read of an answer's body reads to the engine: every one of them comes after
 /// the request was sent, so each is an unknown outcome; the kind only changes the problem.

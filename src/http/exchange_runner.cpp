@@ -11,8 +11,8 @@
 #include "onceproxy/http/problem.hpp"
 #include "onceproxy/log/log.hpp"
 #include "onceproxy/wire/head_writer.hpp"
+#include "onceproxy/wire/use_tuple.hpp"
 
-#include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -35,7 +35,7 @@ using clock = std::chrono::steady_clock;
 
 namespace {
 
-constexpr auto use_tuple = net::as_tuple(net::use_awaitable);
+using wire::use_tuple;
 
 /// The upstream's timeout and late_answer_timeout, as the engine sees them (issue 26).
 core::upstream_deadlines deadlines_of(const config::upstream_config& up) {

@@ -8,8 +8,8 @@
 #include "onceproxy/http/raw_response_head.hpp"
 #include "onceproxy/wire/head_writer.hpp"
 #include "onceproxy/wire/message_reader.hpp"
+#include "onceproxy/wire/use_tuple.hpp"
 
-#include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -56,7 +56,7 @@ private:
     std::size_t bound_;
 };
 
-constexpr auto use_tuple = net::as_tuple(net::use_awaitable);
+using wire::use_tuple;
 
 /// RFC 9110 §7.8: the client asks to switch protocols (`Connection: upgrade` + `Upgrade`).
 bool wants_upgrade(const request& req) {

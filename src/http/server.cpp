@@ -14,8 +14,8 @@
 #include "onceproxy/wire/head_writer.hpp"
 #include "onceproxy/wire/message_parser.hpp"
 #include "onceproxy/wire/message_reader.hpp"
+#include "onceproxy/wire/use_tuple.hpp"
 
-#include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -41,7 +41,7 @@ using tcp = net::ip::tcp;
 
 namespace {
 
-constexpr auto use_tuple = net::as_tuple(net::use_awaitable);
+using wire::use_tuple;
 
 /// How long the close_notify of a closing TLS connection may take to be written (a client
 /// that reads nothing).

@@ -8,8 +8,8 @@
 #include "onceproxy/wire/head_writer.hpp"
 #include "onceproxy/wire/message_parser.hpp"
 #include "onceproxy/wire/message_reader.hpp"
+#include "onceproxy/wire/use_tuple.hpp"
 
-#include <boost/asio/as_tuple.hpp>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -36,7 +36,7 @@ using clock = std::chrono::steady_clock;
 
 namespace {
 
-constexpr auto use_tuple = net::as_tuple(net::use_awaitable);
+using wire::use_tuple;
 
 // A pooled connection the upstream closed while it sat idle shows EOF (or an error) to a
 // non-blocking peek; unexpected bytes (a stray response) also make it unusable. The idle watch

@@ -5,8 +5,8 @@
 
 #include "onceproxy/config/upstream_tls.hpp"
 #include "onceproxy/log/log.hpp"
+#include "onceproxy/wire/use_tuple.hpp"
 
-#include <boost/asio/as_tuple.hpp>
 #include <boost/asio/ssl/context.hpp>
 #include <boost/asio/ssl/error.hpp>
 #include <boost/asio/ssl/stream.hpp>
@@ -37,7 +37,7 @@ connection::~connection() = default;
 
 namespace {
 
-constexpr auto use_tuple = net::as_tuple(net::use_awaitable);
+using wire::use_tuple;
 
 /// The ex_data slot of an SSL_CTX that points back at its tls_client.
 int client_index() {
