@@ -12,6 +12,7 @@
 #include <fstream>
 #include <iterator>
 #include <map>
+#include <optional>
 #include <set>
 #include <string_view>
 #include <thread>
@@ -123,6 +124,17 @@ std::vector<std::string_view> split_segments(std::string_view path) {
         }
         out.push_back(path.substr(start, slash - start));
         start = slash + 1;
+    }
+}
+
+/// One trailing line break (LF or CRLF) is not part of a secret read from a file: files
+/// written by editors and `echo` end with one.
+void drop_line_break(std::string& text) {
+    if (text.ends_with("\n")) {
+        text.pop_back();
+        if (text.ends_with("\r")) {
+            text.pop_back();
+        }
     }
 }
 
@@ -300,18 +312,12 @@ private:
         if (k.token_file.empty()) {
             return; // not a string: already reported
         }
-        std::ifstream in(k.token_file, std::ios::binary);
-        if (!in) {
-            w_.error(token_file, "cannot read token_file '" + k.token_file + "'");
+        auto read = read_secret_file(token_file, k.token_file, "token_file");
+        if (!read) {
             return;
         }
-        std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-        if (text.ends_with("\n")) {
-            text.pop_back();
-            if (text.ends_with("\r")) {
-                text.pop_back();
-            }
-        }
+        std::string text = std::move(*read);
+        drop_line_break(text);
         if (text.empty()) {
             w_.error(token_file, "token_file '" + k.token_file + "' is empty");
             return;
@@ -842,26 +848,33 @@ private:
         return true;
     }
 
+    /// The whole content of the secret file at `path` (a mounted Secret, read once at start),
+    /// or nullopt after reporting at `f` that the `what` cannot be read. The content is never
+    /// echoed in an error.
+    std::optional<std::string> read_secret_file(const yaml_field& f, const std::string& path,
+                                                std::string_view what) {
+        std::ifstream in(path, std::ios::binary);
+        if (!in) {
+            w_.error(f, "cannot read " + std::string(what) + " '" + path + "'");
+            return std::nullopt;
+        }
+        return std::string{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+    }
+
     /// 32 raw bytes, or 64 hex digits with at most one trailing line break. The content is
     /// never echoed: it is a secret.
     void read_key_file(const yaml_field& f, encryption_key& k) {
-        std::ifstream in(k.file, std::ios::binary);
-        if (!in) {
-            w_.error(f, "cannot read key file '" + k.file + "'");
+        auto read = read_secret_file(f, k.file, "key file");
+        if (!read) {
             return;
         }
-        std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+        std::string text = std::move(*read);
         const auto file_size = text.size();
         if (file_size == 32) {
             k.bytes = std::move(text);
             return;
         }
-        if (text.ends_with("\n")) {
-            text.pop_back();
-            if (text.ends_with("\r")) {
-                text.pop_back();
-            }
-        }
+        drop_line_break(text);
         const auto hex = [](char c) -> int {
             if (c >= '0' && c <= '9') {
                 return c - '0';
@@ -1038,22 +1051,15 @@ private:
         }
     }
 
-    /// A mounted Secret, read once at start. One trailing line break is not part of the password
-    /// (files written by editors and `echo` end with one).
+    /// A mounted Secret, read once at start (drop_line_break).
     void read_password_file(const yaml_field& f, const std::string& path, std::string& password,
                             std::string& password_file) {
-        std::ifstream in(path, std::ios::binary);
-        if (!in) {
-            w_.error(f, "cannot read password_file '" + path + "'");
+        auto read = read_secret_file(f, path, "password_file");
+        if (!read) {
             return;
         }
-        std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-        if (text.ends_with("\n")) {
-            text.pop_back();
-            if (text.ends_with("\r")) {
-                text.pop_back();
-            }
-        }
+        std::string text = std::move(*read);
+        drop_line_break(text);
         if (text.empty()) {
             w_.error(f, "password_file '" + path + "' is empty");
             return;
