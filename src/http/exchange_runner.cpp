@@ -1,5 +1,6 @@
 #include "http/exchange_runner.hpp"
 
+#include "http/body_relay.hpp"
 #include "http/exchange_translation.hpp"
 #include "http/http_date.hpp"
 #include "http/random_id.hpp"

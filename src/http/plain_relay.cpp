@@ -655,7 +655,7 @@ net::awaitable<bool> plain_relay::async_relay(client_side client, wire::request_
             problem_code::upstream_tunnel_limit,
             "tunnel limit of route '" + route.name +
                 "' reached: its limits.max_tunnels upgraded connections are open; retry later",
-            11, std::nullopt, 1u));
+            {.retry_after_s = 1}));
     }
     x.resend_ok = x.may_send_again();
     const auto up_start = clock::now();
