@@ -2,13 +2,13 @@
 
 #include "app/key_admin.hpp"
 #include "http/auth_throttle.hpp"
+#include "onceproxy/asio/use_tuple.hpp"
 #include "onceproxy/config/upstream_tls.hpp"
 #include "onceproxy/core/fingerprint.hpp"
 #include "onceproxy/core/problem.hpp"
 #include "onceproxy/http/loop_guard.hpp"
 #include "onceproxy/http/problem.hpp"
 #include "onceproxy/wire/message_parser.hpp"
-#include "onceproxy/wire/use_tuple.hpp"
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -46,8 +46,6 @@ using tcp = net::ip::tcp;
 using core::problem_code;
 
 namespace {
-using wire::use_tuple;
-
 using admin_response = bhttp::response<bhttp::string_body>;
 
 constexpr std::string_view keys_path = "/admin/v1/keys";

@@ -1,7 +1,7 @@
 #include "http/body_relay.hpp"
 
+#include "onceproxy/asio/use_tuple.hpp"
 #include "onceproxy/wire/message_reader.hpp"
-#include "onceproxy/wire/use_tuple.hpp"
 
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
@@ -17,8 +17,6 @@ namespace beast = boost::beast;
 namespace bhttp = beast::http;
 
 namespace {
-
-using wire::use_tuple;
 
 /// How a failed read of an answer's body reads to the engine: every one of them comes after
 /// the request was sent, so each is an unknown outcome; the kind only changes the problem.

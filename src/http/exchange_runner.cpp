@@ -5,6 +5,7 @@
 #include "http/http_date.hpp"
 #include "http/random_id.hpp"
 
+#include "onceproxy/asio/use_tuple.hpp"
 #include "onceproxy/core/exchange_fsm.hpp"
 #include "onceproxy/core/request_facts.hpp"
 #include "onceproxy/http/headers.hpp"
@@ -12,7 +13,6 @@
 #include "onceproxy/http/problem.hpp"
 #include "onceproxy/log/log.hpp"
 #include "onceproxy/wire/head_writer.hpp"
-#include "onceproxy/wire/use_tuple.hpp"
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -35,8 +35,6 @@ namespace net = boost::asio;
 using clock = std::chrono::steady_clock;
 
 namespace {
-
-using wire::use_tuple;
 
 /// The upstream's timeout and late_answer_timeout, as the engine sees them (issue 26).
 core::upstream_deadlines deadlines_of(const config::upstream_config& up) {

@@ -3,12 +3,12 @@
 #include "http/access_log.hpp"
 #include "http/body_pace.hpp"
 #include "http/exchange_runner.hpp"
+#include "onceproxy/asio/use_tuple.hpp"
 #include "onceproxy/http/headers.hpp"
 #include "onceproxy/http/problem.hpp"
 #include "onceproxy/http/raw_response_head.hpp"
 #include "onceproxy/wire/head_writer.hpp"
 #include "onceproxy/wire/message_reader.hpp"
-#include "onceproxy/wire/use_tuple.hpp"
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -55,8 +55,6 @@ private:
     beast::flat_buffer& b_;
     std::size_t bound_;
 };
-
-using wire::use_tuple;
 
 /// RFC 9110 §7.8: the client asks to switch protocols (`Connection: upgrade` + `Upgrade`).
 bool wants_upgrade(const request& req) {

@@ -3,6 +3,7 @@
 #include "http/body_pace.hpp"
 #include "http/buffer_budget.hpp"
 #include "http/plain_relay.hpp"
+#include "onceproxy/asio/use_tuple.hpp"
 #include "onceproxy/config/route_table.hpp"
 #include "onceproxy/http/headers.hpp"
 #include "onceproxy/http/loop_guard.hpp"
@@ -14,7 +15,6 @@
 #include "onceproxy/wire/head_writer.hpp"
 #include "onceproxy/wire/message_parser.hpp"
 #include "onceproxy/wire/message_reader.hpp"
-#include "onceproxy/wire/use_tuple.hpp"
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -40,8 +40,6 @@ namespace bhttp = beast::http;
 using tcp = net::ip::tcp;
 
 namespace {
-
-using wire::use_tuple;
 
 /// How long the close_notify of a closing TLS connection may take to be written (a client
 /// that reads nothing).

@@ -2,8 +2,8 @@
 // The body of wire::async_read, for the units that instantiate it for a stream type (plain TCP
 // in message_reader.cpp; TLS where TLS is compiled).
 
+#include "onceproxy/asio/use_tuple.hpp"
 #include "onceproxy/wire/message_reader.hpp"
-#include "onceproxy/wire/use_tuple.hpp"
 
 #include <boost/asio/ssl/error.hpp>
 #include <boost/asio/use_awaitable.hpp>
