@@ -5,6 +5,7 @@
 #include "onceproxy/config/cidr.hpp"
 #include "onceproxy/config/tls_material.hpp"
 #include "onceproxy/config/upstream_tls.hpp"
+#include "onceproxy/text/hex.hpp"
 
 #include <algorithm>
 #include <cctype>
@@ -20,6 +21,8 @@
 
 namespace onceproxy::config {
 namespace {
+
+using text::hex_value;
 
 // RFC 9110 §5.6.2 tchar: header names and methods are tokens.
 bool is_tchar(char c) {
@@ -875,23 +878,11 @@ private:
             return;
         }
         drop_line_break(text);
-        const auto hex = [](char c) -> int {
-            if (c >= '0' && c <= '9') {
-                return c - '0';
-            }
-            if (c >= 'a' && c <= 'f') {
-                return c - 'a' + 10;
-            }
-            if (c >= 'A' && c <= 'F') {
-                return c - 'A' + 10;
-            }
-            return -1;
-        };
         if (text.size() == 64) {
             std::string bytes;
             for (std::size_t i = 0; i < 64; i += 2) {
-                const int hi = hex(text[i]);
-                const int lo = hex(text[i + 1]);
+                const int hi = hex_value(text[i]);
+                const int lo = hex_value(text[i + 1]);
                 if (hi < 0 || lo < 0) {
                     bytes.clear();
                     break;
