@@ -2,13 +2,14 @@
 
 #include "app/key_admin.hpp"
 #include "http/auth_throttle.hpp"
+#include "onceproxy/asio/use_tuple.hpp"
 #include "onceproxy/config/upstream_tls.hpp"
 #include "onceproxy/core/fingerprint.hpp"
 #include "onceproxy/core/problem.hpp"
 #include "onceproxy/http/loop_guard.hpp"
+#include "onceproxy/http/problem.hpp"
 #include "onceproxy/wire/message_parser.hpp"
 
-#include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -23,8 +24,6 @@
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/string_body.hpp>
 #include <boost/beast/http/write.hpp>
-#include <boost/json/object.hpp>
-#include <boost/json/serialize.hpp>
 #include <boost/url/parse.hpp>
 
 #include <openssl/crypto.h>
@@ -44,10 +43,9 @@ namespace net = boost::asio;
 namespace beast = boost::beast;
 namespace bhttp = beast::http;
 using tcp = net::ip::tcp;
+using core::problem_code;
 
 namespace {
-constexpr auto use_tuple = net::as_tuple(net::use_awaitable);
-
 using admin_response = bhttp::response<bhttp::string_body>;
 
 constexpr std::string_view keys_path = "/admin/v1/keys";
@@ -57,22 +55,6 @@ constexpr std::string_view keys_path = "/admin/v1/keys";
 constexpr unsigned failed_auth_burst = 10;
 constexpr std::chrono::seconds failed_auth_refill{1};
 constexpr std::size_t failed_auth_addresses = 4096;
-
-/// An application/problem+json answer of the admin API (RFC 9457, the proxy's shape).
-admin_response admin_problem(unsigned version, bhttp::status status, std::string_view code,
-                             std::string_view title, std::string_view detail) {
-    boost::json::object o;
-    o["type"] = "https://onceproxy.dev/problems/" + std::string(code);
-    o["title"] = title;
-    o["status"] = static_cast<unsigned>(status);
-    o["detail"] = detail;
-    o["code"] = code;
-    admin_response res{status, version};
-    res.set(bhttp::field::content_type, "application/problem+json");
-    res.set(bhttp::field::cache_control, "no-store");
-    res.body() = boost::json::serialize(o);
-    return res;
-}
 
 /// The bearer token against the configured one in constant time (digests of equal length, so
 /// neither the content nor the length of the token leaks through timing).
@@ -289,38 +271,35 @@ struct admin_server::impl : std::enable_shared_from_this<impl> {
         if (const auto wait = failed_auth.retry_after(peer, now); wait.count() > 0) {
             // Refused before the token is compared: a right guess now would not be told apart.
             reg.admin_auth_throttled.fetch_add(1, std::memory_order_relaxed);
-            const auto& row = core::info(core::problem_code::admin_too_many_attempts);
-            auto res =
-                admin_problem(v, bhttp::status::too_many_requests, row.name, row.title, row.detail);
             const auto seconds = std::chrono::ceil<std::chrono::seconds>(wait).count();
-            res.set(bhttp::field::retry_after, std::to_string(std::max<long long>(1, seconds)));
-            co_return res;
+            co_return http::make_problem(
+                problem_code::admin_too_many_attempts,
+                {.retry_after_s = static_cast<unsigned>(std::max<long long>(1, seconds)),
+                 .http_version = v});
         }
         const bool authorized = token && token_matches(*token, api.token);
         if (token && !authorized) {
             failed_auth.note_failure(peer, now);
         }
         if (!authorized) {
-            auto res = admin_problem(v, bhttp::status::unauthorized, "admin.unauthorized",
-                                     "Authentication required",
-                                     token ? "the bearer token is not the one in "
-                                             "admin.keys_api.token_file"
-                                           : "send Authorization: Bearer TOKEN (the content of "
-                                             "admin.keys_api.token_file)");
+            auto res =
+                token ? http::make_problem(problem_code::admin_unauthorized,
+                                           "the bearer token is not the one in "
+                                           "admin.keys_api.token_file",
+                                           {.http_version = v})
+                      : http::make_problem(problem_code::admin_unauthorized, {.http_version = v});
             res.set(bhttp::field::www_authenticate, "Bearer realm=\"onceproxy-admin\"");
             co_return res;
         }
         const bool inspect = req.method() == bhttp::verb::get;
         if (!inspect && req.method() != bhttp::verb::delete_) {
-            auto res = admin_problem(v, bhttp::status::method_not_allowed,
-                                     "admin.method_not_allowed", "Method not allowed",
-                                     "use GET to inspect a key or DELETE to purge it");
+            auto res =
+                http::make_problem(problem_code::admin_method_not_allowed, {.http_version = v});
             res.set(bhttp::field::allow, "GET, DELETE");
             co_return res;
         }
         const auto bad = [v](std::string_view detail) {
-            return admin_problem(v, bhttp::status::bad_request, "admin.bad_request",
-                                 "Bad key administration request", detail);
+            return http::make_problem(problem_code::admin_bad_request, detail, {.http_version = v});
         };
         auto url = boost::urls::parse_origin_form(req.target());
         if (!url) {
@@ -352,9 +331,9 @@ struct admin_server::impl : std::enable_shared_from_this<impl> {
         }
         const auto& k = std::get<resolved_key>(resolved);
         const auto store_down = [v](const boost::system::error_code& ec) {
-            return admin_problem(v, bhttp::status::service_unavailable, "admin.store_unavailable",
-                                 "Idempotency store unavailable",
-                                 "the store did not answer: " + ec.message());
+            return http::make_problem(problem_code::admin_store_unavailable,
+                                      "the store did not answer: " + ec.message(),
+                                      {.http_version = v});
         };
         if (!st) {
             co_return store_down(
@@ -381,11 +360,7 @@ struct admin_server::impl : std::enable_shared_from_this<impl> {
         }
         note_purge(k, *r, "admin_api", &reg);
         if (*r == store::purge_status::in_flight) {
-            co_return admin_problem(
-                v, bhttp::status::conflict, "admin.key_in_flight", "The key is in flight",
-                "a request with this key is being processed; purge with force=true to delete "
-                "its lease and fence its owner (its answer will not be recorded, and a retry "
-                "executes again)");
+            co_return http::make_problem(problem_code::admin_key_in_flight, {.http_version = v});
         }
         res.body() = describe_purge(k, *r, force);
         co_return res;

@@ -4,6 +4,7 @@
 #include "onceproxy/core/request_facts.hpp"
 #include "onceproxy/core/response_record.hpp"
 #include "onceproxy/log/log.hpp"
+#include "onceproxy/text/ows.hpp"
 
 #include <boost/json/object.hpp>
 #include <boost/json/serialize.hpp>
@@ -16,16 +17,6 @@
 namespace onceproxy::app {
 
 namespace {
-
-std::string_view trim(std::string_view s) noexcept {
-    while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) {
-        s.remove_prefix(1);
-    }
-    while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) {
-        s.remove_suffix(1);
-    }
-    return s;
-}
 
 /// RFC 3339 in UTC with milliseconds, e.g. "2026-11-23T17:30:00.000Z".
 std::string rfc3339(std::chrono::system_clock::time_point t) {
@@ -88,10 +79,10 @@ std::variant<resolved_key, std::string> resolve_key(const config::config& cfg,
         const auto colon = entry.find(':');
         bool named = false;
         if (colon != std::string_view::npos) {
-            const auto name = trim(entry.substr(0, colon));
+            const auto name = text::trim_ows(entry.substr(0, colon));
             for (const auto& h : policy.scope_headers) {
                 if (core::ascii_iequals(h, name)) {
-                    headers.emplace_back(h, trim(entry.substr(colon + 1)));
+                    headers.emplace_back(h, text::trim_ows(entry.substr(colon + 1)));
                     named = true;
                     break;
                 }
@@ -103,14 +94,14 @@ std::variant<resolved_key, std::string> resolve_key(const config::config& cfg,
                        "' scopes keys by client certificate: give its subject once (other "
                        "principal entries name a scope header, 'Header-Name: value')";
             }
-            subject = trim(entry);
+            subject = text::trim_ows(entry);
         } else if (!named) {
             if (policy.scope_headers.empty()) {
                 return "route '" + a.route +
                        "' has no scope headers: every caller shares one "
                        "principal, so give no principal";
             }
-            headers.emplace_back(policy.scope_headers.front(), trim(entry));
+            headers.emplace_back(policy.scope_headers.front(), text::trim_ows(entry));
         }
     }
     core::request_view view;

@@ -7,6 +7,7 @@
 #include "onceproxy/config/live_changes.hpp"
 #include "onceproxy/config/load.hpp"
 #include "onceproxy/config/upstream_tls.hpp"
+#include "onceproxy/core/fingerprint.hpp"
 #include "onceproxy/http/handler.hpp"
 #include "onceproxy/http/loop_guard.hpp"
 #include "onceproxy/http/server.hpp"
@@ -24,7 +25,6 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
-#include <openssl/sha.h>
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -180,16 +180,7 @@ log::level log_level_of(config::log_level l) {
 /// The first 16 hex digits of the SHA-256 of the config file's text (onceproxy_config_info):
 /// enough to tell which file a replica serves.
 std::string config_digest(const config::config& cfg) {
-    std::array<unsigned char, SHA256_DIGEST_LENGTH> md{};
-    SHA256(reinterpret_cast<const unsigned char*>(cfg.source_text.data()), cfg.source_text.size(),
-           md.data());
-    static constexpr char hex[] = "0123456789abcdef";
-    std::string out;
-    for (std::size_t i = 0; i < 8; ++i) {
-        out += hex[md[i] >> 4];
-        out += hex[md[i] & 0xf];
-    }
-    return out;
+    return core::to_hex(core::sha256(cfg.source_text)).substr(0, 16);
 }
 
 /// The metric's label for a move of the store to another master.

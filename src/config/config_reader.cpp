@@ -5,6 +5,7 @@
 #include "onceproxy/config/cidr.hpp"
 #include "onceproxy/config/tls_material.hpp"
 #include "onceproxy/config/upstream_tls.hpp"
+#include "onceproxy/text/hex.hpp"
 
 #include <algorithm>
 #include <cctype>
@@ -12,6 +13,7 @@
 #include <fstream>
 #include <iterator>
 #include <map>
+#include <optional>
 #include <set>
 #include <string_view>
 #include <thread>
@@ -19,6 +21,8 @@
 
 namespace onceproxy::config {
 namespace {
+
+using text::hex_value;
 
 // RFC 9110 §5.6.2 tchar: header names and methods are tokens.
 bool is_tchar(char c) {
@@ -123,6 +127,17 @@ std::vector<std::string_view> split_segments(std::string_view path) {
         }
         out.push_back(path.substr(start, slash - start));
         start = slash + 1;
+    }
+}
+
+/// One trailing line break (LF or CRLF) is not part of a secret read from a file: files
+/// written by editors and `echo` end with one.
+void drop_line_break(std::string& text) {
+    if (text.ends_with("\n")) {
+        text.pop_back();
+        if (text.ends_with("\r")) {
+            text.pop_back();
+        }
     }
 }
 
@@ -300,18 +315,12 @@ private:
         if (k.token_file.empty()) {
             return; // not a string: already reported
         }
-        std::ifstream in(k.token_file, std::ios::binary);
-        if (!in) {
-            w_.error(token_file, "cannot read token_file '" + k.token_file + "'");
+        auto read = read_secret_file(token_file, k.token_file, "token_file");
+        if (!read) {
             return;
         }
-        std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-        if (text.ends_with("\n")) {
-            text.pop_back();
-            if (text.ends_with("\r")) {
-                text.pop_back();
-            }
-        }
+        std::string text = std::move(*read);
+        drop_line_break(text);
         if (text.empty()) {
             w_.error(token_file, "token_file '" + k.token_file + "' is empty");
             return;
@@ -842,43 +851,38 @@ private:
         return true;
     }
 
+    /// The whole content of the secret file at `path` (a mounted Secret, read once at start),
+    /// or nullopt after reporting at `f` that the `what` cannot be read. The content is never
+    /// echoed in an error.
+    std::optional<std::string> read_secret_file(const yaml_field& f, const std::string& path,
+                                                std::string_view what) {
+        std::ifstream in(path, std::ios::binary);
+        if (!in) {
+            w_.error(f, "cannot read " + std::string(what) + " '" + path + "'");
+            return std::nullopt;
+        }
+        return std::string{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+    }
+
     /// 32 raw bytes, or 64 hex digits with at most one trailing line break. The content is
     /// never echoed: it is a secret.
     void read_key_file(const yaml_field& f, encryption_key& k) {
-        std::ifstream in(k.file, std::ios::binary);
-        if (!in) {
-            w_.error(f, "cannot read key file '" + k.file + "'");
+        auto read = read_secret_file(f, k.file, "key file");
+        if (!read) {
             return;
         }
-        std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+        std::string text = std::move(*read);
         const auto file_size = text.size();
         if (file_size == 32) {
             k.bytes = std::move(text);
             return;
         }
-        if (text.ends_with("\n")) {
-            text.pop_back();
-            if (text.ends_with("\r")) {
-                text.pop_back();
-            }
-        }
-        const auto hex = [](char c) -> int {
-            if (c >= '0' && c <= '9') {
-                return c - '0';
-            }
-            if (c >= 'a' && c <= 'f') {
-                return c - 'a' + 10;
-            }
-            if (c >= 'A' && c <= 'F') {
-                return c - 'A' + 10;
-            }
-            return -1;
-        };
+        drop_line_break(text);
         if (text.size() == 64) {
             std::string bytes;
             for (std::size_t i = 0; i < 64; i += 2) {
-                const int hi = hex(text[i]);
-                const int lo = hex(text[i + 1]);
+                const int hi = hex_value(text[i]);
+                const int lo = hex_value(text[i + 1]);
                 if (hi < 0 || lo < 0) {
                     bytes.clear();
                     break;
@@ -1038,22 +1042,15 @@ private:
         }
     }
 
-    /// A mounted Secret, read once at start. One trailing line break is not part of the password
-    /// (files written by editors and `echo` end with one).
+    /// A mounted Secret, read once at start (drop_line_break).
     void read_password_file(const yaml_field& f, const std::string& path, std::string& password,
                             std::string& password_file) {
-        std::ifstream in(path, std::ios::binary);
-        if (!in) {
-            w_.error(f, "cannot read password_file '" + path + "'");
+        auto read = read_secret_file(f, path, "password_file");
+        if (!read) {
             return;
         }
-        std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-        if (text.ends_with("\n")) {
-            text.pop_back();
-            if (text.ends_with("\r")) {
-                text.pop_back();
-            }
-        }
+        std::string text = std::move(*read);
+        drop_line_break(text);
         if (text.empty()) {
             w_.error(f, "password_file '" + path + "' is empty");
             return;

@@ -9,6 +9,7 @@
 #include <charconv>
 #include <cstdint>
 #include <limits>
+#include <span>
 #include <string_view>
 
 namespace onceproxy::config {
@@ -38,12 +39,24 @@ struct unit_factor {
     std::uint64_t factor;
 };
 
-bool scale(std::uint64_t number, std::uint64_t factor, std::uint64_t limit, std::uint64_t& out) {
-    if (factor != 0 && number > limit / factor) {
-        return false;
+/// `text` as a number and one of `units`, scaled by its factor; nullopt when it is malformed,
+/// has another unit, or the value exceeds `limit`.
+std::optional<std::uint64_t> parse_scaled(std::string_view text, std::span<const unit_factor> units,
+                                          std::uint64_t limit) {
+    std::uint64_t number = 0;
+    std::string_view unit;
+    if (!split_number(text, number, unit)) {
+        return std::nullopt;
     }
-    out = number * factor;
-    return true;
+    for (const auto& u : units) {
+        if (u.unit == unit) {
+            if (u.factor != 0 && number > limit / u.factor) {
+                return std::nullopt;
+            }
+            return number * u.factor;
+        }
+    }
+    return std::nullopt;
 }
 
 } // namespace
@@ -58,23 +71,12 @@ std::optional<duration> parse_duration(std::string_view text) {
         {"h", 3600ULL * 1000},
         {"d", 24ULL * 3600 * 1000},
     }};
-    std::uint64_t number = 0;
-    std::string_view unit;
-    if (!split_number(text, number, unit)) {
+    const auto ms = parse_scaled(
+        text, units, static_cast<std::uint64_t>(std::numeric_limits<duration::rep>::max()));
+    if (!ms) {
         return std::nullopt;
     }
-    for (const auto& u : units) {
-        if (u.unit == unit) {
-            std::uint64_t ms = 0;
-            const auto limit =
-                static_cast<std::uint64_t>(std::numeric_limits<duration::rep>::max());
-            if (!scale(number, u.factor, limit, ms)) {
-                return std::nullopt;
-            }
-            return duration{static_cast<duration::rep>(ms)};
-        }
-    }
-    return std::nullopt;
+    return duration{static_cast<duration::rep>(*ms)};
 }
 
 std::optional<std::size_t> parse_size(std::string_view text) {
@@ -92,21 +94,11 @@ std::optional<std::size_t> parse_size(std::string_view text) {
         {"GB", 1000ULL * 1000 * 1000},
         {"TB", 1000ULL * 1000 * 1000 * 1000},
     }};
-    std::uint64_t number = 0;
-    std::string_view unit;
-    if (!split_number(text, number, unit)) {
+    const auto bytes = parse_scaled(text, units, std::numeric_limits<std::size_t>::max());
+    if (!bytes) {
         return std::nullopt;
     }
-    for (const auto& u : units) {
-        if (u.unit == unit) {
-            std::uint64_t bytes = 0;
-            if (!scale(number, u.factor, std::numeric_limits<std::size_t>::max(), bytes)) {
-                return std::nullopt;
-            }
-            return static_cast<std::size_t>(bytes);
-        }
-    }
-    return std::nullopt;
+    return static_cast<std::size_t>(*bytes);
 }
 
 } // namespace onceproxy::config

@@ -1,6 +1,7 @@
 #include <onceproxy/core/fingerprint.hpp>
 
 #include <onceproxy/core/canonical_json.hpp>
+#include <onceproxy/text/ows.hpp>
 
 #include <openssl/evp.h>
 
@@ -95,16 +96,6 @@ bool ends_with_icase(std::string_view s, std::string_view suffix) noexcept {
     return s.size() >= suffix.size() && iequals(s.substr(s.size() - suffix.size()), suffix);
 }
 
-std::string_view trim(std::string_view v) noexcept {
-    while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) {
-        v.remove_prefix(1);
-    }
-    while (!v.empty() && (v.back() == ' ' || v.back() == '\t')) {
-        v.remove_suffix(1);
-    }
-    return v;
-}
-
 void hash_headers(hasher& h, std::span<const header_view> headers) {
     h.number(headers.size());
     for (const auto& [name, value] : headers) {
@@ -140,7 +131,7 @@ std::string to_hex(std::string_view bytes) {
 
 bool is_json_media_type(std::string_view content_type) noexcept {
     std::string_view media = content_type.substr(0, content_type.find(';'));
-    media = trim(media);
+    media = text::trim_ows(media);
     const auto slash = media.find('/');
     if (slash == std::string_view::npos || !iequals(media.substr(0, slash), "application")) {
         return false;

@@ -1,6 +1,7 @@
 #include <onceproxy/core/idempotency_key.hpp>
 
 #include <onceproxy/core/canonical_json.hpp>
+#include <onceproxy/text/ows.hpp>
 
 #include <boost/json/parse.hpp>
 #include <boost/json/value.hpp>
@@ -11,20 +12,6 @@ namespace {
 
 key_parse_result failure(key_error e) {
     return key_parse_result{std::nullopt, e};
-}
-
-bool is_ows(char c) noexcept {
-    return c == ' ' || c == '\t';
-}
-
-std::string_view trim_ows(std::string_view v) noexcept {
-    while (!v.empty() && is_ows(v.front())) {
-        v.remove_prefix(1);
-    }
-    while (!v.empty() && is_ows(v.back())) {
-        v.remove_suffix(1);
-    }
-    return v;
 }
 
 /// RFC 9651 §4.2.5 (Parsing a String), plus "nothing may follow": the whole of `v` must be
@@ -85,7 +72,7 @@ key_parse_result parse_idempotency_key(std::span<const std::string_view> header_
     if (header_lines.size() > 1) {
         return failure(key_error::repeated);
     }
-    const std::string_view value = trim_ows(header_lines.front());
+    const std::string_view value = text::trim_ows(header_lines.front());
     if (value.empty()) {
         return failure(key_error::empty);
     }

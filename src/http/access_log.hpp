@@ -1,7 +1,7 @@
 #pragma once
 // One JSON line per request on stdout (SPEC §6). Never the raw key or Authorization.
 
-#include "onceproxy/http/handler.hpp"
+#include "onceproxy/http/context.hpp"
 #include "onceproxy/log/log.hpp"
 #include "onceproxy/metrics/registry.hpp"
 

@@ -1,8 +1,8 @@
 #include "http/body_relay.hpp"
 
+#include "onceproxy/asio/use_tuple.hpp"
 #include "onceproxy/wire/message_reader.hpp"
 
-#include <boost/asio/as_tuple.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core/string.hpp>
@@ -17,8 +17,6 @@ namespace beast = boost::beast;
 namespace bhttp = beast::http;
 
 namespace {
-
-constexpr auto use_tuple = net::as_tuple(net::use_awaitable);
 
 /// How a failed read of an answer's body reads to the engine: every one of them comes after
 /// the request was sent, so each is an unknown outcome; the kind only changes the problem.

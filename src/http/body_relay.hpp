@@ -1,10 +1,11 @@
 #pragma once
 // The pieces every streamed body is made of, shared by the plain path (plain_relay) and the
-// guarded path when an answer is too large to hold (exchange_runner): the client side of a
-// session, the framing an answer travels with, chunk framing, and the loop that relays an
-// answer's body from an upstream connection to the client through one bounded staging buffer,
-// each piece written before the next is read (back-pressure: a slow client slows the upstream).
+// guarded path when an answer is too large to hold (exchange_runner): the framing an answer travels
+// with, chunk framing, and the loop that relays an answer's body from an upstream connection to the
+// client through one bounded staging buffer, each piece written before the next is read
+// (back-pressure: a slow client slows the upstream).
 
+#include "onceproxy/http/context.hpp"
 #include "onceproxy/upstream/forwarder.hpp"
 #include "onceproxy/wire/client_stream.hpp"
 #include "onceproxy/wire/deadline_watch.hpp"
@@ -29,16 +30,6 @@ namespace onceproxy::http {
 /// Bytes of body staged between a read and the matching write (per direction, per connection):
 /// what bounds a streamed exchange's memory whatever the body size.
 inline constexpr std::size_t relay_chunk = 64 * 1024;
-
-/// The client side of one session, lent for one request to whatever streams its answer.
-struct client_side {
-    wire::client_stream& sock;         ///< plain or TLS
-    boost::beast::flat_buffer& buffer; ///< may hold the start of the next (pipelined) request
-    wire::deadline_watch::slot& dl;
-    std::string& scratch; ///< a reusable buffer for serialised heads
-    const bool& draining; ///< the worker is draining: answer with Connection: close
-    bool last = false;    ///< the connection's request cap is reached: Connection: close too
-};
 
 /// How an answer's body travels to the client.
 struct response_framing {

@@ -1,9 +1,11 @@
 #include "http/exchange_runner.hpp"
 
+#include "http/body_relay.hpp"
 #include "http/exchange_translation.hpp"
 #include "http/http_date.hpp"
 #include "http/random_id.hpp"
 
+#include "onceproxy/asio/use_tuple.hpp"
 #include "onceproxy/core/exchange_fsm.hpp"
 #include "onceproxy/core/request_facts.hpp"
 #include "onceproxy/http/headers.hpp"
@@ -12,7 +14,6 @@
 #include "onceproxy/log/log.hpp"
 #include "onceproxy/wire/head_writer.hpp"
 
-#include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -34,8 +35,6 @@ namespace net = boost::asio;
 using clock = std::chrono::steady_clock;
 
 namespace {
-
-constexpr auto use_tuple = net::as_tuple(net::use_awaitable);
 
 /// The upstream's timeout and late_answer_timeout, as the engine sees them (issue 26).
 core::upstream_deadlines deadlines_of(const config::upstream_config& up) {

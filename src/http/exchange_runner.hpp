@@ -6,13 +6,10 @@
 // exchange_translation.hpp. The decisions are all the engine's (STYLE.md §2); this is the I/O
 // shell (Boost.Redis `exec_op` idea).
 
-#include "http/body_relay.hpp"
 #include "http/buffer_budget.hpp"
 #include "onceproxy/config/config.hpp"
-#include "onceproxy/core/record_cipher.hpp"
-#include "onceproxy/http/handler.hpp"
+#include "onceproxy/http/context.hpp"
 #include "onceproxy/metrics/registry.hpp"
-#include "onceproxy/store/store.hpp"
 #include "onceproxy/upstream/forwarder.hpp"
 
 #include <boost/asio/awaitable.hpp>
@@ -20,23 +17,8 @@
 #include <memory>
 #include <string>
 #include <string_view>
-#include <vector>
 
 namespace onceproxy::http {
-
-/// Everything the runner needs for one config (one handler's), shared with the exchanges that
-/// run on it: an exchange still completing in the background after a reload keeps its config,
-/// forwarder and store alive.
-struct exchange_env {
-    std::shared_ptr<const config::config> cfg;
-    std::shared_ptr<upstream::forwarder> fwd;
-    std::shared_ptr<store::store> st;
-    metrics::registry& reg;
-    task_tracker& tracker; ///< the worker's: background completions hold a token
-    std::vector<metrics::route_metrics*> route_series; ///< index = route index in `cfg`
-    /// Encryption at rest of records, from cfg->store.encryption; null when off.
-    std::shared_ptr<const core::record_cipher> cipher = nullptr;
-};
 
 /// The client connection an answer too large to hold is streamed to, and what its request
 /// said about the answer.

@@ -265,8 +265,8 @@ void set_idempotency_status(response& res, core::idempotency_status st) {
 response replay_response(std::string encoded, bool stripe_compat, std::string_view date) {
     const auto rec = core::decode_record_view(encoded);
     if (!rec) {
-        return make_problem(problem_code::store_unavailable, "stored record is unreadable", 11,
-                            std::nullopt, 1u);
+        return make_problem(problem_code::store_unavailable, "stored record is unreadable",
+                            {.retry_after_s = 1});
     }
     response res{static_cast<bhttp::status>(rec->status), 11};
     for (const auto& [n, v] : rec->headers) {
@@ -319,9 +319,10 @@ response reject_response(const core::action& a, std::optional<upstream::forward_
                *upstream == upstream::forward_status::pool_exhausted) {
         detail = upstream_limit_detail(*upstream, upstream_name);
     }
-    auto res =
-        make_problem(a.problem, detail, 11,
-                     a.http_status ? std::optional<unsigned>(a.http_status) : std::nullopt, retry);
+    auto res = make_problem(
+        a.problem, detail,
+        {.status = a.http_status ? std::optional<unsigned>(a.http_status) : std::nullopt,
+         .retry_after_s = retry});
     set_idempotency_status(res, a.status_header);
     return res;
 }
@@ -342,7 +343,7 @@ response upstream_failure_problem(upstream::forward_status s, std::string_view u
                             upstream_limit_detail(s, upstream_name));
     case forward_status::tunnel_limit:
         return make_problem(problem_code::upstream_tunnel_limit,
-                            upstream_limit_detail(s, upstream_name), 11, std::nullopt, 1u);
+                            upstream_limit_detail(s, upstream_name), {.retry_after_s = 1});
     case forward_status::connect_failed:
         return make_problem(problem_code::upstream_unavailable,
                             "could not connect to the upstream");

@@ -85,12 +85,12 @@ net::awaitable<bool> handler::async_relay(client_side client, wire::request_pars
     return impl_->relay.async_relay(client, parser, route, route_index, ctx);
 }
 
-net::awaitable<handled> handler::async_handle(request& req, const request_context& ctx,
+net::awaitable<handled> handler::async_handle(request& req, const config::route_config* route,
+                                              std::size_t route_index, const request_context& ctx,
                                               client_side client,
                                               std::shared_ptr<buffer_reservation> held) {
     auto& m = *impl_;
     const auto target = req.target();
-    const auto* route = config::find_route(*m.cfg, req.method_string(), path_of(target));
     access_log_entry log;
     log.method = req.method_string();
     log.target = target;
@@ -106,7 +106,6 @@ net::awaitable<handled> handler::async_handle(request& req, const request_contex
         }
         co_return handled{std::move(res)};
     }
-    const auto route_index = static_cast<std::size_t>(route - m.cfg->routes.data());
     auto& rm = *m.env->route_series[route_index];
     log.route = route->name;
     const std::string method(req.method_string());

@@ -1,6 +1,7 @@
 #include "onceproxy/http/headers.hpp"
 
 #include "onceproxy/config/cidr.hpp"
+#include "onceproxy/text/ows.hpp"
 
 #include <boost/beast/core/string.hpp>
 #include <boost/beast/http/field.hpp>
@@ -30,16 +31,6 @@ bool listed(std::string_view name, std::span<const std::string_view> names) {
         }
     }
     return false;
-}
-
-std::string_view trim(std::string_view s) {
-    while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) {
-        s.remove_prefix(1);
-    }
-    while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) {
-        s.remove_suffix(1);
-    }
-    return s;
 }
 
 } // namespace
@@ -383,7 +374,7 @@ framing_error check_framing(const fields& f, const framing_lines& n) {
         return framing_error::repeated_content_length;
     }
     if (n.content_length == 1) {
-        const auto v = trim(f[bhttp::field::content_length]);
+        const auto v = text::trim_ows(f[bhttp::field::content_length]);
         if (v.empty() || v.find_first_not_of("0123456789") != std::string_view::npos) {
             return framing_error::repeated_content_length; // a list "5, 5" or garbage
         }
@@ -392,7 +383,7 @@ framing_error check_framing(const fields& f, const framing_lines& n) {
         return framing_error::bad_transfer_encoding;
     }
     if (n.transfer_encoding == 1 &&
-        !beast::iequals(trim(f[bhttp::field::transfer_encoding]), "chunked")) {
+        !beast::iequals(text::trim_ows(f[bhttp::field::transfer_encoding]), "chunked")) {
         return framing_error::bad_transfer_encoding;
     }
     return framing_error::none;
@@ -507,7 +498,7 @@ std::string_view refuse_request_head(const request_head& h) {
         return "the method token differs from a standard method only in case";
     }
     if (h.method() == bhttp::verb::trace) {
-        const auto cl = trim(h[bhttp::field::content_length]);
+        const auto cl = text::trim_ows(h[bhttp::field::content_length]);
         if (has_te || (!cl.empty() && cl != "0")) {
             // RFC 9110 §9.3.8: a TRACE request carries no content.
             return "a TRACE request must not have a body";

@@ -3,13 +3,13 @@
 #include "http/access_log.hpp"
 #include "http/body_pace.hpp"
 #include "http/exchange_runner.hpp"
+#include "onceproxy/asio/use_tuple.hpp"
 #include "onceproxy/http/headers.hpp"
 #include "onceproxy/http/problem.hpp"
 #include "onceproxy/http/raw_response_head.hpp"
 #include "onceproxy/wire/head_writer.hpp"
 #include "onceproxy/wire/message_reader.hpp"
 
-#include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -55,8 +55,6 @@ private:
     beast::flat_buffer& b_;
     std::size_t bound_;
 };
-
-constexpr auto use_tuple = net::as_tuple(net::use_awaitable);
 
 /// RFC 9110 §7.8: the client asks to switch protocols (`Connection: upgrade` + `Upgrade`).
 bool wants_upgrade(const request& req) {
@@ -655,7 +653,7 @@ net::awaitable<bool> plain_relay::async_relay(client_side client, wire::request_
             problem_code::upstream_tunnel_limit,
             "tunnel limit of route '" + route.name +
                 "' reached: its limits.max_tunnels upgraded connections are open; retry later",
-            11, std::nullopt, 1u));
+            {.retry_after_s = 1}));
     }
     x.resend_ok = x.may_send_again();
     const auto up_start = clock::now();

@@ -5,7 +5,7 @@
 
 #include "http/body_relay.hpp"
 #include "onceproxy/config/config.hpp"
-#include "onceproxy/http/handler.hpp"
+#include "onceproxy/http/context.hpp"
 #include "onceproxy/metrics/registry.hpp"
 #include "onceproxy/upstream/forwarder.hpp"
 #include "onceproxy/wire/deadline_watch.hpp"

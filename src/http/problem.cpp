@@ -39,28 +39,26 @@ std::string_view code_name(problem_code c) noexcept {
     return core::to_string(c);
 }
 
-response make_problem(problem_code c, unsigned http_version, std::optional<unsigned> status,
-                      std::optional<unsigned> retry_after_s) {
-    return make_problem(c, core::info(c).detail, http_version, status, retry_after_s);
+response make_problem(problem_code c, problem_options o) {
+    return make_problem(c, core::info(c).detail, o);
 }
 
-response make_problem(problem_code c, std::string_view detail, unsigned http_version,
-                      std::optional<unsigned> status, std::optional<unsigned> retry_after_s) {
+response make_problem(problem_code c, std::string_view detail, problem_options o) {
     const auto& r = core::info(c);
-    const unsigned st = status.value_or(r.status);
-    boost::json::object o;
-    o["type"] = "https://onceproxy.dev/problems/" + std::string(r.name);
-    o["title"] = r.title;
-    o["status"] = st;
-    o["detail"] = detail;
-    o["code"] = r.name;
-    response res{static_cast<bhttp::status>(st), http_version};
+    const unsigned st = o.status.value_or(r.status);
+    boost::json::object body;
+    body["type"] = "https://onceproxy.dev/problems/" + std::string(r.name);
+    body["title"] = r.title;
+    body["status"] = st;
+    body["detail"] = detail;
+    body["code"] = r.name;
+    response res{static_cast<bhttp::status>(st), o.http_version};
     res.set(bhttp::field::content_type, "application/problem+json");
     res.set(bhttp::field::cache_control, "no-store");
-    if (retry_after_s) {
-        res.set(bhttp::field::retry_after, std::to_string(*retry_after_s));
+    if (o.retry_after_s) {
+        res.set(bhttp::field::retry_after, std::to_string(*o.retry_after_s));
     }
-    res.body() = boost::json::serialize(o);
+    res.body() = boost::json::serialize(body);
     res.prepare_payload();
     return res;
 }

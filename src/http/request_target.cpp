@@ -1,23 +1,14 @@
 #include "onceproxy/http/request_target.hpp"
 
+#include "onceproxy/text/hex.hpp"
+
 #include <cstddef>
 #include <vector>
 
 namespace onceproxy::http {
 namespace {
 
-int hex_value(char c) {
-    if (c >= '0' && c <= '9') {
-        return c - '0';
-    }
-    if (c >= 'a' && c <= 'f') {
-        return c - 'a' + 10;
-    }
-    if (c >= 'A' && c <= 'F') {
-        return c - 'A' + 10;
-    }
-    return -1;
-}
+using text::hex_value;
 
 bool unreserved(unsigned char c) {
     return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||

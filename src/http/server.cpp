@@ -3,6 +3,7 @@
 #include "http/body_pace.hpp"
 #include "http/buffer_budget.hpp"
 #include "http/plain_relay.hpp"
+#include "onceproxy/asio/use_tuple.hpp"
 #include "onceproxy/config/route_table.hpp"
 #include "onceproxy/http/headers.hpp"
 #include "onceproxy/http/loop_guard.hpp"
@@ -15,7 +16,6 @@
 #include "onceproxy/wire/message_parser.hpp"
 #include "onceproxy/wire/message_reader.hpp"
 
-#include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -40,8 +40,6 @@ namespace bhttp = beast::http;
 using tcp = net::ip::tcp;
 
 namespace {
-
-constexpr auto use_tuple = net::as_tuple(net::use_awaitable);
 
 /// How long the close_notify of a closing TLS connection may take to be written (a client
 /// that reads nothing).
@@ -154,7 +152,7 @@ struct server::impl : std::enable_shared_from_this<impl> {
         dl.expires_after(std::chrono::seconds(1));
         auto res =
             make_problem(problem_code::connection_limit,
-                         "the proxy is at its connection limit; retry later", 11, std::nullopt, 1u);
+                         "the proxy is at its connection limit; retry later", {.retry_after_s = 1});
         res.keep_alive(false);
         auto [wec, wn] = co_await bhttp::async_write(sock, res, use_tuple);
         (void)wn;
@@ -265,8 +263,8 @@ struct server::impl::connection {
         }
         const auto expect = head[bhttp::field::expect];
         if (!p.is_done() && !expect.empty() && !beast::iequals(expect, "100-continue")) {
-            return read_verdict::reject(
-                make_problem(problem_code::bad_request, "unsupported Expect value", 11, 417u));
+            return read_verdict::reject(make_problem(problem_code::bad_request,
+                                                     "unsupported Expect value", {.status = 417}));
         }
         if (!is_normal_target(head.target())) {
             // Routed and forwarded as normalised (README "Path normalisation"), so the route
@@ -325,7 +323,7 @@ struct server::impl::connection {
     /// The answer to a body that does not fit limits.max_buffered_bytes (counted).
     response buffer_refusal() const {
         srv.reg.buffered_refusals.fetch_add(1, std::memory_order_relaxed);
-        return make_problem(problem_code::memory_limit, 11, std::nullopt, 1u);
+        return make_problem(problem_code::memory_limit, {.retry_after_s = 1});
     }
 
     /// Reads the rest of a body that is buffered whole, each read within body_timeout, the
@@ -354,8 +352,9 @@ struct server::impl::connection {
     }
 
     /// A request the handler answers whole (no route, or a guarded method): its body is read
-    /// whole first. True when the connection may carry the next request.
-    net::awaitable<bool> serve_whole() {
+    /// whole first; `route` and `route_index` are the read step's. True when the connection
+    /// may carry the next request.
+    net::awaitable<bool> serve_whole(const config::route_config* route, std::size_t route_index) {
         auto& p = *parser;
         // The body counts against limits.max_buffered_bytes until the answer is written (the
         // exchange holds it further while it goes on): a declared length at once, before any
@@ -391,7 +390,8 @@ struct server::impl::connection {
         const bool head = req.method() == bhttp::verb::head;
         dl.disarm(); // the upstream side has its own deadlines
         auto out = co_await h->async_handle(
-            req, ctx, client_side{stream, buffer, dl, wire_head, srv.draining, last()}, held);
+            req, route, route_index, ctx,
+            client_side{stream, buffer, dl, wire_head, srv.draining, last()}, held);
         if (out.streamed) {
             co_return out.keep && !srv.draining; // written already, framed by the stream
         }
@@ -409,7 +409,7 @@ struct server::impl::connection {
             return h->async_relay(client_side{stream, buffer, dl, wire_head, srv.draining, last()},
                                   *parser, *v.route, v.route_index, ctx);
         }
-        return serve_whole();
+        return serve_whole(v.route, v.route_index);
     }
 };
 

@@ -1,10 +1,10 @@
 #include "onceproxy/redis/redis_client.hpp"
 
+#include "onceproxy/asio/use_tuple.hpp"
 #include "onceproxy/log/log.hpp"
 #include "onceproxy/redis/error.hpp"
 #include "redis/redis_multiplexer.hpp"
 
-#include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/detached.hpp>
@@ -38,8 +38,6 @@ using tcp = net::ip::tcp;
 using boost::system::error_code;
 
 namespace {
-
-constexpr auto use_tuple = net::as_tuple(net::use_awaitable);
 
 std::chrono::milliseconds jittered(std::chrono::milliseconds cap) {
     // Jitter (delay uniform in [cap/2, cap]) spreads the reconnects of many workers and

@@ -1,9 +1,9 @@
 #include "onceproxy/redis/redis_cluster.hpp"
 
+#include "onceproxy/asio/use_tuple.hpp"
 #include "onceproxy/log/log.hpp"
 #include "onceproxy/redis/error.hpp"
 
-#include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -22,12 +22,6 @@ namespace onceproxy::redis {
 
 namespace net = boost::asio;
 using clock = std::chrono::steady_clock;
-
-namespace {
-
-constexpr auto use_tuple = net::as_tuple(net::use_awaitable);
-
-} // namespace
 
 struct redis_cluster::impl : std::enable_shared_from_this<redis_cluster::impl> {
     impl(net::any_io_executor executor, redis_cluster_options opts)

@@ -1,9 +1,9 @@
 #include "onceproxy/redis/redis_sentinel.hpp"
 
+#include "onceproxy/asio/use_tuple.hpp"
 #include "onceproxy/log/log.hpp"
 #include "onceproxy/redis/error.hpp"
 
-#include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/post.hpp>
@@ -29,7 +29,6 @@ using boost::system::error_code;
 
 namespace {
 
-constexpr auto use_tuple = net::as_tuple(net::use_awaitable);
 constexpr std::string_view channel = "+switch-master";
 
 std::optional<std::uint16_t> parse_port(std::string_view text) {

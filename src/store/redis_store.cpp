@@ -1,5 +1,6 @@
 #include "onceproxy/store/redis_store.hpp"
 
+#include "onceproxy/core/fingerprint.hpp"
 #include "onceproxy/log/log.hpp"
 #include "onceproxy/redis/error.hpp"
 #include "onceproxy/redis/redis_client.hpp"
@@ -178,11 +179,7 @@ script make_script(const char* body) {
     script s{body, {}};
     unsigned char digest[SHA_DIGEST_LENGTH];
     SHA1(reinterpret_cast<const unsigned char*>(s.body.data()), s.body.size(), digest);
-    static constexpr char hex[] = "0123456789abcdef";
-    for (unsigned char c : digest) {
-        s.sha.push_back(hex[c >> 4]);
-        s.sha.push_back(hex[c & 0xf]);
-    }
+    s.sha = core::to_hex({reinterpret_cast<const char*>(digest), sizeof digest});
     return s;
 }
 

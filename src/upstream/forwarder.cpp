@@ -5,11 +5,11 @@
 #include "onceproxy/config/upstream_tls.hpp"
 #include "onceproxy/log/log.hpp"
 
+#include "onceproxy/asio/use_tuple.hpp"
 #include "onceproxy/wire/head_writer.hpp"
 #include "onceproxy/wire/message_parser.hpp"
 #include "onceproxy/wire/message_reader.hpp"
 
-#include <boost/asio/as_tuple.hpp>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -35,8 +35,6 @@ using tcp = net::ip::tcp;
 using clock = std::chrono::steady_clock;
 
 namespace {
-
-constexpr auto use_tuple = net::as_tuple(net::use_awaitable);
 
 // A pooled connection the upstream closed while it sat idle shows EOF (or an error) to a
 // non-blocking peek; unexpected bytes (a stray response) also make it unusable. The idle watch

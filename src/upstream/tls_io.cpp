@@ -3,10 +3,10 @@
 #include "upstream/tls_client.hpp"
 #include "wire/message_reader_impl.hpp"
 
+#include "onceproxy/asio/use_tuple.hpp"
 #include "onceproxy/config/upstream_tls.hpp"
 #include "onceproxy/log/log.hpp"
 
-#include <boost/asio/as_tuple.hpp>
 #include <boost/asio/ssl/context.hpp>
 #include <boost/asio/ssl/error.hpp>
 #include <boost/asio/ssl/stream.hpp>
@@ -36,8 +36,6 @@ connection::connection(net::any_io_executor ex, wire::deadline_watch& watch)
 connection::~connection() = default;
 
 namespace {
-
-constexpr auto use_tuple = net::as_tuple(net::use_awaitable);
 
 /// The ex_data slot of an SSL_CTX that points back at its tls_client.
 int client_index() {

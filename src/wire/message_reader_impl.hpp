@@ -2,9 +2,9 @@
 // The body of wire::async_read, for the units that instantiate it for a stream type (plain TCP
 // in message_reader.cpp; TLS where TLS is compiled).
 
+#include "onceproxy/asio/use_tuple.hpp"
 #include "onceproxy/wire/message_reader.hpp"
 
-#include <boost/asio/as_tuple.hpp>
 #include <boost/asio/ssl/error.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/core/read_size.hpp>
@@ -20,8 +20,6 @@ namespace bhttp = boost::beast::http;
 using error_code = boost::system::error_code;
 
 namespace reader_detail {
-
-inline constexpr auto use_tuple = net::as_tuple(net::use_awaitable);
 
 /// Largest single read, as Beast's read_some_op.
 inline constexpr std::size_t max_read = 65536;
@@ -101,7 +99,7 @@ net::awaitable<error_code> async_read(Stream& sock, boost::beast::flat_buffer& b
         if (!reader_detail::prepare(buffer, room)) {
             co_return bhttp::error::buffer_overflow;
         }
-        auto [rec, n] = co_await sock.async_read_some(room, reader_detail::use_tuple);
+        auto [rec, n] = co_await sock.async_read_some(room, use_tuple);
         buffer.commit(n);
         // A TLS peer that closes without close_notify: an idle connection that went away
         // (nothing of a message yet) is an ordinary close; a message cut short is not.

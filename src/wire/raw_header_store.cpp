@@ -1,5 +1,7 @@
 #include "onceproxy/wire/raw_header_store.hpp"
 
+#include "onceproxy/text/ows.hpp"
+
 namespace onceproxy::wire {
 
 namespace {
@@ -9,18 +11,6 @@ namespace {
 /// quarter of a megabyte of records).
 constexpr std::size_t kept_bytes = 16 * 1024;
 constexpr std::size_t kept_lines = 256;
-
-/// What Beast's `fields` strips from a value (beast::http::detail::trim): spaces and tabs at
-/// both ends. The parser has trimmed already except around an obsolete line fold.
-std::string_view trim(std::string_view s) noexcept {
-    while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) {
-        s.remove_prefix(1);
-    }
-    while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) {
-        s.remove_suffix(1);
-    }
-    return s;
-}
 
 } // namespace
 
@@ -40,7 +30,9 @@ void raw_header_store::clear() noexcept {
 
 void raw_header_store::append(boost::beast::http::field name, std::string_view name_string,
                               std::string_view value) {
-    value = trim(value);
+    // What Beast's `fields` strips from a value: the parser has trimmed already except
+    // around an obsolete line fold.
+    value = text::trim_ows(value);
     lines_.push_back({name, static_cast<std::uint32_t>(bytes_.size()),
                       static_cast<std::uint32_t>(name_string.size()),
                       static_cast<std::uint32_t>(value.size())});

@@ -32,11 +32,17 @@ enum class problem_code : std::uint8_t {
     admin_too_many_attempts,  ///< 429 admin.too_many_attempts + Retry-After (wrong admin tokens)
     upstream_tunnel_limit,    ///< 503 upstream.tunnel_limit (the upstream's max_tunnels in use)
     memory_limit, ///< 503 proxy.memory_limit + Retry-After (limits.max_buffered_bytes spent)
+    // The key administration API's (README "Key administration").
+    admin_unauthorized,       ///< 401 admin.unauthorized (no bearer token, or a wrong one)
+    admin_method_not_allowed, ///< 405 admin.method_not_allowed (neither GET nor DELETE)
+    admin_bad_request,        ///< 400 admin.bad_request (a parameter missing, unknown or wrong)
+    admin_store_unavailable,  ///< 503 admin.store_unavailable (the store did not answer)
+    admin_key_in_flight,      ///< 409 admin.key_in_flight (a purge without force of a leased key)
 };
 
-/// Number of problem codes (the last one is memory_limit).
+/// Number of problem codes (the last one is admin_key_in_flight).
 inline constexpr std::size_t problem_code_count =
-    static_cast<std::size_t>(problem_code::memory_limit) + 1;
+    static_cast<std::size_t>(problem_code::admin_key_in_flight) + 1;
 
 /// One row of the problem table.
 struct problem_info {
@@ -100,6 +106,18 @@ inline constexpr std::array<problem_info, problem_code_count> problem_table{{
      "the upstream's limit of open tunnels (max_tunnels) is reached; retry later"},
     {problem_code::memory_limit, "proxy.memory_limit", 503, "Buffered bodies at their limit",
      "the proxy's budget for buffered bodies (limits.max_buffered_bytes) is spent; retry later"},
+    {problem_code::admin_unauthorized, "admin.unauthorized", 401, "Authentication required",
+     "send Authorization: Bearer TOKEN (the content of admin.keys_api.token_file)"},
+    {problem_code::admin_method_not_allowed, "admin.method_not_allowed", 405, "Method not allowed",
+     "use GET to inspect a key or DELETE to purge it"},
+    {problem_code::admin_bad_request, "admin.bad_request", 400, "Bad key administration request",
+     "the key administration request could not be understood"},
+    // The same title as idempotency.store_unavailable: the same condition, seen by the admin API.
+    {problem_code::admin_store_unavailable, "admin.store_unavailable", 503,
+     "Idempotency store unavailable", "the store did not answer"},
+    {problem_code::admin_key_in_flight, "admin.key_in_flight", 409, "The key is in flight",
+     "a request with this key is being processed; purge with force=true to delete its lease and "
+     "fence its owner (its answer will not be recorded, and a retry executes again)"},
 }};
 
 namespace detail {

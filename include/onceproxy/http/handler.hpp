@@ -4,6 +4,7 @@
 // that worker's executor.
 
 #include "onceproxy/config/config.hpp"
+#include "onceproxy/http/context.hpp"
 #include "onceproxy/http/task_tracker.hpp"
 #include "onceproxy/metrics/registry.hpp"
 #include "onceproxy/store/store.hpp"
@@ -19,20 +20,7 @@
 
 namespace onceproxy::http {
 
-using request = upstream::request;
-using response = upstream::response;
-
-struct client_side;
 class buffer_reservation;
-
-/// Facts about the connection a request arrived on.
-struct request_context {
-    std::string client_ip;
-    bool tls = false;
-    /// TLS with a verified client certificate: its subject (RFC 2253); else empty.
-    std::string client_cert_subject;
-    std::chrono::steady_clock::time_point received{};
-};
 
 /// What handler::async_handle did with a request.
 struct handled {
@@ -72,15 +60,17 @@ public:
                                              std::size_t route_index, const request_context& ctx);
 
     /// Produces the response for a request read whole that does not stream: no route matches
-    /// (404), or its route guards its method (the idempotency exchange). Requests for which
+    /// (`route` null: 404), or its route guards its method (the idempotency exchange); `route`
+    /// and `route_index` are what route_for() found for its head. Requests for which
     /// streams() is true go to async_relay instead. `req` is consumed (moved upstream). Never
     /// throws for anything a client or an upstream does: those become problem responses. An
     /// upstream answer whose body outgrows the route's max_record_bytes is not held: it streams
     /// to `client` (its head as soon as that much has arrived) and the result says so. `held`
     /// holds the request body against limits.max_buffered_bytes; the exchange keeps it (and
     /// counts the upstream answer it holds in it) for as long as it runs.
-    boost::asio::awaitable<handled> async_handle(request& req, const request_context& ctx,
-                                                 client_side client,
+    boost::asio::awaitable<handled> async_handle(request& req, const config::route_config* route,
+                                                 std::size_t route_index,
+                                                 const request_context& ctx, client_side client,
                                                  std::shared_ptr<buffer_reservation> held);
 
 private:

@@ -28,16 +28,20 @@ std::optional<response> read_failure_problem(const boost::system::error_code& ec
 /// core::default_status).
 std::string_view code_name(problem_code c) noexcept;
 
-/// The problem with its default detail (core::problem_table).
-response make_problem(problem_code c, unsigned http_version = 11,
-                      std::optional<unsigned> status = std::nullopt,
-                      std::optional<unsigned> retry_after_s = std::nullopt);
+/// What one answer changes from its code's row of the table, by name:
+/// `make_problem(problem_code::bad_request, "unsupported Expect value", {.status = 417})`.
+struct problem_options {
+    /// Overrides the row's status (payload_mismatch configured as 409; 417 for an Expect).
+    std::optional<unsigned> status = std::nullopt;
+    std::optional<unsigned> retry_after_s = std::nullopt; ///< adds Retry-After
+    unsigned http_version = 11;                           ///< of the response
+};
 
-/// Builds the problem+json response. `status` overrides the default (payload_mismatch 409);
-/// `retry_after_s` adds Retry-After. The body is serialised JSON with type, title, status,
+/// The problem with its default detail (core::problem_table).
+response make_problem(problem_code c, problem_options o = {});
+
+/// Builds the problem+json response. The body is serialised JSON with type, title, status,
 /// detail and code.
-response make_problem(problem_code c, std::string_view detail, unsigned http_version = 11,
-                      std::optional<unsigned> status = std::nullopt,
-                      std::optional<unsigned> retry_after_s = std::nullopt);
+response make_problem(problem_code c, std::string_view detail, problem_options o = {});
 
 } // namespace onceproxy::http

@@ -41,19 +41,19 @@ TEST_SUITE("problem") {
 
     TEST_CASE("make_problem: status override, Retry-After, HTTP version, escaping") {
         SUBCASE("payload mismatch configured as 409") {
-            const auto res = make_problem(problem_code::payload_mismatch, "d", 11, 409u);
+            const auto res = make_problem(problem_code::payload_mismatch, "d", {.status = 409});
             CHECK(res.result_int() == 409);
             const auto v = boost::json::parse(res.body());
             CHECK(v.at("status").to_number<unsigned>() == 409);
             CHECK(v.at("code").as_string() == "idempotency.payload_mismatch");
         }
         SUBCASE("Retry-After in whole seconds") {
-            const auto res = make_problem(problem_code::in_progress, "busy", 11, std::nullopt, 3u);
+            const auto res = make_problem(problem_code::in_progress, "busy", {.retry_after_s = 3});
             CHECK(res.result_int() == 409);
             CHECK(res[bhttp::field::retry_after] == "3");
         }
         SUBCASE("HTTP/1.0 client") {
-            const auto res = make_problem(problem_code::bad_request, "old", 10);
+            const auto res = make_problem(problem_code::bad_request, "old", {.http_version = 10});
             CHECK(res.version() == 10);
         }
         SUBCASE("a detail with quotes, backslashes and control characters stays valid JSON") {
