@@ -192,11 +192,12 @@ std::string config_digest(const config::config& cfg) {
     return out;
 }
 
-/// The store's causes of a master switch are the `cause` values of the metric, in its order.
+/// The store's causes of a master switch are the `cause` values of the metric, in its order
+/// (the enum's own to_string, found by argument-dependent lookup).
 constexpr bool master_switch_causes_match() {
     const auto& values = metrics::info(metrics::family::store_master_switches).values;
     for (std::size_t i = 0; i < store::master_switch_cause_count; ++i) {
-        if (values[i] != store::to_string(static_cast<store::master_switch_cause>(i))) {
+        if (values[i] != to_string(static_cast<store::master_switch_cause>(i))) {
             return false;
         }
     }
