@@ -270,7 +270,7 @@ struct admin_server::impl : std::enable_shared_from_this<impl> {
         const auto now = http::auth_throttle::clock::now();
         if (const auto wait = failed_auth.retry_after(peer, now); wait.count() > 0) {
             // Refused before the token is compared: a right guess now would not be told apart.
-            reg.admin_auth_throttled.fetch_add(1, std::memory_order_relaxed);
+            reg.counter(metrics::family::admin_auth_throttled).inc();
             const auto seconds = std::chrono::ceil<std::chrono::seconds>(wait).count();
             co_return http::make_problem(
                 problem_code::admin_too_many_attempts,
@@ -493,7 +493,7 @@ struct admin_server::impl : std::enable_shared_from_this<impl> {
                 }
                 // Out of descriptors (a flood on the proxy port) is transient: the probes must
                 // answer again as soon as descriptors are free.
-                reg.accept_errors_admin.fetch_add(1, std::memory_order_relaxed);
+                reg.counter(metrics::family::accept_errors, metrics::listener::admin).inc();
                 t.expires_after(backoff.on_error("admin", ec));
                 co_await t.async_wait(use_tuple);
                 continue;
@@ -502,14 +502,15 @@ struct admin_server::impl : std::enable_shared_from_this<impl> {
             if (open_sessions >= cfg->admin.max_connections) {
                 // Closed at once: the admin listener keeps to its share of the descriptors,
                 // whatever a client opens (issue 26), and the proxy listener is not starved.
-                reg.admin_connections_refused.fetch_add(1, std::memory_order_relaxed);
+                reg.counter(metrics::family::admin_connections_refused).inc();
                 boost::system::error_code ignored;
                 sock.close(ignored);
                 continue;
             }
             net::co_spawn(ioc, session(std::move(sock), session_slot(self)),
                           [this, self](std::exception_ptr e) {
-                              http::report_exception(e, "admin session", reg.internal_errors);
+                              http::report_exception(e, "admin session",
+                                                     reg.counter(metrics::family::internal_errors));
                           });
         }
     }

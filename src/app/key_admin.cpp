@@ -192,9 +192,7 @@ void note_purge(const resolved_key& k, store::purge_status result, std::string_v
     }
     const bool forced = result == store::purge_status::purged_lease;
     if (reg != nullptr) {
-        reg->route_named(k.route->name)
-            .keys_purged[forced ? 1 : 0]
-            .fetch_add(1, std::memory_order_relaxed);
+        reg->route_named(k.route->name).counter(metrics::family::keys_purged, forced).inc();
     }
     log::warn("admin",
               forced ? "idempotency key purged while in flight: its owner is fenced, a retry "

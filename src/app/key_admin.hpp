@@ -51,7 +51,7 @@ std::string describe_key(const resolved_key& k, const store::key_info& info,
 /// The JSON object describing a purge's result.
 std::string describe_purge(const resolved_key& k, store::purge_status result, bool force);
 
-/// Logs a purge (the key hashed) and counts it in onceproxy_keys_purged_total (when `reg` is
+/// Logs a purge (the key hashed) and counts it in metrics::family::keys_purged (when `reg` is
 /// given). `via` names the way it came: "admin_api" or "cli".
 void note_purge(const resolved_key& k, store::purge_status result, std::string_view via,
                 metrics::registry* reg);

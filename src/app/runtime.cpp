@@ -177,24 +177,24 @@ log::level log_level_of(config::log_level l) {
     return log::level::info;
 }
 
-/// The first 16 hex digits of the SHA-256 of the config file's text (onceproxy_config_info):
+/// The first 16 hex digits of the SHA-256 of the config file's text (family::config_info):
 /// enough to tell which file a replica serves.
 std::string config_digest(const config::config& cfg) {
     return core::to_hex(core::sha256(cfg.source_text)).substr(0, 16);
 }
 
-/// The metric's label for a move of the store to another master.
-metrics::master_switch_cause cause_of(store::master_switch_cause c) {
-    switch (c) {
-    case store::master_switch_cause::switch_master:
-        return metrics::master_switch_cause::switch_master;
-    case store::master_switch_cause::readonly:
-        return metrics::master_switch_cause::readonly;
-    case store::master_switch_cause::connection_lost:
-        return metrics::master_switch_cause::connection_lost;
+/// The store's causes of a master switch are the `cause` values of the metric, in its order
+/// (the enum's own to_string, found by argument-dependent lookup).
+constexpr bool master_switch_causes_match() {
+    const auto& values = metrics::info(metrics::family::store_master_switches).values;
+    for (std::size_t i = 0; i < store::master_switch_cause_count; ++i) {
+        if (values[i] != to_string(static_cast<store::master_switch_cause>(i))) {
+            return false;
+        }
     }
-    return metrics::master_switch_cause::connection_lost;
+    return values.count == store::master_switch_cause_count;
 }
+static_assert(master_switch_causes_match());
 
 std::int64_t unix_seconds() {
     return std::chrono::duration_cast<std::chrono::seconds>(
@@ -210,8 +210,8 @@ class runtime {
 public:
     runtime(std::shared_ptr<const config::config> cfg, run_options opts)
         : current_(std::move(cfg)), opts_(std::move(opts)), reg_(route_names(*current_)) {
-        reg_.connection_limit = connection_limit(*current_);
-        reg_.buffered_bytes_limit = current_->limits.max_buffered_bytes;
+        reg_.gauge(metrics::family::connection_limit).set(connection_limit(*current_));
+        reg_.gauge(metrics::family::buffered_bytes_limit).set(current_->limits.max_buffered_bytes);
         reg_.set_config(config_digest(*current_), unix_seconds());
         const unsigned n = current_->workers == 0 ? 1 : current_->workers;
         // The event loops exist before anything that binds to them (the Redis store keeps one
@@ -237,7 +237,7 @@ public:
         if (st_->follows_master()) {
             reg_.store_follows_master = true;
             st_->set_master_switch_observer([&reg = reg_](store::master_switch_cause c) {
-                reg.count_master_switch(cause_of(c));
+                reg.counter(metrics::family::store_master_switches, c).inc();
             });
         }
         net::io_context open_ioc(1);
@@ -271,7 +271,7 @@ public:
                 return false;
             }
             tls_stamps_ = tls_stamps_of(*current_->tls);
-            reg_.tls_certificate_expiry = tls_->not_after();
+            reg_.gauge(metrics::family::tls_certificate_expiry).set(tls_->not_after());
         }
         // Before the pools load them: a file rotated while they do is seen as a change.
         upstream_tls_seen_ = upstream_tls_stamps_of(*current_);
@@ -314,7 +314,8 @@ public:
             w->watch.start();
             w->srv.start();
             w->thread = std::thread([&ioc = w->ioc, this] {
-                http::run_guarded(ioc, "worker event loop", reg_.internal_errors);
+                http::run_guarded(ioc, "worker event loop",
+                                  reg_.counter(metrics::family::internal_errors));
             });
         }
         admin_->start();
@@ -351,7 +352,8 @@ public:
             watch_tls();
         }
         watch_upstream_tls();
-        http::run_guarded(main_ioc_, "admin event loop", reg_.internal_errors);
+        http::run_guarded(main_ioc_, "admin event loop",
+                          reg_.counter(metrics::family::internal_errors));
     }
 
     /// Waits for the workers to finish draining, bounded: background work (a completion
@@ -583,13 +585,14 @@ private:
     /// in use.
     bool count_upstream_tls_rotation(const config::upstream_config& u, const char* why) {
         if (const auto built = config::make_upstream_tls_context(u.tls_settings); !built.ctx) {
-            reg_.upstream_tls_reloads_failure.fetch_add(1, std::memory_order_relaxed);
+            reg_.counter(metrics::family::upstream_tls_reloads, metrics::file_reload::failure)
+                .inc();
             log::error("upstream",
                        "upstream TLS files changed but do not load; the ones in use stay",
                        {{"upstream", u.name}, {"cause", why}, {"error", built.error}});
             return false;
         }
-        reg_.upstream_tls_reloads_success.fetch_add(1, std::memory_order_relaxed);
+        reg_.counter(metrics::family::upstream_tls_reloads, metrics::file_reload::success).inc();
         log::info("upstream", "upstream TLS files reloaded; new connections use them",
                   {{"upstream", u.name}, {"cause", why}});
         return true;
@@ -626,13 +629,14 @@ private:
         const auto& t = *current_->tls;
         tls_stamps_ = tls_stamps_of(t);
         if (auto error = tls_->reload(t)) {
-            reg_.tls_reloads_failure.fetch_add(1, std::memory_order_relaxed);
+            reg_.counter(metrics::family::tls_certificate_reloads, metrics::file_reload::failure)
+                .inc();
             log::error("tls", "certificate reload failed; the certificate in use stays",
                        {{"cause", why}, {"error", *error}});
             return;
         }
-        reg_.tls_reloads_success.fetch_add(1, std::memory_order_relaxed);
-        reg_.tls_certificate_expiry = tls_->not_after();
+        reg_.counter(metrics::family::tls_certificate_reloads, metrics::file_reload::success).inc();
+        reg_.gauge(metrics::family::tls_certificate_expiry).set(tls_->not_after());
         log::info("tls", "certificate reloaded; new connections use it",
                   {{"cause", why}, {"cert_file", t.cert_file}, {"not_after", tls_->not_after()}});
     }
@@ -652,7 +656,7 @@ private:
             next = config::load_file(file);
         } catch (const config::config_errors& e) {
             log_config_errors(e, "reload rejected: the running config stays");
-            reg_.count_reload(metrics::reload_result::error);
+            reg_.counter(metrics::family::config_reloads, metrics::reload_result::error).inc();
             return;
         }
         if (const auto fields = config::changes_needing_restart(*current_, *next);
@@ -665,7 +669,8 @@ private:
                       "the new config needs a restart to apply; reload refused, the running "
                       "config stays",
                       {{"file", file}, {"fields", list}});
-            reg_.count_reload(metrics::reload_result::restart_required);
+            reg_.counter(metrics::family::config_reloads, metrics::reload_result::restart_required)
+                .inc();
             return;
         }
         log::set_min_level(log_level_of(next->log.level));
@@ -679,9 +684,9 @@ private:
                       {{"password_file", redis.password_file}});
         }
         if (next->limits.max_connections != current_->limits.max_connections) {
-            reg_.connection_limit = connection_limit(*next);
+            reg_.gauge(metrics::family::connection_limit).set(connection_limit(*next));
         }
-        reg_.buffered_bytes_limit = next->limits.max_buffered_bytes;
+        reg_.gauge(metrics::family::buffered_bytes_limit).set(next->limits.max_buffered_bytes);
         const bool tls_changed = next->tls && current_->tls && !(*next->tls == *current_->tls);
         const auto digest = config_digest(*next);
         count_upstream_tls_rotations(*next, why);
@@ -694,7 +699,8 @@ private:
                 w.install(next, st, reg);
                 if (pending->fetch_sub(1) == 1) {
                     reg.set_config(digest, unix_seconds());
-                    reg.count_reload(metrics::reload_result::success);
+                    reg.counter(metrics::family::config_reloads, metrics::reload_result::success)
+                        .inc();
                     log::info("config", "config reloaded",
                               {{"file", next->source_file},
                                {"sha256", digest},

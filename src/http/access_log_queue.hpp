@@ -3,7 +3,7 @@
 // issue 8): a worker formats its line and appends it here, which takes a short lock and never
 // waits for stdout; the writer thread takes the pending lines in batches and writes each batch
 // with one write(2). The buffer is bounded in bytes: a line that does not fit is refused (the
-// caller counts it, onceproxy_access_log_dropped_total) rather than stalling a worker behind a
+// caller counts it, metrics::family::access_log_dropped) rather than stalling a worker behind a
 // slow log collector or growing without bound.
 
 #include <chrono>

@@ -22,7 +22,7 @@ public:
     buffer_reservation() noexcept = default;
     /// Counts in `used` (bytes held now, all reservations together), bounded by `limit`.
     buffer_reservation(std::atomic<std::int64_t>& used,
-                       const std::atomic<std::uint64_t>& limit) noexcept
+                       const std::atomic<std::int64_t>& limit) noexcept
         : used_(&used), limit_(&limit) {}
     buffer_reservation(buffer_reservation&& o) noexcept
         : used_(std::exchange(o.used_, nullptr)), limit_(std::exchange(o.limit_, nullptr)),
@@ -47,7 +47,7 @@ public:
             return true;
         }
         const auto delta = static_cast<std::int64_t>(total - bytes_);
-        const auto limit = static_cast<std::int64_t>(limit_->load(std::memory_order_relaxed));
+        const auto limit = limit_->load(std::memory_order_relaxed);
         auto now = used_->load(std::memory_order_relaxed);
         do {
             if (now + delta > limit) {
@@ -80,7 +80,7 @@ public:
 
 private:
     std::atomic<std::int64_t>* used_ = nullptr;
-    const std::atomic<std::uint64_t>* limit_ = nullptr;
+    const std::atomic<std::int64_t>* limit_ = nullptr;
     std::size_t bytes_ = 0;
 };
 

@@ -88,7 +88,7 @@ struct exchange_state {
     clock::time_point upstream_started{};
     exchange_report report;
     /// Store operations issued (claim, complete, release; one Redis round trip each), lease
-    /// renewals aside: onceproxy_store_round_trips_total.
+    /// renewals aside: metrics::family::store_round_trips.
     std::uint64_t round_trips = 0;
 
     metrics::route_metrics& metrics() { return *env.route_series[route_index]; }
@@ -113,10 +113,10 @@ public:
     }
     void done(std::optional<metrics::store_error_cause> failed) {
         const auto d = clock::now() - start_;
-        s_.metrics().store_duration.observe(d);
+        s_.metrics().histogram(metrics::family::store_duration).observe(d);
         s_.report.store_ms += std::chrono::duration<double, std::milli>(d).count();
         if (failed) {
-            s_.env.reg.count_store_error(*failed);
+            s_.env.reg.counter(metrics::family::store_errors, *failed).inc();
         }
     }
 
@@ -143,7 +143,7 @@ net::awaitable<core::action> do_claim(exchange_state& s, core::action a) {
             : t.unreadable ? std::optional(metrics::store_error_cause::unreadable)
                            : std::nullopt);
     if (t.open_failure) {
-        s.metrics().count_decrypt_failure(*t.open_failure);
+        s.metrics().counter(metrics::family::record_decrypt_failures, *t.open_failure).inc();
     }
     s.claimed_record = std::move(t.record);
     s.expires = std::move(t.expires);
@@ -160,7 +160,7 @@ net::awaitable<void> call_upstream(std::shared_ptr<exchange_state> s,
                                                 s->route.idempotency.max_record_bytes, deadline);
     const auto took = clock::now() - s->upstream_started;
     s->report.upstream_ms = std::chrono::duration<double, std::milli>(took).count();
-    s->metrics().upstream_duration.observe(took);
+    s->metrics().histogram(metrics::family::upstream_duration).observe(took);
     if (r.status == upstream::forward_status::ok) {
         // Once, here: both the record and the client response carry end-to-end headers only.
         strip_hop_by_hop(r.res);
@@ -276,9 +276,12 @@ net::awaitable<core::upstream_event> relay_answer(exchange_state& s, core::idemp
         s.fsm.on_client_gone();
         break;
     case body_end::upstream_failed:
-        (failure == upstream::forward_status::timeout_after_send ? s.env.reg.upstream_timeouts
-                                                                 : s.env.reg.upstream_errors)
-            .fetch_add(1, std::memory_order_relaxed);
+        s.env.reg
+            .counter(metrics::family::upstream_errors,
+                     failure == upstream::forward_status::timeout_after_send
+                         ? metrics::upstream_error::timeout
+                         : metrics::upstream_error::unavailable)
+            .inc();
         co_return to_upstream_event(failure, 0, 0);
     }
     co_return core::upstream_event{core::upstream_result::response, status,
@@ -294,7 +297,7 @@ auto side_task_end(std::shared_ptr<exchange_state> s, const char* what) {
         if (!e) {
             return;
         }
-        report_exception(e, what, s->env.reg.internal_errors);
+        report_exception(e, what, s->env.reg.counter(metrics::family::internal_errors));
         if (!s->upstream_due) {
             s->upstream_due = to_upstream_event(upstream::forward_status::reset_after_send, 0, 0);
         }
@@ -503,12 +506,12 @@ void finish(exchange_state& s) {
         s.upstream_result->rest.reset();
     }
     if (auto late = s.fsm.late()) {
-        s.env.reg.count_late_answer(*late);
+        s.env.reg.counter(metrics::family::late_answers, *late).inc();
     }
     if (auto o = s.fsm.outcome()) {
         s.report.outcome = *o;
-        s.metrics().count(*o);
-        s.metrics().count_round_trips(*o, s.round_trips);
+        s.metrics().counter(metrics::family::requests, *o).inc();
+        s.metrics().counter(metrics::family::store_round_trips, *o).add(s.round_trips);
     }
 }
 
@@ -519,7 +522,7 @@ void note_observation(exchange_state& s) {
     if (!o) {
         return;
     }
-    s.metrics().count(*o);
+    s.metrics().counter(metrics::family::observed, *o).inc();
     constexpr std::string_view msg = "enforcement would have acted; forwarded";
     const std::string_view would = core::to_string(*o);
     if (s.store_key.empty()) { // no usable key: nothing to identify it by
@@ -553,10 +556,13 @@ core::request_view view_of(const request& req, std::vector<core::header_view>& l
 
 response upstream_failure(upstream::forward_status s, metrics::registry& reg,
                           std::string_view upstream_name) {
-    auto& counter = s == upstream::forward_status::timeout_after_send ? reg.upstream_timeouts
-                    : s == upstream::forward_status::tunnel_limit     ? reg.tunnels_refused
-                                                                      : reg.upstream_errors;
-    counter.fetch_add(1, std::memory_order_relaxed);
+    using metrics::family;
+    (s == upstream::forward_status::timeout_after_send
+         ? reg.counter(family::upstream_errors, metrics::upstream_error::timeout)
+     : s == upstream::forward_status::tunnel_limit
+         ? reg.counter(family::tunnels_refused)
+         : reg.counter(family::upstream_errors, metrics::upstream_error::unavailable))
+        .inc();
     return upstream_failure_problem(s, upstream_name);
 }
 

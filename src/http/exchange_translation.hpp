@@ -32,7 +32,7 @@ inline constexpr std::string_view idempotency_expires = "Idempotency-Expires";
                                                      std::size_t body_bytes) noexcept;
 [[nodiscard]] core::upstream_event to_upstream_event(const upstream::forward_result& r) noexcept;
 
-/// The `cause` label of onceproxy_store_errors_total for a failed store operation's error.
+/// The `cause` label of metrics::family::store_errors for a failed store operation's error.
 [[nodiscard]] metrics::store_error_cause
 store_error_cause_of(const boost::system::error_code& ec) noexcept;
 
@@ -45,7 +45,7 @@ struct claim_translation {
     boost::system::error_code error; ///< store_error: why
     bool unreadable = false; ///< a record exists but cannot be decoded (count as store error)
     /// Set when the record exists but does not open (encryption at rest): why, for
-    /// onceproxy_record_decrypt_failures_total. `unreadable` is set too.
+    /// metrics::family::record_decrypt_failures. `unreadable` is set too.
     std::optional<core::record_open_failure> open_failure;
 };
 

@@ -96,12 +96,12 @@ net::awaitable<handled> handler::async_handle(request& req, const config::route_
     log.target = target;
     if (route == nullptr) {
         auto res = make_problem(problem_code::route_not_found, "no route matches this path");
-        m.reg.unrouted().count(metrics::outcome::rejected);
+        m.reg.unrouted().counter(metrics::family::requests, metrics::outcome::rejected).inc();
         if (m.cfg->access_log) {
             log.status = res.result_int();
             log.outcome = metrics::outcome::rejected;
             if (!write_access_log(log, ctx, req)) {
-                m.reg.access_log_dropped.fetch_add(1, std::memory_order_relaxed);
+                m.reg.counter(metrics::family::access_log_dropped).inc();
             }
         }
         co_return handled{std::move(res)};
@@ -130,7 +130,7 @@ net::awaitable<handled> handler::async_handle(request& req, const config::route_
     exchange_report report;
     auto res =
         co_await async_run_exchange(m.env, *route, route_index, req, report, sink, std::move(held));
-    rm.request_duration.observe(clock::now() - ctx.received);
+    rm.histogram(metrics::family::request_duration).observe(clock::now() - ctx.received);
     if (m.cfg->access_log) {
         log.status = report.streamed ? report.streamed_status : res.result_int();
         log.outcome = report.outcome;
@@ -139,7 +139,7 @@ net::awaitable<handled> handler::async_handle(request& req, const config::route_
         log.upstream_ms = report.upstream_ms;
         log.store_ms = report.store_ms;
         if (!write_access_log(log, ctx, req)) {
-            m.reg.access_log_dropped.fetch_add(1, std::memory_order_relaxed);
+            m.reg.counter(metrics::family::access_log_dropped).inc();
         }
     }
     co_return handled{std::move(res), report.streamed, report.keep};

@@ -22,11 +22,11 @@ std::chrono::milliseconds accept_backoff::on_error(std::string_view listener,
 }
 
 void report_exception(std::exception_ptr e, std::string_view what,
-                      std::atomic<std::uint64_t>& errors) noexcept {
+                      metrics::counter_ref errors) noexcept {
     if (!e) {
         return;
     }
-    errors.fetch_add(1, std::memory_order_relaxed);
+    errors.inc();
     try {
         std::rethrow_exception(e);
     } catch (const std::exception& ex) {
@@ -38,7 +38,7 @@ void report_exception(std::exception_ptr e, std::string_view what,
 }
 
 void run_guarded(boost::asio::io_context& ioc, std::string_view name,
-                 std::atomic<std::uint64_t>& errors) noexcept {
+                 metrics::counter_ref errors) noexcept {
     for (;;) {
         try {
             ioc.run();

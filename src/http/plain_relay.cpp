@@ -226,15 +226,14 @@ struct plain_relay::exchange {
 
     void finish(unsigned status) {
         auto& rm = *relay.route_series_[route_index];
-        rm.outcomes[static_cast<std::size_t>(metrics::outcome::passthrough)].fetch_add(
-            1, std::memory_order_relaxed);
-        rm.request_duration.observe(clock::now() - ctx.received);
+        rm.counter(metrics::family::requests, metrics::outcome::passthrough).inc();
+        rm.histogram(metrics::family::request_duration).observe(clock::now() - ctx.received);
         if (relay.cfg_->access_log) {
             log.status = status;
             log.outcome = metrics::outcome::passthrough;
             log.request_id = request_id;
             if (!write_access_log(log, ctx, parser.get())) {
-                relay.reg_.access_log_dropped.fetch_add(1, std::memory_order_relaxed);
+                relay.reg_.counter(metrics::family::access_log_dropped).inc();
             }
         }
     }
@@ -377,7 +376,8 @@ struct plain_relay::exchange {
             received += body.size();
             if (client.dl.fired() ||
                 (!ec && !pace.on_progress(received, body_pace::clock::now()))) {
-                relay.reg_.body_timeouts.fetch_add(1, std::memory_order_relaxed);
+                relay.reg_.counter(metrics::family::client_timeouts, metrics::timeout_phase::body)
+                    .inc();
                 co_return make_problem(problem_code::request_timeout);
             }
             if (ec && ec != bhttp::error::need_buffer) {
@@ -428,12 +428,12 @@ struct plain_relay::exchange {
             co_return false;
         }
         auto& reg = relay.reg_;
-        reg.tunnels_total.fetch_add(1, std::memory_order_relaxed);
-        reg.tunnels_open.fetch_add(1, std::memory_order_relaxed);
+        reg.counter(metrics::family::tunnels_total).inc();
+        reg.gauge(metrics::family::tunnels_open).inc();
         if (co_await flush_early_bytes()) {
             co_await pump_both_ways();
         }
-        reg.tunnels_open.fetch_sub(1, std::memory_order_relaxed);
+        reg.gauge(metrics::family::tunnels_open).dec();
         relay.fwd_.release(route.upstream_index, std::move(conn), false);
         co_return false;
     }
@@ -601,7 +601,8 @@ struct plain_relay::exchange {
     /// The answer broke off after its head reached the client: close both connections.
     net::awaitable<bool> abort_response(unsigned status) {
         client.sock.mark_cut(); // no close_notify: the close must not read as the body's end
-        relay.reg_.upstream_errors.fetch_add(1, std::memory_order_relaxed);
+        relay.reg_.counter(metrics::family::upstream_errors, metrics::upstream_error::unavailable)
+            .inc();
         relay.fwd_.release(route.upstream_index, std::move(conn), false);
         finish(status);
         co_return false;
@@ -648,7 +649,7 @@ net::awaitable<bool> plain_relay::async_relay(client_side client, wire::request_
     tunnel_place place;
     if (x.upgrade && route.limits.max_tunnels &&
         !place.take(route_series_[route_index]->tunnels_open, *route.limits.max_tunnels)) {
-        reg_.tunnels_refused.fetch_add(1, std::memory_order_relaxed);
+        reg_.counter(metrics::family::tunnels_refused).inc();
         co_return co_await x.fail(make_problem(
             problem_code::upstream_tunnel_limit,
             "tunnel limit of route '" + route.name +
@@ -672,7 +673,7 @@ net::awaitable<bool> plain_relay::async_relay(client_side client, wire::request_
     std::optional<wire::response_parser> rp;
     auto failed = co_await x.read_response_head(rp);
     if (failed && x.stale_connection(*failed, *rp)) {
-        reg_.upstream_resends.fetch_add(1, std::memory_order_relaxed);
+        reg_.counter(metrics::family::upstream_resends).inc();
         failed = co_await x.send_again();
         if (!failed) {
             failed = co_await x.read_response_head(rp);
@@ -681,7 +682,9 @@ net::awaitable<bool> plain_relay::async_relay(client_side client, wire::request_
     if (failed) {
         co_return co_await x.fail(upstream_failure(*failed, reg_, x.up.name));
     }
-    route_series_[route_index]->upstream_duration.observe(clock::now() - up_start);
+    route_series_[route_index]
+        ->histogram(metrics::family::upstream_duration)
+        .observe(clock::now() - up_start);
     if (rp->get().result_int() == 101) {
         if (!x.upgrade) {
             co_return co_await x.fail(

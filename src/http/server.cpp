@@ -104,7 +104,7 @@ struct server::impl : std::enable_shared_from_this<impl> {
     /// Completion of a spawned coroutine: an exception is a bug; log it, count it, go on.
     auto log_failure(const char* what) {
         return [this, self = shared_from_this(), what](std::exception_ptr e) {
-            report_exception(e, what, reg.internal_errors);
+            report_exception(e, what, reg.counter(metrics::family::internal_errors));
         };
     }
 
@@ -120,15 +120,15 @@ struct server::impl : std::enable_shared_from_this<impl> {
                 }
                 // Out of descriptors or a transient error: back off instead of spinning, and
                 // go on accepting (the connection waits in the kernel's backlog meanwhile).
-                reg.accept_errors_proxy.fetch_add(1, std::memory_order_relaxed);
+                reg.counter(metrics::family::accept_errors, metrics::listener::proxy).inc();
                 net::steady_timer t(ioc, backoff.on_error("proxy", ec));
                 co_await t.async_wait(use_tuple);
                 continue;
             }
             backoff.reset();
-            if (static_cast<std::uint64_t>(reg.open_connections.load(std::memory_order_relaxed)) >=
-                reg.connection_limit.load(std::memory_order_relaxed)) {
-                reg.connections_refused.fetch_add(1, std::memory_order_relaxed);
+            if (reg.gauge(metrics::family::open_connections).value() >=
+                reg.gauge(metrics::family::connection_limit).value()) {
+                reg.counter(metrics::family::connections_refused).inc();
                 if (with_tls) {
                     // No handshake for a connection that is not served: it is closed.
                     boost::system::error_code ignored;
@@ -186,7 +186,7 @@ struct server::impl::connection {
           // read error (buffer_overflow), never unbounded memory (see message_parser.hpp).
           buffer(wire::read_buffer_limit(s.h->config().limits.max_header_bytes)),
           entry(s.sessions.insert(s.sessions.end(), session_entry{&stream.socket(), false})) {
-        srv.reg.open_connections.fetch_add(1, std::memory_order_relaxed);
+        srv.reg.gauge(metrics::family::open_connections).inc();
         boost::system::error_code ec;
         auto ep = stream.socket().remote_endpoint(ec);
         ctx.client_ip = ec ? "unknown" : ep.address().to_string();
@@ -197,7 +197,7 @@ struct server::impl::connection {
         boost::system::error_code ignored;
         stream.socket().shutdown(tcp::socket::shutdown_send, ignored);
         srv.sessions.erase(entry);
-        srv.reg.open_connections.fetch_sub(1, std::memory_order_relaxed);
+        srv.reg.gauge(metrics::family::open_connections).dec();
     }
     connection(const connection&) = delete;
     connection& operator=(const connection&) = delete;
@@ -247,7 +247,8 @@ struct server::impl::connection {
         dl.expires_after(limits().header_timeout);
         if (auto ec = co_await wire::async_read(stream, buffer, p, wire::read_until::header)) {
             if (dl.fired()) {
-                srv.reg.header_timeouts.fetch_add(1, std::memory_order_relaxed);
+                srv.reg.counter(metrics::family::client_timeouts, metrics::timeout_phase::header)
+                    .inc();
             }
             co_return read_verdict::reject(read_failure_problem(ec, "request"));
         }
@@ -316,13 +317,12 @@ struct server::impl::connection {
             co_return; // the client went away: nobody to answer
         }
         co_await write_response(*res, false, false);
-        srv.reg.unrouted().outcomes[static_cast<std::size_t>(metrics::outcome::rejected)].fetch_add(
-            1, std::memory_order_relaxed);
+        srv.reg.unrouted().counter(metrics::family::requests, metrics::outcome::rejected).inc();
     }
 
     /// The answer to a body that does not fit limits.max_buffered_bytes (counted).
     response buffer_refusal() const {
-        srv.reg.buffered_refusals.fetch_add(1, std::memory_order_relaxed);
+        srv.reg.counter(metrics::family::buffered_refusals).inc();
         return make_problem(problem_code::memory_limit, {.retry_after_s = 1});
     }
 
@@ -338,7 +338,8 @@ struct server::impl::connection {
             const auto ec = co_await wire::async_read(stream, buffer, p, wire::read_until::some);
             if (dl.fired() ||
                 (!ec && !pace.on_progress(p.get().body().size(), body_pace::clock::now()))) {
-                srv.reg.body_timeouts.fetch_add(1, std::memory_order_relaxed);
+                srv.reg.counter(metrics::family::client_timeouts, metrics::timeout_phase::body)
+                    .inc();
                 co_return make_problem(problem_code::request_timeout);
             }
             if (ec) {
@@ -359,8 +360,9 @@ struct server::impl::connection {
         // The body counts against limits.max_buffered_bytes until the answer is written (the
         // exchange holds it further while it goes on): a declared length at once, before any
         // of it is read or 100 Continue invites it, a chunked body as it grows (issue 26).
-        auto held = std::make_shared<buffer_reservation>(srv.reg.buffered_bytes,
-                                                         srv.reg.buffered_bytes_limit);
+        auto held = std::make_shared<buffer_reservation>(
+            srv.reg.gauge(metrics::family::buffered_bytes).cell(),
+            srv.reg.gauge(metrics::family::buffered_bytes_limit).cell());
         if (!held->try_grow_to(std::max<std::size_t>(
                 static_cast<std::size_t>(p.content_length().value_or(0)), p.get().body().size()))) {
             co_await reject(buffer_refusal());
@@ -423,7 +425,7 @@ net::awaitable<void> server::impl::session(tcp::socket sock,
         c.dl.expires_after(c.limits().header_timeout);
         const auto ec = co_await c.stream.async_handshake();
         if (ec) {
-            reg.tls_handshake_failures.fetch_add(1, std::memory_order_relaxed);
+            reg.counter(metrics::family::tls_handshake_failures).inc();
             co_return;
         }
         c.ctx.client_cert_subject = c.stream.verified_client_subject();

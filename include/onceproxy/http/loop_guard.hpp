@@ -5,6 +5,8 @@
 // process looks alive (a dead admin listener gets a healthy pod killed by its probes; a dead
 // worker loses the memory store's records with the process).
 
+#include "onceproxy/metrics/registry.hpp"
+
 #include <boost/asio/io_context.hpp>
 #include <boost/system/error_code.hpp>
 
@@ -36,12 +38,12 @@ private:
 /// Completion of a spawned coroutine (co_spawn): a non-null `e` is a bug in the proxy; it is
 /// logged with `what` and counted in `errors`, and the loop goes on.
 void report_exception(std::exception_ptr e, std::string_view what,
-                      std::atomic<std::uint64_t>& errors) noexcept;
+                      metrics::counter_ref errors) noexcept;
 
 /// Runs `ioc` until it runs out of work or is stopped. An exception thrown out of a handler
 /// is logged and counted in `errors`, and the loop resumes (Asio allows run() to be called
 /// again after a handler threw, without restart()).
 void run_guarded(boost::asio::io_context& ioc, std::string_view name,
-                 std::atomic<std::uint64_t>& errors) noexcept;
+                 metrics::counter_ref errors) noexcept;
 
 } // namespace onceproxy::http

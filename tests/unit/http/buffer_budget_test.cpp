@@ -9,7 +9,7 @@ using onceproxy::http::buffer_reservation;
 
 TEST_CASE("reservations share one budget and refuse what does not fit") {
     std::atomic<std::int64_t> used{0};
-    std::atomic<std::uint64_t> limit{100};
+    std::atomic<std::int64_t> limit{100};
     buffer_reservation a(used, limit);
     buffer_reservation b(used, limit);
     CHECK(a.try_grow_to(60));
@@ -28,7 +28,7 @@ TEST_CASE("reservations share one budget and refuse what does not fit") {
 
 TEST_CASE("a forced growth is counted past the limit and blocks new reservations") {
     std::atomic<std::int64_t> used{0};
-    std::atomic<std::uint64_t> limit{100};
+    std::atomic<std::int64_t> limit{100};
     buffer_reservation answer(used, limit);
     answer.force_grow_to(150);
     CHECK(used == 150);
@@ -42,7 +42,7 @@ TEST_CASE("a forced growth is counted past the limit and blocks new reservations
 
 TEST_CASE("a reservation gives its bytes back when destroyed or moved over") {
     std::atomic<std::int64_t> used{0};
-    std::atomic<std::uint64_t> limit{100};
+    std::atomic<std::int64_t> limit{100};
     {
         buffer_reservation a(used, limit);
         CHECK(a.try_grow_to(30));
@@ -62,7 +62,7 @@ TEST_CASE("a reservation gives its bytes back when destroyed or moved over") {
 
 TEST_CASE("concurrent reservations never overshoot the limit") {
     std::atomic<std::int64_t> used{0};
-    std::atomic<std::uint64_t> limit{1000};
+    std::atomic<std::int64_t> limit{1000};
     std::atomic<int> admitted{0};
     std::atomic<bool> overshot{false};
     std::vector<std::thread> threads;

@@ -24,6 +24,10 @@ std::vector<std::string> type_lines(const std::string& text) {
     return out;
 }
 
+/// The causes of store::master_switch_cause, in its order (app/ checks that order at compile
+/// time against the family's values).
+enum class switch_cause { switch_master, readonly, connection_lost };
+
 } // namespace
 
 // Golden list: dashboards and alerts are built on these names; a change here is a breaking change
@@ -69,9 +73,16 @@ TEST_CASE("metrics: the exposed metric families are stable") {
 
 TEST_CASE("metrics: record decrypt failures by route and reason") {
     registry reg({"payments"});
-    reg.route(0).count_decrypt_failure(onceproxy::core::record_open_failure::unknown_key);
-    reg.route(0).count_decrypt_failure(onceproxy::core::record_open_failure::unknown_key);
-    reg.route(0).count_decrypt_failure(onceproxy::core::record_open_failure::authentication);
+    reg.route(0)
+        .counter(family::record_decrypt_failures, onceproxy::core::record_open_failure::unknown_key)
+        .inc();
+    reg.route(0)
+        .counter(family::record_decrypt_failures, onceproxy::core::record_open_failure::unknown_key)
+        .inc();
+    reg.route(0)
+        .counter(family::record_decrypt_failures,
+                 onceproxy::core::record_open_failure::authentication)
+        .inc();
     const auto text = reg.render();
     const std::string series = "onceproxy_record_decrypt_failures_total{route=\"payments\",reason=";
     CHECK(text.find(series + "\"unknown_key\"} 2\n") != std::string::npos);
@@ -96,10 +107,11 @@ TEST_CASE("metrics: every outcome of SPEC §6 has a series per route") {
 
 TEST_CASE("metrics: observe mode's would-be actions have a series per route") {
     registry reg({"payments", "orders"});
-    reg.route(0).count(onceproxy::core::observation::replay);
-    reg.route(0).count(onceproxy::core::observation::replay);
-    reg.route(1).count(onceproxy::core::observation::mismatch);
-    CHECK(reg.route(0).counted(onceproxy::core::observation::replay) == 2);
+    reg.route(0).counter(family::observed, onceproxy::core::observation::replay).inc();
+    reg.route(0).counter(family::observed, onceproxy::core::observation::replay).inc();
+    reg.route(1).counter(family::observed, onceproxy::core::observation::mismatch).inc();
+    CHECK(reg.route(0).counter(family::observed, onceproxy::core::observation::replay).value() ==
+          2);
     const auto text = reg.render();
     CHECK(text.find("onceproxy_observed_total{route=\"payments\",would=\"replay\"} 2\n") !=
           std::string::npos);
@@ -111,20 +123,20 @@ TEST_CASE("metrics: observe mode's would-be actions have a series per route") {
                         "\"} 0\n") != std::string::npos);
     }
     // Observations are not outcomes: the request counts stay apart.
-    CHECK(reg.route(0).counted(outcome::replayed) == 0);
+    CHECK(reg.route(0).counter(family::requests, outcome::replayed).value() == 0);
 }
 
 TEST_CASE("metrics: counters and histograms render what was recorded") {
     registry reg({"payments"});
     for (int i = 0; i < 3; ++i) {
-        reg.route(0).count(outcome::replayed);
+        reg.route(0).counter(family::requests, outcome::replayed).inc();
     }
-    CHECK(reg.route(0).counted(outcome::replayed) == 3);
-    reg.route(0).request_duration.observe(2ms);   // in the 0.0025 bucket and above
-    reg.route(0).request_duration.observe(700ms); // in the 1 bucket and above
-    reg.count_store_error(store_error_cause::not_replicated);
-    reg.count_store_error(store_error_cause::not_replicated);
-    reg.count_store_error(store_error_cause::timeout);
+    CHECK(reg.route(0).counter(family::requests, outcome::replayed).value() == 3);
+    reg.route(0).histogram(family::request_duration).observe(2ms); // in the 0.0025 bucket and above
+    reg.route(0).histogram(family::request_duration).observe(700ms); // in the 1 bucket and above
+    reg.counter(family::store_errors, store_error_cause::not_replicated).inc();
+    reg.counter(family::store_errors, store_error_cause::not_replicated).inc();
+    reg.counter(family::store_errors, store_error_cause::timeout).inc();
     const auto text = reg.render();
     CHECK(text.find("onceproxy_requests_total{route=\"payments\",outcome=\"replayed\"} 3\n") !=
           std::string::npos);
@@ -147,12 +159,12 @@ TEST_CASE("metrics: counters and histograms render what was recorded") {
 
 TEST_CASE("metrics: store round trips by route and outcome, beside the request counts") {
     registry reg({"payments", "orders"});
-    reg.route(0).count(outcome::stored);
-    reg.route(0).count_round_trips(outcome::stored, 2);
-    reg.route(0).count(outcome::replayed);
-    reg.route(0).count_round_trips(outcome::replayed, 1);
-    reg.route(0).count(outcome::replayed);
-    reg.route(0).count_round_trips(outcome::replayed, 1);
+    reg.route(0).counter(family::requests, outcome::stored).inc();
+    reg.route(0).counter(family::store_round_trips, outcome::stored).add(2);
+    reg.route(0).counter(family::requests, outcome::replayed).inc();
+    reg.route(0).counter(family::store_round_trips, outcome::replayed).add(1);
+    reg.route(0).counter(family::requests, outcome::replayed).inc();
+    reg.route(0).counter(family::store_round_trips, outcome::replayed).add(1);
     const auto text = reg.render();
     CHECK(text.find("onceproxy_store_round_trips_total{route=\"payments\",outcome=\"stored\"} "
                     "2\n") != std::string::npos);
@@ -166,11 +178,11 @@ TEST_CASE("metrics: store round trips by route and outcome, beside the request c
 
 TEST_CASE("metrics: a route added by a reload gets its series; existing counts are kept") {
     registry reg({"payments"});
-    reg.route(0).count(outcome::stored);
+    reg.route(0).counter(family::requests, outcome::stored).inc();
     auto& payments = reg.route_named("payments");
     CHECK(&payments == &reg.route(0)); // the same series, not a new one
     auto& orders = reg.route_named("orders");
-    orders.count(outcome::replayed);
+    orders.counter(family::requests, outcome::replayed).inc();
     CHECK(&reg.route_named("orders") == &orders);
     const auto text = reg.render();
     CHECK(text.find("onceproxy_requests_total{route=\"payments\",outcome=\"stored\"} 1\n") !=
@@ -183,9 +195,9 @@ TEST_CASE("metrics: a route added by a reload gets its series; existing counts a
 
 TEST_CASE("metrics: reloads by result, the config digest and its load time") {
     registry reg({"payments"});
-    reg.count_reload(reload_result::success);
-    reg.count_reload(reload_result::error);
-    reg.count_reload(reload_result::error);
+    reg.counter(family::config_reloads, reload_result::success).inc();
+    reg.counter(family::config_reloads, reload_result::error).inc();
+    reg.counter(family::config_reloads, reload_result::error).inc();
     reg.set_config("0123456789abcdef", 1700000000);
     const auto text = reg.render();
     CHECK(text.find("onceproxy_config_reloads_total{result=\"success\"} 1\n") != std::string::npos);
@@ -201,9 +213,9 @@ TEST_CASE("metrics: master switches by cause, only for a store that follows a ma
     registry reg({"payments"});
     CHECK(reg.render().find("onceproxy_store_master_switches_total") == std::string::npos);
     reg.store_follows_master = true;
-    reg.count_master_switch(master_switch_cause::switch_master);
-    reg.count_master_switch(master_switch_cause::switch_master);
-    reg.count_master_switch(master_switch_cause::connection_lost);
+    reg.counter(family::store_master_switches, switch_cause::switch_master).inc();
+    reg.counter(family::store_master_switches, switch_cause::switch_master).inc();
+    reg.counter(family::store_master_switches, switch_cause::connection_lost).inc();
     const auto text = reg.render();
     CHECK(text.find("# TYPE onceproxy_store_master_switches_total counter\n") != std::string::npos);
     CHECK(text.find("onceproxy_store_master_switches_total{cause=\"switch_master\"} 2\n") !=
@@ -216,9 +228,9 @@ TEST_CASE("metrics: master switches by cause, only for a store that follows a ma
 
 TEST_CASE("metrics: late answers by outcome (issue 26)") {
     registry reg({"payments"});
-    reg.count_late_answer(onceproxy::core::late_answer::recorded);
-    reg.count_late_answer(onceproxy::core::late_answer::recorded);
-    reg.count_late_answer(onceproxy::core::late_answer::unanswered);
+    reg.counter(family::late_answers, onceproxy::core::late_answer::recorded).inc();
+    reg.counter(family::late_answers, onceproxy::core::late_answer::recorded).inc();
+    reg.counter(family::late_answers, onceproxy::core::late_answer::unanswered).inc();
     const auto text = reg.render();
     CHECK(text.find("onceproxy_late_answers_total{outcome=\"recorded\"} 2\n") != std::string::npos);
     CHECK(text.find("onceproxy_late_answers_total{outcome=\"released\"} 0\n") != std::string::npos);
