@@ -13,6 +13,7 @@
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/ssl/context.hpp>
 #include <boost/asio/ssl/stream.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -88,7 +89,7 @@ struct admin_server::impl : std::enable_shared_from_this<impl> {
          std::shared_ptr<const config::config> cf, metrics::registry& r,
          std::shared_ptr<store::store> s)
         : ioc(c), workers(std::move(w)), probe_ex(workers.front()), cfg(std::move(cf)), reg(r),
-          st(std::move(s)), acceptor(c) {}
+          st(std::move(s)), acceptor(c), store_probe_timer(probe_ex), upstream_probe_timer(c) {}
 
     net::io_context& ioc;
     std::vector<net::any_io_executor> workers;
@@ -101,6 +102,9 @@ struct admin_server::impl : std::enable_shared_from_this<impl> {
     std::atomic<bool> store_answered{false}; ///< the store has answered at least once
     std::atomic<bool> store_ok{false};       ///< the last probe succeeded
     std::atomic<bool> stopped{false};
+    /// The probes' sleeps between checks, on the probes' own executors: stop() cancels them.
+    net::steady_timer store_probe_timer;
+    net::steady_timer upstream_probe_timer;
     std::atomic<bool> draining{false}; ///< SIGTERM received: /readyz fails from now on
     // Written by the upstream check on the admin loop.
     std::atomic<bool> upstream_checked{false}; ///< at least one check finished
@@ -204,24 +208,21 @@ struct admin_server::impl : std::enable_shared_from_this<impl> {
     net::awaitable<void> probe_upstream() {
         auto self = shared_from_this();
         const auto& check = *cfg->admin.readiness.upstream;
-        net::steady_timer t(ioc);
         while (!stopped) {
             auto failure = co_await check_upstream_once(check);
             upstream_ok = failure.empty();
             upstream_detail = std::move(failure);
             upstream_checked = true;
-            const auto until = std::chrono::steady_clock::now() + check.interval;
-            while (!stopped && std::chrono::steady_clock::now() < until) {
-                t.expires_at(std::min(until, std::chrono::steady_clock::now() +
-                                                 std::chrono::milliseconds(100)));
-                co_await t.async_wait(use_tuple);
+            if (stopped) {
+                break;
             }
+            upstream_probe_timer.expires_after(check.interval);
+            co_await upstream_probe_timer.async_wait(use_tuple);
         }
     }
 
     net::awaitable<void> probe_store() {
         auto self = shared_from_this();
-        net::steady_timer t(probe_ex);
         while (!stopped) {
             if (!st) {
                 store_answered = true;
@@ -238,14 +239,14 @@ struct admin_server::impl : std::enable_shared_from_this<impl> {
                     store_answered = true;
                 }
             }
-            // Sleep in short steps so a drain is not held up by a sleeping probe.
-            const auto until =
-                std::chrono::steady_clock::now() +
-                (store_answered ? std::chrono::milliseconds(2000) : std::chrono::milliseconds(200));
-            while (!stopped && std::chrono::steady_clock::now() < until) {
-                t.expires_after(std::chrono::milliseconds(100));
-                co_await t.async_wait(use_tuple);
+            if (stopped) {
+                break;
             }
+            // A sleeping probe does not hold up the drain of its worker: stop() cancels the
+            // sleep (after `stopped` is set, so the check above and the wait cannot miss it).
+            store_probe_timer.expires_after(store_answered ? std::chrono::milliseconds(2000)
+                                                           : std::chrono::milliseconds(200));
+            co_await store_probe_timer.async_wait(use_tuple);
         }
     }
 
@@ -553,6 +554,9 @@ void admin_server::set_draining() {
 
 void admin_server::stop() {
     impl_->stopped = true;
+    impl_->upstream_probe_timer.cancel();
+    // The store probe sleeps on a worker: cancelled there, its timer is not thread-safe.
+    net::post(impl_->probe_ex, [self = impl_] { self->store_probe_timer.cancel(); });
     boost::system::error_code ec;
     impl_->acceptor.close(ec);
 }

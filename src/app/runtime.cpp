@@ -30,11 +30,9 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
-#include <condition_variable>
 #include <csignal>
 #include <fstream>
 #include <map>
-#include <mutex>
 #include <optional>
 #include <thread>
 
@@ -111,7 +109,7 @@ net::awaitable<void> drain_worker(worker& w, clock::time_point deadline, drain_s
         // their lease lapses.
         log::warn("app", "drain deadline reached; closing the connections still open",
                   {{"open", w.tracker.active()}});
-        w.srv.close_all();
+        w.srv.cut_connections();
         co_await w.tracker.async_join(clock::now() + completion_grace);
     }
     w.fwd->close_idle();
@@ -301,6 +299,7 @@ public:
 
     /// Starts accepting: one thread per worker loop, the admin listener, then the port file.
     void start_workers() {
+        running_ = workers_.size();
         for (std::size_t i = 0; i < workers_.size(); ++i) {
             auto& w = workers_[i];
             w->watch.report_lag(
@@ -314,8 +313,8 @@ public:
             w->watch.start();
             w->srv.start();
             w->thread = std::thread([&ioc = w->ioc, this] {
-                http::run_guarded(ioc, "worker event loop",
-                                  reg_.counter(metrics::family::internal_errors));
+                http::run_guarded(ioc, "worker event loop", reg_.counter(metrics::family::internal_errors));
+                net::post(join_ioc_, [this] { on_worker_ended(); });
             });
         }
         admin_->start();
@@ -358,34 +357,29 @@ public:
 
     /// Waits for the workers to finish draining, bounded: background work (a completion
     /// retried until its lease ends) may outlast the drain; past the deadline plus a grace
-    /// period the loops are stopped.
+    /// period a timer stops the loops. The worker threads report their ends to join_ioc_.
     void join() {
-        std::mutex m;
-        std::condition_variable cv;
-        bool joined = false;
-        const auto bound =
-            current_->limits.drain_timeout + completion_grace + std::chrono::seconds(3);
-        std::thread watchdog([&] {
-            std::unique_lock lk(m);
-            if (!cv.wait_for(lk, bound, [&] { return joined; })) {
-                log::error("app", "shutdown overran the drain deadline; stopping the event loops");
-                for (auto& l : loops_) {
-                    l->stop();
-                }
+        overrun_.expires_after(current_->limits.drain_timeout + completion_grace +
+                               std::chrono::seconds(3));
+        overrun_.async_wait([this](const boost::system::error_code& ec) {
+            if (ec) {
+                return; // every worker loop ended in time
+            }
+            log::error("app", "shutdown overran the drain deadline; stopping the event loops");
+            for (auto& l : loops_) {
+                l->stop();
             }
         });
+        if (running_ == 0) {
+            overrun_.cancel();
+        }
+        join_ioc_.run();
         for (auto& w : workers_) {
             w->thread.join();
         }
-        {
-            std::lock_guard lk(m);
-            joined = true;
-        }
-        cv.notify_one();
-        watchdog.join();
         http::flush_access_log();
         // Frames still pending (the admin accept loop on the stopped main loop, anything the
-        // watchdog cut off) are destroyed now, with every loop still there for the store to
+        // overrun cut off) are destroyed now, with every loop still there for the store to
         // close its connections on, rather than one by one as the loops are destroyed.
         main_ioc_.shutdown();
         for (auto& l : loops_) {
@@ -395,6 +389,13 @@ public:
     }
 
 private:
+    /// On join_ioc_: a worker thread's loop ran out of work (or was stopped).
+    void on_worker_ended() {
+        if (--running_ == 0) {
+            overrun_.cancel();
+        }
+    }
+
     static std::vector<std::string> route_names(const config::config& cfg) {
         std::vector<std::string> out;
         for (const auto& r : cfg.routes) {
@@ -744,6 +745,12 @@ private:
     bool signalled_ = false;                   ///< SIGTERM/SIGINT received
     bool draining_ = false;                    ///< the listeners are closed
     drain_state drain_;
+    /// join(): the shutdown's bound. Each worker thread reports the end of its loop here; the
+    /// timer stops the loops still running when the bound passes. Declared after the loops:
+    /// destroyed first, once every thread is joined.
+    net::io_context join_ioc_{1};
+    net::steady_timer overrun_{join_ioc_};
+    std::size_t running_ = 0; ///< worker loops still running (join_ioc_ only, once started)
 };
 
 } // namespace

@@ -16,6 +16,8 @@
 #include "onceproxy/wire/message_parser.hpp"
 #include "onceproxy/wire/message_reader.hpp"
 
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -76,11 +78,6 @@ struct read_verdict {
 } // namespace
 
 struct server::impl : std::enable_shared_from_this<impl> {
-    struct session_entry {
-        tcp::socket* stream = nullptr;
-        bool busy = false; ///< a request is being read or answered
-    };
-
     impl(net::io_context& c, std::shared_ptr<const config::config> cf, std::shared_ptr<handler> hd,
          metrics::registry& r, wire::deadline_watch& w, task_tracker& t,
          std::shared_ptr<tls_source> ts)
@@ -97,7 +94,10 @@ struct server::impl : std::enable_shared_from_this<impl> {
     tcp::acceptor tls_acceptor;      ///< tls.listen, when set
     std::shared_ptr<tls_source> tls; ///< the certificate new TLS connections get; null: no TLS
     bool draining = false;
-    std::list<session_entry> sessions;
+    /// One per session: the drain reaches the sessions by cancellation, fanned out to each
+    /// (total: idle connections end; terminal: the drain deadline cuts every connection). Each
+    /// session's handler acts on its own connection (connection::on_cancel).
+    std::list<net::cancellation_signal> cancellations;
 
     struct connection;
 
@@ -185,7 +185,8 @@ struct server::impl::connection {
           // Bounded: a header, a chunk-size line or a trailer section that does not fit is a
           // read error (buffer_overflow), never unbounded memory (see message_parser.hpp).
           buffer(wire::read_buffer_limit(s.h->config().limits.max_header_bytes)),
-          entry(s.sessions.insert(s.sessions.end(), session_entry{&stream.socket(), false})) {
+          cancellation(s.cancellations.emplace(s.cancellations.end())) {
+        cancellation->slot().assign([this](net::cancellation_type t) { on_cancel(t); });
         srv.reg.gauge(metrics::family::open_connections).inc();
         boost::system::error_code ec;
         auto ep = stream.socket().remote_endpoint(ec);
@@ -196,7 +197,7 @@ struct server::impl::connection {
     ~connection() {
         boost::system::error_code ignored;
         stream.socket().shutdown(tcp::socket::shutdown_send, ignored);
-        srv.sessions.erase(entry);
+        srv.cancellations.erase(cancellation); // with its handler
         srv.reg.gauge(metrics::family::open_connections).dec();
     }
     connection(const connection&) = delete;
@@ -206,7 +207,8 @@ struct server::impl::connection {
     wire::client_stream stream;
     wire::deadline_watch::slot dl;
     beast::flat_buffer buffer;
-    std::list<session_entry>::iterator entry;
+    std::list<net::cancellation_signal>::iterator cancellation; ///< the drain's, to this session
+    bool busy = false; ///< a request is being read or answered
     request_context ctx;
     std::string wire_head; ///< serialised response head, reused for every response
     std::optional<wire::request_parser> parser;
@@ -217,6 +219,20 @@ struct server::impl::connection {
     /// an idle connection does not keep a replaced config alive.
     std::shared_ptr<handler> h;
 
+    /// The worker's drain. total: a connection waiting for its next request stops waiting and
+    /// ends (nothing is lost); one whose request is being read or answered goes on, and closes
+    /// after its response. terminal (the drain deadline passed): the client side is cut, every
+    /// operation on it fails from now on, while the exchange behind it goes on recording or
+    /// releasing its key.
+    void on_cancel(net::cancellation_type t) {
+        boost::system::error_code ignored;
+        if ((t & net::cancellation_type::terminal) != net::cancellation_type::none) {
+            stream.socket().close(ignored);
+        } else if (!busy) {
+            stream.socket().cancel(ignored);
+        }
+    }
+
     /// The current request's limits; while idle, the newest config's.
     const config::limits_config& limits() const { return (h ? *h : *srv.h).config().limits; }
 
@@ -226,7 +242,7 @@ struct server::impl::connection {
     /// connection ends, after the rejection if there is one (none: the client closed or went
     /// away).
     net::awaitable<read_verdict> read_request() {
-        entry->busy = false;
+        busy = false;
         h.reset();
         if (buffer.size() == 0) {
             dl.expires_after(first ? limits().header_timeout : limits().idle_timeout);
@@ -236,7 +252,7 @@ struct server::impl::connection {
             }
             buffer.commit(n);
         }
-        entry->busy = true;
+        busy = true;
         h = srv.h;
         first = false;
         ctx.received = std::chrono::steady_clock::now();
@@ -505,10 +521,8 @@ void server::drain() {
     boost::system::error_code ec;
     impl_->acceptor.close(ec);
     impl_->tls_acceptor.close(ec);
-    for (auto& s : impl_->sessions) {
-        if (!s.busy) {
-            s.stream->cancel(ec); // idle keep-alive connection: close it now
-        }
+    for (auto& c : impl_->cancellations) {
+        c.emit(net::cancellation_type::total); // idle keep-alive connections end now
     }
 }
 
@@ -516,10 +530,9 @@ void server::set_handler(std::shared_ptr<handler> h) {
     impl_->h = std::move(h);
 }
 
-void server::close_all() {
-    boost::system::error_code ec;
-    for (auto& s : impl_->sessions) {
-        s.stream->close(ec);
+void server::cut_connections() {
+    for (auto& c : impl_->cancellations) {
+        c.emit(net::cancellation_type::terminal);
     }
 }
 

@@ -563,6 +563,34 @@ TEST_SUITE("proxy") {
         CHECK(p.upstream.total() == 1);
     }
 
+    TEST_CASE("SIGTERM: a request still being read at the drain deadline is cut off, exit 0") {
+        proxy_config cfg;
+        cfg.limits = {"shutdown_delay: 0", "drain_timeout: 1s"};
+        cfg.upstream_settings = {"timeout: 1s"};
+        cfg.routes = "  - name: pay\n    match: { methods: [POST], path: /v1/pay }\n"
+                     "    upstream: app\n    idempotency: { mode: required }\n";
+        proxied p(cfg);
+        http_client c(p.proxy.port);
+        // The head is read and accepted (100 Continue), then the body stalls (body_timeout is
+        // 30s): the request is in flight when the drain begins, and still at its deadline.
+        c.send_raw("POST /v1/pay HTTP/1.1\r\nHost: x\r\nIdempotency-Key: cut-1\r\n"
+                   "Content-Length: 100\r\nExpect: 100-continue\r\n\r\n");
+        REQUIRE(c.read_continue(3s));
+        c.send_raw("{");
+        const auto signalled = clock_type::now();
+        p.proxy.proc.signal(SIGTERM);
+
+        CHECK(c.wait_closed(5s));
+        CHECK(clock_type::now() - signalled >= 900ms);
+        CHECK(p.proxy.proc.wait(5s) == 0);
+        CHECK(p.upstream.total() == 0);
+        const auto log = p.proxy.log();
+        INFO("proxy log:\n" << log);
+        CHECK(find_log_line(log, "drain deadline reached"));
+        CHECK_FALSE(find_log_line(log, "shutdown overran"));
+        CHECK(find_log_line(log, "drained, exiting"));
+    }
+
     TEST_CASE("--check-config: drain_timeout below an upstream timeout is an error with its "
               "position") {
         temp_dir dir;

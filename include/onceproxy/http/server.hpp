@@ -44,15 +44,18 @@ public:
     void start();
 
     /// Stops accepting, closes idle keep-alive connections, and lets in-flight requests finish;
-    /// their connections close after the response. Call on the worker's executor.
+    /// their connections close after the response. The sessions are reached by cancellation.
+    /// Call on the worker's executor.
     void drain();
 
     /// A reload: requests read from now on use `h` (and its config's limits); requests in
     /// flight finish on the handler they started with. Call on the worker's executor.
     void set_handler(std::shared_ptr<handler> h);
 
-    /// Force-closes every connection (drain deadline passed).
-    void close_all();
+    /// The drain deadline passed: cancels every session, which cuts its client connection
+    /// (exchanges behind them go on recording or releasing their keys). Call on the worker's
+    /// executor.
+    void cut_connections();
 
 private:
     struct impl;
