@@ -134,13 +134,10 @@ void force_purge_fences_the_owner(const proxy_process& p, const upstream_process
           std::string::npos);
 }
 
+/// run_cli with its output in `output`: the exit status.
 int run_cli(const std::vector<std::string>& args, std::string& output) {
-    temp_dir dir;
-    std::vector<std::string> argv{ONCEPROXY_BIN};
-    argv.insert(argv.end(), args.begin(), args.end());
-    process proc(argv, dir.file("cli.log"));
-    const int status = proc.wait(20s);
-    output = proc.log();
+    auto [status, out] = onceproxy::test::run_cli(args);
+    output = std::move(out);
     return status;
 }
 
