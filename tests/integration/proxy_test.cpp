@@ -679,11 +679,12 @@ TEST_SUITE("proxy") {
         REQUIRE(r.has_value());
         CHECK(r->status == 200);
 
-        // The line is written once the answer is out: wait for it (bounded).
+        // The line is written once the answer is out: wait for it (bounded); its request_id
+        // ends in "(-end".
         std::string log;
         eventually([&] {
             log = p.proxy.log();
-            return log.find("\n{") != std::string::npos || log.rfind('{', 0) == 0;
+            return log.find("(-end\"") != std::string::npos;
         });
         std::istringstream lines(log);
         std::string line;
