@@ -25,7 +25,7 @@
 //        ONCEPROXY_STORE_SUITE(my_fixture);
 //
 // Leases and TTLs in the suite are a few hundred milliseconds with 100 ms margins, so a backend
-// with real time (Redis PX expiry) can pass with `advance` = std::this_thread::sleep_for.
+// with real time (Redis PX expiry) can pass with `advance` = conformance::let_real_time_pass.
 // A whole suite run lets about 3 s of store time pass in total.
 //
 // The contract checked here, beyond store.hpp:
@@ -56,6 +56,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -63,6 +64,12 @@
 namespace onceproxy::conformance {
 
 using namespace std::chrono_literals;
+
+/// `advance` for a backend on real time (Redis PX expiry): real time is the subject, the leases
+/// and TTLs of the suite run out while the test waits.
+inline void let_real_time_pass(std::chrono::milliseconds d) {
+    std::this_thread::sleep_for(d);
+}
 
 /// Runs `op` on `ioc` until it finishes or `limit` passes; a timeout fails the test (REQUIRE).
 /// Exceptions from `op` are rethrown. The io_context is restarted first, so it can be reused.

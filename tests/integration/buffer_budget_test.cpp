@@ -56,12 +56,13 @@ struct proxied {
     /// Polls /metrics until `series` satisfies `ok` (bounded by `timeout`); its last value.
     long long wait_metric(const std::string& series, const std::function<bool(long long)>& ok,
                           std::chrono::milliseconds timeout = 10s) const {
-        const auto until = clock_type::now() + timeout;
-        long long v = proxy.metric(series);
-        while (!ok(v) && clock_type::now() < until) {
-            std::this_thread::sleep_for(20ms);
-            v = proxy.metric(series);
-        }
+        long long v = -1;
+        eventually(
+            [&] {
+                v = proxy.metric(series);
+                return ok(v);
+            },
+            timeout);
         return v;
     }
 };

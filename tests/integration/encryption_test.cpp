@@ -70,19 +70,9 @@ http_response post(unsigned short port, const std::string& key) {
                  R"({"amount":100})");
 }
 
-/// The value of the metric line `series` (name and labels), or -1.
-long long metric(const proxy_process& p, const std::string& series) {
-    const auto text = p.admin("/metrics").body;
-    const auto at = text.find("\n" + series + " ");
-    if (at == std::string::npos) {
-        return -1;
-    }
-    return std::stoll(text.substr(at + series.size() + 2));
-}
-
 long long decrypt_failures(const proxy_process& p, const std::string& reason) {
-    return metric(p, "onceproxy_record_decrypt_failures_total{route=\"pay\",reason=\"" + reason +
-                         "\"}");
+    return p.metric("onceproxy_record_decrypt_failures_total{route=\"pay\",reason=\"" + reason +
+                    "\"}");
 }
 
 void rewrite_config(const proxy_process& p, const std::string& yaml) {
@@ -97,7 +87,7 @@ void rewrite_config(const proxy_process& p, const std::string& yaml) {
 void reload(proxy_process& p, long long count) {
     p.proc.signal(SIGHUP);
     REQUIRE_MESSAGE(eventually([&] {
-                        return metric(p, "onceproxy_config_reloads_total{result=\"success\"}") >=
+                        return p.metric("onceproxy_config_reloads_total{result=\"success\"}") >=
                                count;
                     }),
                     p.log());

@@ -119,15 +119,6 @@ std::string chunked_with_trailer(const std::string& method, const std::string& t
            "Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n" + trailer + "\r\n";
 }
 
-/// The counter or gauge line `name` (with labels) of a /metrics text, as a number (-1: absent).
-long long metric(const std::string& text, const std::string& series) {
-    const auto pos = text.find("\n" + series + " ");
-    if (pos == std::string::npos) {
-        return -1;
-    }
-    return std::stoll(text.substr(pos + series.size() + 2));
-}
-
 /// An upstream that shows what reached "the app": it listens on 127.0.0.1, keeps the bytes of
 /// every request it reads and answers each with the same `answer` bytes, then closes that
 /// connection. Every wait is bounded (poll with a timeout); the destructor stops the thread.
@@ -469,20 +460,15 @@ TEST_SUITE("hostile input") {
         // The held connections keep working; once one closes there is room again.
         CHECK(held.front()->request("GET", "/still-held").status == 200);
         held.pop_back();
-        bool served = false;
-        for (int i = 0; i < 50 && !served; ++i) {
+        CHECK(eventually([&] {
             http_client again(p.proxy.port);
             again.send_raw(make_request("GET", "/room-again"));
             const auto r = again.read_response(5s);
-            served = r && r->status == 200;
-            if (!served) {
-                std::this_thread::sleep_for(20ms);
-            }
-        }
-        CHECK(served);
+            return r && r->status == 200;
+        }));
         const auto text = p.proxy.admin("/metrics").body;
-        CHECK(metric(text, "onceproxy_connection_limit") == 4);
-        CHECK(metric(text, "onceproxy_connections_refused_total") >= 1);
+        CHECK(metric_value(text, "onceproxy_connection_limit") == 4);
+        CHECK(metric_value(text, "onceproxy_connections_refused_total") >= 1);
     }
 
     TEST_CASE("out of descriptors: the admin listener recovers and the client cap protects it") {
@@ -491,7 +477,7 @@ TEST_SUITE("hostile input") {
         proxy_process proxy(proxied::with_routes(c), upstream.port, {},
                             {"/usr/bin/prlimit", "--nofile=128:128", "--"});
         auto text = proxy.admin("/metrics").body;
-        const auto limit = metric(text, "onceproxy_connection_limit");
+        const auto limit = metric_value(text, "onceproxy_connection_limit");
         INFO("connection limit " << limit);
         CHECK(limit > 0);
         CHECK(limit < 64); // lowered from 10000 to fit 128 descriptors
@@ -503,10 +489,11 @@ TEST_SUITE("hostile input") {
             for (int i = 0; i < 150; ++i) {
                 flood.push_back(std::make_unique<http_client>(proxy.port));
             }
-            std::this_thread::sleep_for(300ms);
+            CHECK(eventually([&] {
+                text = proxy.admin("/metrics").body;
+                return metric_value(text, "onceproxy_connections_refused_total") > 0;
+            }));
             CHECK(proxy.admin("/healthz").status == 200);
-            text = proxy.admin("/metrics").body;
-            CHECK(metric(text, "onceproxy_connections_refused_total") > 0);
         }
 
         // A flood on the admin port itself: connections above admin.max_connections are
@@ -516,24 +503,24 @@ TEST_SUITE("hostile input") {
             for (int i = 0; i < 200; ++i) {
                 flood.push_back(std::make_unique<http_client>(proxy.admin_port));
             }
-            std::this_thread::sleep_for(500ms);
+            // The last of them is over the cap.
+            wait_until([&] { return flood.back()->wait_closed(10ms); }, 5s,
+                       "the admin listener closes a connection over its cap");
         }
-        bool healthy = false;
-        for (int i = 0; i < 100 && !healthy; ++i) {
-            try {
-                http_client probe(proxy.admin_port);
-                probe.send_raw(make_request("GET", "/healthz"));
-                const auto r = probe.read_response(2s);
-                healthy = r && r->status == 200;
-            } catch (const std::exception&) {
-            }
-            if (!healthy) {
-                std::this_thread::sleep_for(50ms);
-            }
-        }
-        CHECK(healthy);
+        CHECK(eventually(
+            [&] {
+                try {
+                    http_client probe(proxy.admin_port);
+                    probe.send_raw(make_request("GET", "/healthz"));
+                    const auto r = probe.read_response(2s);
+                    return r && r->status == 200;
+                } catch (const std::exception&) {
+                    return false;
+                }
+            },
+            10s, 50ms));
         text = proxy.admin("/metrics").body;
-        CHECK(metric(text, "onceproxy_admin_connections_refused_total") > 0);
+        CHECK(metric_value(text, "onceproxy_admin_connections_refused_total") > 0);
         CHECK(proxy.proc.running());
         // And the proxy port serves again.
         CHECK(fetch(proxy.port, "GET", "/after-flood").status == 200);
@@ -619,7 +606,7 @@ TEST_SUITE("hostile input") {
         proxied p;
         const std::string series =
             "onceproxy_requests_total{route=\"(none)\",outcome=\"rejected\"}";
-        const auto before = metric(p.proxy.admin("/metrics").body, series);
+        const auto before = metric_value(p.proxy.admin("/metrics").body, series);
         REQUIRE(before >= 0);
         bool closed = false;
         // The body is not sent: the proxy must refuse before reading it.
@@ -635,10 +622,10 @@ TEST_SUITE("hostile input") {
         CHECK(p.upstream.count("expect-417") == 0);
         // Counted right after the answer is written: poll (bounded) for it.
         auto now = before;
-        for (int i = 0; i < 100 && now != before + 1; ++i) {
-            std::this_thread::sleep_for(20ms);
-            now = metric(p.proxy.admin("/metrics").body, series);
-        }
+        eventually([&] {
+            now = metric_value(p.proxy.admin("/metrics").body, series);
+            return now == before + 1;
+        });
         CHECK(now == before + 1);
     }
 
@@ -718,6 +705,7 @@ TEST_SUITE("hostile input") {
                     } catch (const std::exception&) {
                         break; // cut: the answer is already waiting
                     }
+                    // Real time is the subject: a client that trickles, one byte every 300 ms.
                     std::this_thread::sleep_for(300ms);
                     if (i >= 3 && (r = c.read_response(10ms))) {
                         break;
@@ -733,8 +721,8 @@ TEST_SUITE("hostile input") {
         }
         CHECK(p.upstream.count("stall") == 0);
         CHECK(p.upstream.count("trickle") == 0);
-        CHECK(metric(p.proxy.admin("/metrics").body,
-                     "onceproxy_client_timeouts_total{phase=\"body\"}") == 4);
+        CHECK(metric_value(p.proxy.admin("/metrics").body,
+                           "onceproxy_client_timeouts_total{phase=\"body\"}") == 4);
     }
 
     TEST_CASE("max_requests_per_connection: the last answer says Connection: close") {

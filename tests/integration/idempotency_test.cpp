@@ -220,16 +220,15 @@ http_response post(unsigned short port, const std::string& path, const std::stri
 /// ended may still get 409 in_progress. Retries while it does, bounded.
 http_response post_after_record(unsigned short port, const std::string& path,
                                 const std::string& key, header_list extra = {}) {
-    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-    for (;;) {
-        auto r = post(port, path, key, extra);
-        if (r.status != 409 ||
-            r.body.find("\"code\":\"idempotency.in_progress\"") == std::string::npos ||
-            std::chrono::steady_clock::now() > until) {
-            return r;
-        }
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
+    http_response r;
+    eventually(
+        [&] {
+            r = post(port, path, key, extra);
+            return r.status != 409 ||
+                   r.body.find("\"code\":\"idempotency.in_progress\"") == std::string::npos;
+        },
+        std::chrono::seconds(5));
+    return r;
 }
 
 /// Executions counted by a test upstream on `port` for Idempotency-Key `key`.
@@ -393,7 +392,7 @@ TEST_SUITE("idempotency") {
             "POST", "/v1/payments",
             with_key(key, {{"Content-Type", "application/json"}, {"X-Test-Delay-Ms", "700"}}),
             order_body));
-        std::this_thread::sleep_for(200ms);
+        wait_until([&] { return s.upstream.count(key) == 1; }, 5s, "the upstream has the first");
         const auto dup = post(s.proxy.port, "/v1/payments", key);
         check_problem(dup, 409, "idempotency.in_progress");
         check_retry_after(dup);
@@ -640,8 +639,9 @@ TEST_SUITE("idempotency") {
         REQUIRE_FALSE(first.header("Date").empty());
         REQUIRE_FALSE(execution_id(first).empty());
 
-        // Date has a one-second resolution: wait past it so a fresh one must differ.
-        std::this_thread::sleep_for(1100ms);
+        // Date has a one-second resolution: wait past the second of the first answer so a fresh
+        // one must differ.
+        wait_past_second(std::chrono::system_clock::now());
         const auto replay = post(s.proxy.port, "/v1/payments", key,
                                  {{"X-Test-Status", "201"}, {"X-Test-Header", "X-Order: ord_1"}});
         CHECK(replay.status == 201);
@@ -688,7 +688,7 @@ TEST_SUITE("idempotency") {
         CHECK(replay.count("Idempotency-Expires") == 1);
 
         // Past the next second, now + ttl would say another time: the replay keeps the record's.
-        std::this_thread::sleep_for(1100ms);
+        wait_past_second(std::chrono::system_clock::now());
         const auto later = post(s.proxy.port, "/v1/payments", key, extra);
         REQUIRE(later.header("Idempotency-Status") == "replayed");
         CHECK(later.header("Idempotency-Expires") == expires);
@@ -903,8 +903,14 @@ TEST_SUITE("idempotency") {
         const auto first = post(s.proxy.port, "/v1/ttl", key);
         REQUIRE(first.status == 200);
         CHECK(post(s.proxy.port, "/v1/ttl", key).header("Idempotency-Status") == "replayed");
-        std::this_thread::sleep_for(1200ms);
-        const auto later = post(s.proxy.port, "/v1/ttl", key);
+        // It replays until the ttl (1 s) runs out, then it executes again.
+        http_response later;
+        CHECK(eventually(
+            [&] {
+                later = post(s.proxy.port, "/v1/ttl", key);
+                return later.header("Idempotency-Status") != "replayed";
+            },
+            5s, 50ms));
         CHECK(later.header("Idempotency-Status") == "stored");
         CHECK(execution_id(later) != execution_id(first));
         CHECK(s.upstream.count(key) == 2);
@@ -947,7 +953,7 @@ TEST_SUITE("idempotency") {
         }
         CHECK(s.upstream.count(key) == 1);
 
-        std::this_thread::sleep_until(start + 1300ms);
+        std::this_thread::sleep_until(start + 1300ms); // real time is the subject: the lease lapses
         const auto retry = post(s.proxy.port, "/v1/hold", key);
         CHECK(retry.status == 200);
         CHECK(retry.header("Idempotency-Status") == "stored");
@@ -979,11 +985,10 @@ TEST_SUITE("idempotency") {
                 "POST", "/v1/payments",
                 with_key(key, {{"Content-Type", "application/json"}, {"X-Test-Delay-Ms", "500"}}),
                 order_body));
-            // Give the request time to reach the proxy before the socket closes.
-            std::this_thread::sleep_for(50ms);
+            // The request is under way (the upstream has it) when the socket closes.
+            wait_until([&] { return s.upstream.count(key) == 1; }, 5s, "the upstream has it");
         }
-        std::this_thread::sleep_for(700ms);
-        const auto retry = post(s.proxy.port, "/v1/payments", key);
+        const auto retry = post_after_record(s.proxy.port, "/v1/payments", key);
         CHECK(retry.status == 200);
         CHECK(retry.header("Idempotency-Status") == "replayed");
         CHECK(s.upstream.count(key) == 1);
@@ -1082,7 +1087,7 @@ TEST_SUITE("idempotency") {
             "POST", "/v1/wait-short",
             with_key(key, {{"Content-Type", "application/json"}, {"X-Test-Delay-Ms", "1200"}}),
             order_body));
-        std::this_thread::sleep_for(150ms);
+        wait_until([&] { return s.upstream.count(key) == 1; }, 5s, "the upstream has the first");
         const auto start = clock_type::now();
         const auto dup = post(s.proxy.port, "/v1/wait-short", key);
         const auto waited = clock_type::now() - start;
@@ -1309,7 +1314,7 @@ TEST_SUITE("idempotency") {
             "POST", "/v1/payments",
             with_key(key, {{"Content-Type", "application/json"}, {"X-Test-Delay-Ms", "500"}}),
             order_body));
-        std::this_thread::sleep_for(150ms);
+        wait_until([&] { return s.upstream.count(key) == 1; }, 5s, "the upstream has the first");
         check_problem(post(s.proxy.port, "/v1/payments", key, {}, R"({"amount":5})"), 422,
                       "idempotency.payload_mismatch");
         // Content-Type is part of the fingerprint too.

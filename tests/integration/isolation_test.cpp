@@ -105,10 +105,7 @@ TEST_SUITE("tenant isolation") {
         c.store = {"type: redis", "redis:", "  url: \"" + redis.url() + "/0\""};
         c.routes = payments_route;
         proxy_process proxy(c.yaml(), upstream.port);
-        for (int i = 0; i < 200 && proxy.admin("/readyz").status != 200; ++i) {
-            std::this_thread::sleep_for(25ms);
-        }
-        REQUIRE(proxy.admin("/readyz").status == 200);
+        wait_until([&] { return proxy.admin("/readyz").status == 200; }, 10s, "/readyz 200");
 
         check_isolated(proxy.port, upstream);
 

@@ -134,13 +134,10 @@ void force_purge_fences_the_owner(const proxy_process& p, const upstream_process
           std::string::npos);
 }
 
+/// run_cli with its output in `output`: the exit status.
 int run_cli(const std::vector<std::string>& args, std::string& output) {
-    temp_dir dir;
-    std::vector<std::string> argv{ONCEPROXY_BIN};
-    argv.insert(argv.end(), args.begin(), args.end());
-    process proc(argv, dir.file("cli.log"));
-    const int status = proc.wait(20s);
-    output = proc.log();
+    auto [status, out] = onceproxy::test::run_cli(args);
+    output = std::move(out);
     return status;
 }
 
@@ -392,9 +389,10 @@ TEST_CASE("onceproxy keys: inspect and purge on Redis; the memory store is refus
           "replayed");
     CHECK(up.count(key) == 2);
 
-    // In flight: refused without --force.
+    // In flight: refused without --force. The request lasts long enough for the command (a
+    // process of its own, slow to start under a sanitizer on a loaded machine) to find it there.
     const std::string slow_key = unique_key("ka", "cli-slow");
-    slow_request slow(p, slow_key, 1500ms);
+    slow_request slow(p, slow_key, 4000ms);
     REQUIRE(eventually(
         [&] { return json_value(keys_api(p, "GET", slow_key).body, "state") == "in_flight"; }));
     std::string out2;

@@ -66,23 +66,12 @@ observe_setup& redis_setup() {
     return s;
 }
 
-/// The value of the metric line `series` (name and labels) on the admin listener, or -1.
-long long metric(const proxy_process& p, const std::string& series) {
-    const auto r = p.admin("/metrics");
-    REQUIRE(r.status == 200);
-    const auto at = r.body.find("\n" + series + " ");
-    if (at == std::string::npos) {
-        return -1;
-    }
-    return std::stoll(r.body.substr(at + series.size() + 2));
-}
-
 long long observed(const proxy_process& p, const std::string& would) {
-    return metric(p, "onceproxy_observed_total{route=\"observed\",would=\"" + would + "\"}");
+    return p.metric("onceproxy_observed_total{route=\"observed\",would=\"" + would + "\"}");
 }
 
 long long requests(const proxy_process& p, const std::string& outcome) {
-    return metric(p, "onceproxy_requests_total{route=\"observed\",outcome=\"" + outcome + "\"}");
+    return p.metric("onceproxy_requests_total{route=\"observed\",outcome=\"" + outcome + "\"}");
 }
 
 /// Every would-be counter of the observed route, to compare before and after.
@@ -284,10 +273,10 @@ void flip_to_required(observe_setup& s) {
         out.close();
         REQUIRE(std::rename(tmp.c_str(), p.config_file.c_str()) == 0);
     }
-    const auto reloads = metric(p, "onceproxy_config_reloads_total{result=\"success\"}");
+    const auto reloads = p.metric("onceproxy_config_reloads_total{result=\"success\"}");
     REQUIRE(::kill(p.proc.pid(), SIGHUP) == 0);
     REQUIRE(eventually([&] {
-        return metric(p, "onceproxy_config_reloads_total{result=\"success\"}") == reloads + 1;
+        return p.metric("onceproxy_config_reloads_total{result=\"success\"}") == reloads + 1;
     }));
 
     const auto replay = post(p, key, order_body);

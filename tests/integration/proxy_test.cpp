@@ -6,6 +6,7 @@
 
 #include "support/http_client.hpp"
 #include "support/log_lines.hpp"
+#include "support/problem_check.hpp"
 #include "support/process.hpp"
 
 #include <doctest/doctest.h>
@@ -36,47 +37,18 @@ struct proxied {
     explicit proxied(const proxy_config& c = {}) : upstream(), proxy(c.yaml(), upstream.port) {}
 };
 
-/// True once a connection to `port` is refused, polled every 20 ms for at most `bound`.
+/// True once a connection to `port` is refused, within `bound`.
 bool refuses_connections_within(unsigned short port, std::chrono::milliseconds bound) {
-    const auto until = clock_type::now() + bound;
-    while (clock_type::now() < until) {
-        try {
-            http_client probe(port);
-            std::this_thread::sleep_for(20ms);
-        } catch (const std::exception&) {
-            return true;
-        }
-    }
-    return false;
-}
-
-/// The string value of `"name":"..."` in a flat JSON text ("" when absent).
-std::string json_string(const std::string& json, const std::string& name) {
-    const std::string needle = "\"" + name + "\":\"";
-    const auto pos = json.find(needle);
-    if (pos == std::string::npos) {
-        return {};
-    }
-    const auto start = pos + needle.size();
-    return json.substr(start, json.find('"', start) - start);
-}
-
-/// The number after `"name":` in a flat JSON text (-1 when absent).
-long long json_number(const std::string& json, const std::string& name) {
-    const std::string needle = "\"" + name + "\":";
-    const auto pos = json.find(needle);
-    if (pos == std::string::npos) {
-        return -1;
-    }
-    return std::stoll(json.substr(pos + needle.size()));
-}
-
-/// A problem+json response with `status` and `code` (RFC 9457, SPEC §3.2).
-void check_problem(const http_response& r, unsigned status, const std::string& code) {
-    CHECK(r.status == status);
-    CHECK(r.header("Content-Type") == "application/problem+json");
-    CHECK(json_string(r.body, "code") == code);
-    CHECK(json_number(r.body, "status") == status);
+    return eventually(
+        [&] {
+            try {
+                http_client probe(port);
+                return false;
+            } catch (const std::exception&) {
+                return true;
+            }
+        },
+        bound);
 }
 
 /// Sends raw bytes on a fresh connection and reads one response (nullopt: closed, no answer).
@@ -86,19 +58,10 @@ std::optional<http_response> exchange_raw(unsigned short port, const std::string
     return c.read_response(5s);
 }
 
-/// Runs onceproxy with `args`, waits (bounded) and returns {exit status, stdout+stderr}.
-std::pair<int, std::string> run_cli(const std::vector<std::string>& args) {
-    temp_dir dir;
-    std::vector<std::string> argv{ONCEPROXY_BIN};
-    argv.insert(argv.end(), args.begin(), args.end());
-    process p(argv, dir.file("out.log"));
-    const int status = p.wait(20s);
-    return {status, p.log()};
-}
-
-/// Sockets (either end, any state but LISTEN) of TCP connections to or from `port`, from
-/// /proc/net/tcp. A connection closed a moment ago still shows as TIME_WAIT on one end.
-std::size_t sockets_on_port(unsigned short port) {
+/// Sockets (either end) of TCP connections to or from `port` in a TCP state `counts` (the hex
+/// code of /proc/net/tcp: "01" ESTABLISHED, "06" TIME_WAIT, "0A" LISTEN, ...).
+template <class Counts>
+std::size_t sockets_on_port(unsigned short port, Counts counts) {
     std::ifstream in("/proc/net/tcp");
     std::string line;
     std::getline(in, line); // column titles
@@ -111,11 +74,22 @@ std::size_t sockets_on_port(unsigned short port) {
         std::istringstream fields(line);
         std::string slot, local, remote, state;
         fields >> slot >> local >> remote >> state;
-        if (state != "0A" && (port_of(local) == port || port_of(remote) == port)) {
+        if (counts(state) && (port_of(local) == port || port_of(remote) == port)) {
             ++n;
         }
     }
     return n;
+}
+
+/// Sockets (either end, any state but LISTEN) of TCP connections to or from `port`. A
+/// connection closed a moment ago still shows as TIME_WAIT on one end.
+std::size_t sockets_on_port(unsigned short port) {
+    return sockets_on_port(port, [](const std::string& state) { return state != "0A"; });
+}
+
+/// Sockets of connections to or from `port` that neither end has begun to close (ESTABLISHED).
+std::size_t open_sockets_on_port(unsigned short port) {
+    return sockets_on_port(port, [](const std::string& state) { return state == "01"; });
 }
 
 std::string expected_letters(std::size_t n) {
@@ -137,9 +111,9 @@ TEST_SUITE("proxy") {
         const auto b = c.request("GET", "/second");
         CHECK(a.status == 200);
         CHECK(b.status == 200);
-        CHECK(json_string(a.body, "path") == "/first");
-        CHECK(json_string(b.body, "path") == "/second");
-        CHECK(json_string(a.body, "execution_id") != json_string(b.body, "execution_id"));
+        CHECK(json_member(a.body, "path") == "/first");
+        CHECK(json_member(b.body, "path") == "/second");
+        CHECK(json_member(a.body, "execution_id") != json_member(b.body, "execution_id"));
         CHECK_FALSE(a.header("Connection") == "close");
         CHECK(p.upstream.total() == 2);
     }
@@ -154,7 +128,7 @@ TEST_SUITE("proxy") {
             const auto r = c.read_response(5s);
             REQUIRE(r);
             CHECK(r->status == 200);
-            CHECK(json_string(r->body, "path") == path);
+            CHECK(json_member(r->body, "path") == path);
         }
         CHECK(p.upstream.total() == 3);
     }
@@ -167,7 +141,7 @@ TEST_SUITE("proxy") {
         const auto r = c.read_response(5s);
         REQUIRE(r);
         CHECK(r->status == 200);
-        CHECK(json_number(r->body, "body_bytes") == 11);
+        CHECK(json_member(r->body, "body_bytes") == "11");
         // The connection stays usable after a chunked body.
         CHECK(c.request("GET", "/after").status == 200);
     }
@@ -183,7 +157,7 @@ TEST_SUITE("proxy") {
         const auto r = c.read_response(5s);
         REQUIRE(r);
         CHECK(r->status == 200);
-        CHECK(json_number(r->body, "body_bytes") == 5);
+        CHECK(json_member(r->body, "body_bytes") == "5");
         CHECK(p.upstream.total() == 1);
     }
 
@@ -210,7 +184,7 @@ TEST_SUITE("proxy") {
         SUBCASE("a body at the limit still passes") {
             const auto r = fetch(p.proxy.port, "POST", "/ok", {}, std::string(1024, 'x'));
             CHECK(r.status == 200);
-            CHECK(json_number(r.body, "body_bytes") == 1024);
+            CHECK(json_member(r.body, "body_bytes") == "1024");
         }
         SUBCASE("headers over the limit") {
             const auto r = fetch(p.proxy.port, "GET", "/h", {{"X-Big", std::string(2000, 'h')}});
@@ -371,7 +345,7 @@ TEST_SUITE("proxy") {
             CHECK(r->body == expected_letters(100000));
             const auto again = c.request("GET", "/again");
             CHECK(again.status == 200);
-            CHECK(json_string(again.body, "path") == "/again");
+            CHECK(json_member(again.body, "path") == "/again");
         }
         SUBCASE("HEAD keeps the upstream Content-Length and sends no body") {
             http_client c(p.proxy.port);
@@ -382,7 +356,7 @@ TEST_SUITE("proxy") {
             CHECK(r->header("Content-Length") == "777");
             CHECK(r->body.empty());
             const auto again = c.request("GET", "/after-head");
-            CHECK(json_string(again.body, "path") == "/after-head");
+            CHECK(json_member(again.body, "path") == "/after-head");
         }
         SUBCASE("204 from the upstream has no body and keeps the connection usable") {
             http_client c(p.proxy.port);
@@ -391,7 +365,7 @@ TEST_SUITE("proxy") {
             CHECK(r.body.empty());
             CHECK_FALSE(r.has_header("Content-Length"));
             const auto again = c.request("GET", "/after-204");
-            CHECK(json_string(again.body, "path") == "/after-204");
+            CHECK(json_member(again.body, "path") == "/after-204");
         }
     }
 
@@ -435,7 +409,7 @@ TEST_SUITE("proxy") {
         proxied p(cfg);
         http_client c(p.proxy.port);
         c.send_raw(make_request("GET", "/inflight", {{"X-Test-Delay-Ms", "800"}}));
-        std::this_thread::sleep_for(200ms);
+        wait_until([&] { return p.upstream.total() == 1; }, 5s, "the upstream has the request");
         p.proxy.proc.signal(SIGTERM);
 
         // Within a bounded time (well before the in-flight response is due) the listener is
@@ -445,8 +419,8 @@ TEST_SUITE("proxy") {
         const auto r = c.read_response(5s);
         REQUIRE(r);
         CHECK(r->status == 200);
-        CHECK(json_string(r->body, "path") == "/inflight");
-        CHECK(json_number(r->body, "body_bytes") == 0);
+        CHECK(json_member(r->body, "path") == "/inflight");
+        CHECK(json_member(r->body, "body_bytes") == "0");
         CHECK(r->header("Connection") == "close");
         CHECK(p.proxy.proc.wait(5s) == 0);
     }
@@ -484,19 +458,11 @@ TEST_SUITE("proxy") {
         cfg.limits = {"shutdown_delay: 2s"};
         proxied p(cfg);
         REQUIRE(p.proxy.admin_port != 0);
-        unsigned ready = 0;
-        const auto ready_by = clock_type::now() + 3s;
-        while (ready != 200 && clock_type::now() < ready_by) {
-            ready = p.proxy.admin("/readyz").status;
-            if (ready != 200) {
-                std::this_thread::sleep_for(50ms);
-            }
-        }
-        REQUIRE(ready == 200);
+        wait_until([&] { return p.proxy.admin("/readyz").status == 200; }, 10s, "/readyz 200");
 
         const auto signalled = clock_type::now();
         p.proxy.proc.signal(SIGTERM);
-        std::this_thread::sleep_for(100ms);
+        wait_until([&] { return p.proxy.admin("/readyz").status == 503; }, 1s, "/readyz 503");
         const auto readyz = p.proxy.admin("/readyz");
         CHECK(readyz.status == 503);
         CHECK(readyz.body.find("draining") != std::string::npos);
@@ -506,7 +472,7 @@ TEST_SUITE("proxy") {
         REQUIRE(clock_type::now() - signalled < 1500ms);
         const auto r = fetch(p.proxy.port, "GET", "/during-delay");
         CHECK(r.status == 200);
-        CHECK(json_string(r.body, "path") == "/during-delay");
+        CHECK(json_member(r.body, "path") == "/during-delay");
 
         // After the delay the listener is gone and the process exits 0.
         CHECK(p.proxy.proc.wait(6s) == 0);
@@ -528,7 +494,8 @@ TEST_SUITE("proxy") {
         CHECK(idle.request("GET", "/x").status == 200);
         const auto start = clock_type::now();
         p.proxy.proc.signal(SIGTERM);
-        std::this_thread::sleep_for(300ms);
+        wait_until([&] { return find_log_line(p.proxy.log(), "signal: not ready").has_value(); },
+                   5s, "the proxy logs the first signal");
         CHECK(fetch(p.proxy.port, "GET", "/still-served").status == 200);
         p.proxy.proc.signal(SIGINT);
         CHECK(p.proxy.proc.wait(5s) == 0);
@@ -548,7 +515,7 @@ TEST_SUITE("proxy") {
         c.send_raw(make_request("POST", "/v1/pay",
                                 {{"Idempotency-Key", "drain-1"}, {"X-Test-Delay-Ms", "1500"}},
                                 "{}"));
-        std::this_thread::sleep_for(200ms);
+        wait_until([&] { return p.upstream.total() == 1; }, 5s, "the upstream has the request");
         p.proxy.proc.signal(SIGTERM);
 
         // The listeners close after the delay, well before the upstream answers.
@@ -557,7 +524,7 @@ TEST_SUITE("proxy") {
         const auto r = c.read_response(5s);
         REQUIRE(r);
         CHECK(r->status == 200);
-        CHECK(json_string(r->body, "path") == "/v1/pay");
+        CHECK(json_member(r->body, "path") == "/v1/pay");
         CHECK(r->header("Idempotency-Status") == "stored");
         CHECK(p.proxy.proc.wait(5s) == 0);
         CHECK(p.upstream.total() == 1);
@@ -619,7 +586,7 @@ TEST_SUITE("proxy") {
         for (int i = 0; i < 40; ++i) {
             const auto r = c.request("POST", "/pool/" + std::to_string(i), {}, "body");
             REQUIRE(r.status == 200);
-            ids.insert(json_string(r.body, "execution_id"));
+            ids.insert(json_member(r.body, "execution_id"));
         }
         // One client connection lives on one worker, so sequential requests need one upstream
         // connection (two sockets: both ends); one per request would leave ~40 behind.
@@ -638,10 +605,11 @@ TEST_SUITE("proxy") {
         // The upstream closes after answering this one ("Connection: close" from the client is
         // stripped by the proxy, so ask the upstream to send it through X-Test-Header instead).
         CHECK(c.request("GET", "/two", {{"X-Test-Header", "Connection: close"}}).status == 200);
-        std::this_thread::sleep_for(50ms);
+        wait_until([&] { return open_sockets_on_port(p.upstream.port) == 0; }, 5s,
+                   "the upstream's close reaches the proxy");
         const auto r = c.request("GET", "/three");
         CHECK(r.status == 200);
-        CHECK(json_string(r.body, "path") == "/three");
+        CHECK(json_member(r.body, "path") == "/three");
         CHECK(p.upstream.total() == 3);
     }
 
@@ -651,10 +619,11 @@ TEST_SUITE("proxy") {
         // The upstream answers as keep-alive and closes at once, as one whose keep-alive
         // timeout ran out would: the proxy pools a connection that is already closed.
         CHECK(c.request("GET", "/one", {{"X-Test-Close-After-Reply", "1"}}).status == 200);
-        std::this_thread::sleep_for(50ms);
+        wait_until([&] { return open_sockets_on_port(p.upstream.port) == 0; }, 5s,
+                   "the upstream's close reaches the proxy");
         const auto r = c.request("GET", "/two");
         CHECK(r.status == 200);
-        CHECK(json_string(r.body, "path") == "/two");
+        CHECK(json_member(r.body, "path") == "/two");
         CHECK(p.upstream.total() == 2); // the closed connection carried nothing to the app
         const auto m = p.proxy.admin("/metrics");
         // The idle watch (issue 26) usually drops the closed connection before the GET comes,
@@ -673,10 +642,11 @@ TEST_SUITE("proxy") {
         proxied p;
         http_client c(p.proxy.port);
         CHECK(c.request("POST", "/one", {{"X-Test-Close-After-Reply", "1"}}, "a").status == 200);
-        std::this_thread::sleep_for(50ms);
+        wait_until([&] { return open_sockets_on_port(p.upstream.port) == 0; }, 5s,
+                   "the upstream's close reaches the proxy");
         const auto r = c.request("POST", "/two", {}, "b");
         CHECK(r.status == 200);
-        CHECK(json_string(r.body, "path") == "/two");
+        CHECK(json_member(r.body, "path") == "/two");
         CHECK(p.upstream.total() == 2);
         // Checked before it was used, so nothing had to be sent twice.
         const auto m = p.proxy.admin("/metrics");
@@ -705,15 +675,7 @@ TEST_SUITE("proxy") {
         REQUIRE(p.proxy.admin_port != 0);
         CHECK(p.proxy.admin("/healthz").status == 200);
         // Readiness follows the first store answer, which arrives within a few hundred ms.
-        unsigned ready = 0;
-        const auto until = clock_type::now() + 3s;
-        while (ready != 200 && clock_type::now() < until) {
-            ready = p.proxy.admin("/readyz").status;
-            if (ready != 200) {
-                std::this_thread::sleep_for(50ms);
-            }
-        }
-        CHECK(ready == 200);
+        CHECK(eventually([&] { return p.proxy.admin("/readyz").status == 200; }, 10s));
         CHECK(fetch(p.proxy.port, "GET", "/counted").status == 200);
         const auto m = p.proxy.admin("/metrics");
         CHECK(m.status == 200);
@@ -745,13 +707,13 @@ TEST_SUITE("proxy") {
         REQUIRE(r.has_value());
         CHECK(r->status == 200);
 
-        // The line is written once the answer is out: wait for it (bounded).
+        // The line is written once the answer is out: wait for it (bounded); its request_id
+        // ends in "(-end".
         std::string log;
-        for (int i = 0; i < 100 && log.find("\n{") == std::string::npos && log.rfind('{', 0) != 0;
-             ++i) {
-            std::this_thread::sleep_for(50ms);
+        eventually([&] {
             log = p.proxy.log();
-        }
+            return log.find("(-end\"") != std::string::npos;
+        });
         std::istringstream lines(log);
         std::string line;
         int json_lines = 0;

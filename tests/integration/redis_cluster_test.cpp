@@ -7,6 +7,7 @@
 #include "onceproxy/store/error.hpp"
 #include "onceproxy/store/redis_store.hpp"
 #include "support/http_client.hpp"
+#include "support/problem_check.hpp"
 #include "support/process.hpp"
 #include "support/proxy_fixture.hpp"
 #include "support/redis_cluster.hpp"
@@ -104,7 +105,7 @@ public:
     T run(net::awaitable<T> op) {
         return env_.go(std::move(op), 10s);
     }
-    void advance(std::chrono::milliseconds d) { std::this_thread::sleep_for(d); }
+    void advance(std::chrono::milliseconds d) { onceproxy::conformance::let_real_time_pass(d); }
     std::string unique_key() { return test::unique_key("cluster", "conformance"); }
 
 private:
@@ -321,16 +322,6 @@ TEST_CASE("redis cluster store: the router alone: slot map from CLUSTER SHARDS, 
 
 namespace {
 
-std::string json_string(const std::string& json, const std::string& name) {
-    const std::string needle = "\"" + name + "\":\"";
-    const auto pos = json.find(needle);
-    if (pos == std::string::npos) {
-        return {};
-    }
-    const auto start = pos + needle.size();
-    return json.substr(start, json.find('"', start) - start);
-}
-
 test::proxy_config cluster_proxy_config(unsigned short upstream_port,
                                         const std::vector<std::string>& nodes) {
     test::proxy_config c;
@@ -421,7 +412,12 @@ TEST_CASE("redis cluster proxy: resharding under load loses and doubles nothing"
     } join_load{clients, stop_load};
 
     // Two reshards of 1000 slots each (keys and all), while the clients keep going.
-    std::this_thread::sleep_for(500ms);
+    test::wait_until(
+        [&] {
+            const std::lock_guard lock(mu);
+            return samples.size() >= 10;
+        },
+        10s, "load before the reshards");
     const auto masters = cluster.master_ports();
     REQUIRE(masters.size() == 3);
     const auto reshard = [&](std::uint16_t from, std::uint16_t to) {
@@ -432,7 +428,17 @@ TEST_CASE("redis cluster proxy: resharding under load loses and doubles nothing"
     };
     reshard(masters[0], masters[1]);
     reshard(masters[1], masters[2]);
-    std::this_thread::sleep_for(300ms);
+    std::size_t resharded_at = 0;
+    {
+        const std::lock_guard lock(mu);
+        resharded_at = samples.size();
+    }
+    test::wait_until(
+        [&] {
+            const std::lock_guard lock(mu);
+            return samples.size() >= resharded_at + 10;
+        },
+        10s, "load after the reshards");
     stop_load = true;
     for (auto& t : clients) {
         t.join();
@@ -459,7 +465,7 @@ TEST_CASE("redis cluster proxy: resharding under load loses and doubles nothing"
         } else {
             // fail_closed: a store error answers 503 and runs nothing.
             CHECK(s.first.status == 503);
-            CHECK(json_string(s.first.body, "code") == "idempotency.store_unavailable");
+            CHECK(test::json_member(s.first.body, "code") == "idempotency.store_unavailable");
             ++refused;
         }
         if (s.again && s.first.status == 200) {

@@ -7,6 +7,7 @@
 
 #include "support/http_client.hpp"
 #include "support/http_date.hpp"
+#include "support/problem_check.hpp"
 #include "support/process.hpp"
 #include "support/proxy_fixture.hpp"
 #include "support/redis_server.hpp"
@@ -37,17 +38,6 @@ namespace {
 /// A key no other test run (or earlier run against a reused Redis) can have used.
 std::string unique_key(const std::string& tag) {
     return onceproxy::test::unique_key("rp", tag);
-}
-
-/// The string value of `"name":"..."` in a flat JSON text ("" when absent).
-std::string json_string(const std::string& json, const std::string& name) {
-    const std::string needle = "\"" + name + "\":\"";
-    const auto pos = json.find(needle);
-    if (pos == std::string::npos) {
-        return {};
-    }
-    const auto start = pos + needle.size();
-    return json.substr(start, json.find('"', start) - start);
 }
 
 /// The `store:` lines of a proxy using `url` (a full redis:// or rediss:// URL with the db).
@@ -94,15 +84,8 @@ http_response post(unsigned short port, const std::string& path, const std::stri
     return fetch(port, "POST", path, keyed(key, std::move(extra)), payment_body);
 }
 
-/// A problem+json answer with `status` and the stable `code`.
-void check_problem(const http_response& r, unsigned status, const std::string& code) {
-    CHECK(r.status == status);
-    CHECK(r.header("Content-Type") == "application/problem+json");
-    CHECK(json_string(r.body, "code") == code);
-}
-
 bool is_in_progress(const http_response& r) {
-    return r.status == 409 && json_string(r.body, "code") == "idempotency.in_progress";
+    return r.status == 409 && json_member(r.body, "code") == "idempotency.in_progress";
 }
 
 /// Waits (bounded) until the proxy's /readyz says ready and that the store answers (SPEC §6;
@@ -110,15 +93,13 @@ bool is_in_progress(const http_response& r) {
 /// written before the per-worker Redis connections are up, so a guarded request sent before
 /// that may be refused with 503 like during any store outage.
 void wait_ready(const proxy_process& p) {
-    const auto deadline = clock_type::now() + 10s;
-    while (clock_type::now() < deadline) {
+    const bool ready = eventually([&] {
         const auto r = p.admin("/readyz");
-        if (r.status == 200 && r.body.find("store: answering") != std::string::npos) {
-            return;
-        }
-        std::this_thread::sleep_for(20ms);
+        return r.status == 200 && r.body.find("store: answering") != std::string::npos;
+    });
+    if (!ready) {
+        FAIL("/readyz did not report the store answering within 10 s; proxy log:\n" << p.log());
     }
-    FAIL("/readyz did not report the store answering within 10 s; proxy log:\n" << p.log());
 }
 
 /// What a onceproxy that must refuse to start did.
@@ -295,11 +276,9 @@ TEST_SUITE("redis proxy") {
         first.send_raw(make_request("POST", "/v1/pay", keyed(key, {{"X-Test-Delay-Ms", "3000"}}),
                                     payment_body));
         // The upstream counts a request when it arrives, i.e. after A claimed the key.
-        while (up.count(key) == 0 && clock_type::now() - sent < 3s) {
-            std::this_thread::sleep_for(10ms);
-        }
+        REQUIRE(eventually([&] { return up.count(key) != 0; }, 3s, 10ms));
         REQUIRE(up.count(key) == 1);
-        std::this_thread::sleep_until(sent + 200ms);
+        std::this_thread::sleep_until(sent + 200ms); // real time is the subject: A dies at 200 ms
         a.proc.signal(SIGKILL);
         REQUIRE(a.proc.wait(3s) == 128 + SIGKILL);
 
@@ -311,20 +290,20 @@ TEST_SUITE("redis proxy") {
         // Retry with bounded backoff until one executes; every answer before it is a 409.
         std::optional<http_response> executed;
         clock_type::time_point executed_at{};
-        auto backoff = 25ms;
         std::size_t refusals = 1;
-        while (clock_type::now() - sent < 6s) {
-            std::this_thread::sleep_for(backoff);
-            backoff = std::min<std::chrono::milliseconds>(backoff * 2, 200ms);
-            auto r = post(b.port, "/v1/pay", key);
-            if (is_in_progress(r)) {
-                ++refusals;
-                continue;
-            }
-            executed_at = clock_type::now();
-            executed = std::move(r);
-            break;
-        }
+        eventually(
+            [&] {
+                auto r = post(b.port, "/v1/pay", key);
+                if (is_in_progress(r)) {
+                    ++refusals;
+                    return false;
+                }
+                executed_at = clock_type::now();
+                executed = std::move(r);
+                return true;
+            },
+            std::chrono::duration_cast<std::chrono::milliseconds>(sent + 6s - clock_type::now()),
+            200ms);
         REQUIRE(executed);
         CAPTURE(executed->body);
         CHECK(executed->status == 200);
@@ -366,6 +345,7 @@ TEST_SUITE("redis proxy") {
             std::optional<http_response> answer; ///< nullopt: no answer at all
         };
         std::vector<sample> samples;
+        std::atomic<std::size_t> sampled{0}; // samples.size(), readable from this thread
         std::atomic<bool> stop_load{false};
         std::thread load([&] {
             for (std::size_t i = 0; !stop_load.load(); ++i) {
@@ -376,6 +356,8 @@ TEST_SUITE("redis proxy") {
                     s.answer.reset();
                 }
                 samples.push_back(std::move(s));
+                ++sampled;
+                // Real time is the subject: a steady load of about 60 requests a second.
                 std::this_thread::sleep_for(15ms);
             }
         });
@@ -390,7 +372,7 @@ TEST_SUITE("redis proxy") {
             }
         } join_load{load, stop_load};
 
-        std::this_thread::sleep_for(300ms);
+        wait_until([&] { return sampled >= 5; }, 10s, "load before the restart");
         redis.stop();
         {
             // The outage, seen from a fail-closed route: 503 with Retry-After, nothing executed.
@@ -409,7 +391,7 @@ TEST_SUITE("redis proxy") {
             CHECK(proxy.metric("onceproxy_store_errors_total{cause=\"unavailable\"}") >= 2);
             CHECK(proxy.metric("onceproxy_store_errors_total{cause=\"not_replicated\"}") == 0);
         }
-        std::this_thread::sleep_for(500ms);
+        std::this_thread::sleep_for(500ms); // real time is the subject: the outage's length
         redis.start();
 
         // The proxy reconnects by itself; until then a guarded request is refused, never run.
@@ -419,21 +401,25 @@ TEST_SUITE("redis proxy") {
         constexpr std::size_t wanted_run = 10;
         std::size_t run = 0;
         std::size_t refused = 0;
-        while (run < wanted_run && clock_type::now() - back_started < 10s) {
-            const auto k = unique_key("back");
-            const auto r = post(proxy.port, "/closed/pay", k);
-            if (r.status == 200 && r.header("Idempotency-Status") == "stored") {
-                ++run;
-                CHECK(up.count(k) == 1);
-                continue;
-            }
-            run = 0;
-            ++refused;
-            check_problem(r, 503, "idempotency.store_unavailable");
-            CHECK(up.count(k) == 0);
-            std::this_thread::sleep_for(50ms);
-        }
-        const bool recovered = run == wanted_run;
+        const bool recovered = eventually(
+            [&] {
+                while (run < wanted_run) {
+                    const auto k = unique_key("back");
+                    const auto r = post(proxy.port, "/closed/pay", k);
+                    if (r.status == 200 && r.header("Idempotency-Status") == "stored") {
+                        ++run;
+                        CHECK(up.count(k) == 1);
+                        continue;
+                    }
+                    run = 0;
+                    ++refused;
+                    check_problem(r, 503, "idempotency.store_unavailable");
+                    CHECK(up.count(k) == 0);
+                    return false;
+                }
+                return true;
+            },
+            10s, 50ms);
         CAPTURE(refused);
         CAPTURE(ms(clock_type::now() - back_started));
         REQUIRE(recovered);
@@ -445,7 +431,8 @@ TEST_SUITE("redis proxy") {
         CHECK(replay.body == before.body);
         CHECK(up.count(before_key) == 1);
 
-        std::this_thread::sleep_for(300ms); // some load after the recovery too
+        const std::size_t recovered_at = sampled;
+        wait_until([&] { return sampled >= recovered_at + 5; }, 10s, "load after the recovery");
         stop_load = true;
         load.join();
 
@@ -678,7 +665,7 @@ TEST_SUITE("redis proxy") {
         REQUIRE(replay.header("Idempotency-Status") == "replayed");
         CHECK(replay.header("Idempotency-Expires") == expires);
 
-        std::this_thread::sleep_for(1100ms); // now + ttl would name a later second by now
+        wait_past_second(std::chrono::system_clock::now()); // now + ttl names a later second
         const auto later = post(a.port, "/v1/pay", key);
         REQUIRE(later.header("Idempotency-Status") == "replayed");
         CHECK(later.header("Idempotency-Expires") == expires);
@@ -876,15 +863,16 @@ TEST_SUITE("redis proxy") {
         // lapsed and B ran the request itself.
         const auto take_over = [&](const std::string& key) {
             std::optional<http_response> taken;
-            const auto started = clock_type::now();
-            while (!taken && clock_type::now() - started < 8s) {
-                auto r = post(b.port, "/v1/pay", key, {{"X-Test-Delay-Ms", "200"}});
-                if (is_in_progress(r)) {
-                    std::this_thread::sleep_for(100ms);
-                    continue;
-                }
-                taken = std::move(r);
-            }
+            eventually(
+                [&] {
+                    auto r = post(b.port, "/v1/pay", key, {{"X-Test-Delay-Ms", "200"}});
+                    if (is_in_progress(r)) {
+                        return false;
+                    }
+                    taken = std::move(r);
+                    return true;
+                },
+                8s, 100ms);
             REQUIRE(taken);
             CHECK(taken->header("Idempotency-Status") == "stored");
         };
@@ -933,6 +921,7 @@ TEST_SUITE("redis proxy") {
             load.emplace_back([&, port, delay] {
                 while (!stop_load.load()) {
                     one(port, "outage", delay);
+                    // Real time is the subject: a steady load across the outages.
                     std::this_thread::sleep_for(20ms);
                 }
             });
@@ -954,7 +943,12 @@ TEST_SUITE("redis proxy") {
         // first outage is long enough (9 failed attempts) for the backoff to reach its 2 s cap,
         // so the restart comes while a worker waits out a long backoff; some restarts follow
         // each other within a second or two.
-        std::this_thread::sleep_for(1s); // real time is the subject: traffic before the outage
+        wait_until(
+            [&] {
+                std::lock_guard lk(samples_mutex);
+                return samples.size() >= 8;
+            },
+            10s, "traffic before the first outage");
         const std::vector<std::pair<std::chrono::milliseconds, std::chrono::milliseconds>> cycles{
             {7400ms, 5000ms}, {1000ms, 1000ms}, {3000ms, 600ms}, {500ms, 4000ms},
             {7400ms, 1500ms}, {2000ms, 300ms},  {800ms, 5000ms}, {4000ms, 2500ms},

@@ -105,7 +105,7 @@ public:
     T run(net::awaitable<T> op) {
         return ::run(env_.ioc, std::move(op), 10s);
     }
-    void advance(std::chrono::milliseconds d) { std::this_thread::sleep_for(d); }
+    void advance(std::chrono::milliseconds d) { onceproxy::conformance::let_real_time_pass(d); }
     std::string unique_key() { return test::unique_key("sentinel", "conformance"); }
 
 private:
@@ -231,18 +231,19 @@ TEST_SUITE("redis sentinel") {
         // Operations during and after: each answers (bounded by run's limit), some fail with a
         // store error until the client has found the new master.
         std::size_t failed = 0;
-        bool back = false;
         std::string key;
-        while (!back && clock_type::now() - killed < 30s) {
-            key = test::unique_key("sentinel", "after");
-            const auto r = env.claim(key, "o");
-            if (r.has_value() && r->status == claim_status::acquired) {
-                back = true;
-            } else {
+        const bool back = test::eventually(
+            [&] {
+                key = test::unique_key("sentinel", "after");
+                const auto r = env.claim(key, "o");
+                if (r.has_value() && r->status == claim_status::acquired) {
+                    return true;
+                }
                 ++failed;
-                std::this_thread::sleep_for(50ms);
-            }
-        }
+                return false;
+            },
+            std::chrono::duration_cast<std::chrono::milliseconds>(killed + 30s - clock_type::now()),
+            50ms);
         CAPTURE(failed);
         REQUIRE(back);
         // On the master the sentinels name now: on a loaded machine they may have failed over
@@ -383,20 +384,26 @@ TEST_SUITE("redis sentinel") {
         // a run of 10 stored answers within the bound.
         std::size_t run_of = 0;
         std::size_t refused = 0;
-        while (run_of < 10 && clock_type::now() - killed < 30s) {
-            const auto k = test::unique_key("sentinel", "back");
-            const auto r = post(k);
-            if (r.status == 200 && r.header("Idempotency-Status") == "stored") {
-                ++run_of;
-                CHECK(up.count(k) == 1);
-                continue;
-            }
-            run_of = 0;
-            ++refused;
-            onceproxy::test::check_problem(r, 503, "idempotency.store_unavailable");
-            CHECK(up.count(k) == 0);
-            std::this_thread::sleep_for(50ms);
-        }
+        test::eventually(
+            [&] {
+                while (run_of < 10) {
+                    const auto k = test::unique_key("sentinel", "back");
+                    const auto r = post(k);
+                    if (r.status == 200 && r.header("Idempotency-Status") == "stored") {
+                        ++run_of;
+                        CHECK(up.count(k) == 1);
+                        continue;
+                    }
+                    run_of = 0;
+                    ++refused;
+                    onceproxy::test::check_problem(r, 503, "idempotency.store_unavailable");
+                    CHECK(up.count(k) == 0);
+                    return false;
+                }
+                return true;
+            },
+            std::chrono::duration_cast<std::chrono::milliseconds>(killed + 30s - clock_type::now()),
+            50ms);
         CAPTURE(refused);
         CAPTURE(proxy.log());
         REQUIRE(run_of == 10);

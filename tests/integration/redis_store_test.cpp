@@ -47,11 +47,6 @@ namespace redis = onceproxy::redis;
 
 using onceproxy::test::run;
 
-net::awaitable<void> sleep_for(std::chrono::milliseconds d) {
-    net::steady_timer t(co_await net::this_coro::executor, d);
-    co_await t.async_wait(net::use_awaitable);
-}
-
 onceproxy::config::redis_config make_config(const std::string& url) {
     onceproxy::config::redis_config cfg;
     cfg.url = url;
@@ -114,7 +109,7 @@ public:
     T run(net::awaitable<T> op) {
         return env_.go(std::move(op), 10s);
     }
-    void advance(std::chrono::milliseconds d) { std::this_thread::sleep_for(d); }
+    void advance(std::chrono::milliseconds d) { onceproxy::conformance::let_real_time_pass(d); }
     std::string unique_key() { return unique("conformance"); }
 
 private:
@@ -210,7 +205,8 @@ TEST_CASE("redis client: a lost stable connection is re-opened at once, and a co
     client.start();
     REQUIRE(run(ioc, client.async_wait_ready(5s)));
     REQUIRE_FALSE(run(ioc, client.async_exec({"PING"})).ec);
-    std::this_thread::sleep_for(20ms); // up longer than stable_connection
+    // Real time is the subject: the connection is up longer than stable_connection.
+    std::this_thread::sleep_for(20ms);
     // As a +switch-master or a server closing the connection does.
     client.drop_connection();
     CHECK_FALSE(client.ready());
@@ -333,43 +329,41 @@ TEST_CASE("redis store: survives a restart (appendonly): in-flight commands fail
         bool done = false;
         redis::redis_exec_result r;
     };
+    // A command in flight when Redis goes away: BLPOP waits for a list nobody fills.
     auto blocked = std::make_shared<outcome>();
-    auto scenario = [](store_env& e, redis_server& s,
-                       std::shared_ptr<outcome> o) -> net::awaitable<bool> {
-        auto ex = co_await net::this_coro::executor;
-        // A command in flight when Redis goes away: BLPOP waits for a list nobody fills.
-        net::co_spawn(
-            ex,
-            [](redis_client& c, std::shared_ptr<outcome> out) -> net::awaitable<void> {
-                std::vector<std::string> cmd{"BLPOP", unique("nothing"), "0"};
-                out->r = co_await c.async_exec(std::move(cmd));
-                out->done = true;
-            }(e.client(), o),
-            net::detached);
-        co_await sleep_for(100ms);
-        s.stop(); // blocks this event loop until redis-server has exited
-        for (int i = 0; i < 100 && !o->done; ++i) {
-            co_await sleep_for(10ms);
-        }
-        // While Redis is down, operations fail fast and cleanly.
-        // (A named request: GCC 12 mis-destroys braced temporaries inside co_await.)
-        store::claim_request req{unique("down"), "fp", "owner", 30'000ms};
-        auto down = co_await e.store->async_claim(std::move(req));
-        CHECK(!down.has_value());
-        if (!down.has_value()) {
-            CHECK(down.error() == store::errc::unavailable);
-        }
-        // Reconnection attempts back off (50 ms doubling, jittered): a few per second, not a
-        // busy loop against a dead server.
-        const auto attempts_before = e.client().attempt_count();
-        co_await sleep_for(1'000ms);
-        const auto attempts = e.client().attempt_count() - attempts_before;
-        CHECK(attempts >= 2);
-        CHECK(attempts <= 10);
-        s.start();
-        co_return co_await e.client().async_wait_ready(10s);
-    };
-    CHECK(run(env.ioc, scenario(env, server, blocked), 30s));
+    net::co_spawn(
+        env.ioc,
+        [](redis_client& c, std::shared_ptr<outcome> out) -> net::awaitable<void> {
+            std::vector<std::string> cmd{"BLPOP", unique("nothing"), "0"};
+            out->r = co_await c.async_exec(std::move(cmd));
+            out->done = true;
+        }(env.client(), blocked),
+        net::detached);
+    REQUIRE(onceproxy::test::run_until(
+        env.ioc,
+        [&] {
+            return server.cli({"INFO", "clients"}).find("blocked_clients:1") != std::string::npos;
+        },
+        5s));
+    server.stop();
+    onceproxy::test::run_until(
+        env.ioc, [&] { return blocked->done; }, 1s);
+    // While Redis is down, operations fail fast and cleanly.
+    auto down = env.go(env.store->async_claim({unique("down"), "fp", "owner", 30'000ms}));
+    CHECK(!down.has_value());
+    if (!down.has_value()) {
+        CHECK(down.error() == store::errc::unavailable);
+    }
+    // Reconnection attempts back off (50 ms doubling, jittered): a few per second, not a busy
+    // loop against a dead server. Real time is the subject: the attempts of one second count.
+    const auto attempts_before = env.client().attempt_count();
+    env.ioc.restart();
+    env.ioc.run_for(1s);
+    const auto attempts = env.client().attempt_count() - attempts_before;
+    CHECK(attempts >= 2);
+    CHECK(attempts <= 10);
+    server.start();
+    CHECK(env.go(env.client().async_wait_ready(10s), 30s));
     REQUIRE(blocked->done);
     CHECK(blocked->r.ec == redis::errc::unavailable);
     CHECK(blocked->r.written);
@@ -930,13 +924,8 @@ TEST_CASE("redis client: the health check replaces a connection that stopped ans
     REQUIRE_FALSE(run(ioc, client.async_exec({"PING"})).ec);
     gate.set_existing(tcp_gate::mode::blackhole);
     // No command of ours: only the periodic PING can notice.
-    auto reconnected = [](redis_client& c) -> net::awaitable<bool> {
-        for (int i = 0; i < 300 && c.connect_count() < 2; ++i) {
-            co_await sleep_for(10ms);
-        }
-        co_return c.connect_count() >= 2 && c.ready();
-    };
-    CHECK_MESSAGE(run(ioc, reconnected(client)),
+    CHECK_MESSAGE(onceproxy::test::run_until(
+                      ioc, [&] { return client.connect_count() >= 2 && client.ready(); }, 3s),
                   "connects: " << client.connect_count() << ", ready: " << client.ready()
                                << ", last failure: " << client.last_failure().message);
     auto pong = run(ioc, client.async_exec({"PING"}));
@@ -969,11 +958,10 @@ TEST_CASE("redis store: one connection per worker executor, used from worker thr
     const std::string key = unique("workers");
     std::atomic<int> acquired{0}, in_flight{0}, failed{0};
     auto claims = [&](store::store& st, int w) -> net::awaitable<void> {
-        for (int i = 0; i < 200; ++i) { // wait until this worker's connections are up
-            if (s.client_for(co_await net::this_coro::executor)->ready()) {
-                break;
-            }
-            co_await sleep_for(10ms);
+        // This worker's connections are up.
+        const auto ex = co_await net::this_coro::executor;
+        for (std::size_t i = 0; i < cfg.connections_per_worker; ++i) {
+            co_await s.client_for(ex)->async_wait_ready(2s);
         }
         for (int i = 0; i < 50; ++i) {
             store::claim_request req{key, "fp", "w" + std::to_string(w) + "-" + std::to_string(i),

@@ -41,18 +41,8 @@ void rewrite_config(const proxy_process& p, const std::string& yaml) {
     REQUIRE(std::rename(tmp.c_str(), p.config_file.c_str()) == 0);
 }
 
-/// The value of the metric line starting with `series` (name and labels), or -1.
-long long metric(const proxy_process& p, const std::string& series) {
-    const auto text = p.admin("/metrics").body;
-    const auto at = text.find("\n" + series + " ");
-    if (at == std::string::npos) {
-        return -1;
-    }
-    return std::stoll(text.substr(at + series.size() + 2));
-}
-
 long long reloads(const proxy_process& p, const std::string& result) {
-    return metric(p, "onceproxy_config_reloads_total{result=\"" + result + "\"}");
+    return p.metric("onceproxy_config_reloads_total{result=\"" + result + "\"}");
 }
 
 /// The `sha256` label of onceproxy_config_info.
@@ -97,7 +87,7 @@ TEST_SUITE("reload") {
         CHECK(reloads(p, "success") == 0);
         const auto hash_before = config_hash(p);
         CHECK(hash_before.size() == 16);
-        CHECK(metric(p, "onceproxy_config_last_reload_success_timestamp_seconds") > 0);
+        CHECK(p.metric("onceproxy_config_last_reload_success_timestamp_seconds") > 0);
 
         rewrite_config(p, config_with(up.port, route("a", "/a") + route("b", "/b")));
         p.proc.signal(SIGHUP);
@@ -108,8 +98,8 @@ TEST_SUITE("reload") {
         CHECK(fetch(p.port, "GET", "/a/2").status == 200);
 
         // The new route has its series; the old one kept its counts across the reload.
-        CHECK(metric(p, "onceproxy_requests_total{route=\"b\",outcome=\"passthrough\"}") == 1);
-        CHECK(metric(p, "onceproxy_requests_total{route=\"a\",outcome=\"passthrough\"}") == 2);
+        CHECK(p.metric("onceproxy_requests_total{route=\"b\",outcome=\"passthrough\"}") == 1);
+        CHECK(p.metric("onceproxy_requests_total{route=\"a\",outcome=\"passthrough\"}") == 2);
         CHECK(config_hash(p) != hash_before);
         CHECK(reloads(p, "error") == 0);
         CHECK(reloads(p, "restart_required") == 0);
@@ -124,7 +114,8 @@ TEST_SUITE("reload") {
         upstream_process up;
         proxy_process p(config_with(up.port, route("a", "/a")), 0, {}, {}, {"--watch-config", "1"});
         CHECK(fetch(p.port, "GET", "/b/1").status == 404);
-        // Nothing changed: the watch does not reload.
+        // Nothing changed: the watch does not reload. Real time is the subject: past a check
+        // tick (1 s).
         std::this_thread::sleep_for(1500ms);
         CHECK(reloads(p, "success") == 0);
 
@@ -138,7 +129,7 @@ TEST_SUITE("reload") {
         // A broken version is refused once, not again on every check.
         rewrite_config(p, "listen: [\n");
         REQUIRE(reloaded(p, "error", 1));
-        std::this_thread::sleep_for(2500ms);
+        std::this_thread::sleep_for(2500ms); // real time is the subject: two more check ticks
         CHECK(reloads(p, "error") == 1);
         CHECK(fetch(p.port, "GET", "/b/2").status == 200);
         CHECK(p.terminate() == 0);
@@ -219,7 +210,7 @@ TEST_SUITE("reload") {
         proxy_process p(config_with(up.port, route("slow", "/slow") + route("a", "/a")));
         http_client c(p.port);
         c.send_raw(make_request("GET", "/slow/1", {{"X-Test-Delay-Ms", "1500"}}));
-        std::this_thread::sleep_for(300ms); // the request has reached the upstream
+        wait_until([&] { return up.total() == 1; }, 5s, "the upstream has the request");
 
         // The new config drops the route the request is on.
         rewrite_config(p, config_with(up.port, route("a", "/a")));
@@ -231,7 +222,7 @@ TEST_SUITE("reload") {
         REQUIRE(r);
         CHECK(r->status == 200);
         CHECK(json_member(r->body, "path") == "/slow/1");
-        CHECK(metric(p, "onceproxy_requests_total{route=\"slow\",outcome=\"passthrough\"}") == 1);
+        CHECK(p.metric("onceproxy_requests_total{route=\"slow\",outcome=\"passthrough\"}") == 1);
         // The connection goes on, on the new config.
         c.send_raw(make_request("GET", "/slow/3"));
         const auto next = c.read_response(5s);
@@ -273,7 +264,8 @@ TEST_SUITE("reload") {
             rewrite_config(p, i % 2 == 1 ? two : one);
             p.proc.signal(SIGHUP);
             CHECK(reloaded(p, "success", i));
-            std::this_thread::sleep_for(150ms);
+            const unsigned served = ok;
+            wait_until([&] { return ok > served + 2; }, 5s, "requests served after the reload");
         }
         stop = true;
         client.join();

@@ -89,16 +89,6 @@ std::string served_subject(unsigned short port) {
     return r.output.substr(at, r.output.find('\n', at) - at);
 }
 
-/// The value of the metric line starting with `series`, or -1.
-long long metric(const proxy_process& p, const std::string& series) {
-    const auto text = p.admin("/metrics").body;
-    const auto at = text.find("\n" + series + " ");
-    if (at == std::string::npos) {
-        return -1;
-    }
-    return std::stoll(text.substr(at + series.size() + 2));
-}
-
 /// notAfter of a PEM certificate, seconds since the epoch (via openssl x509 -enddate).
 long long not_after(const std::string& cert) {
     const auto out =
@@ -224,8 +214,13 @@ TEST_CASE("TLS connections end with close_notify, so a client can tell the end f
             r = tls_ending(p.tls_port, f.ca.ca_file(), "GET /idle HTTP/1.1\r\nHost: x\r\n\r\n");
         });
         // The answer is read, the connection stays open: idle until SIGTERM drains it.
-        CHECK(eventually([&] { return metric(p, "onceproxy_open_connections") == 1; }));
-        std::this_thread::sleep_for(200ms);
+        CHECK(eventually([&] { return p.metric("onceproxy_open_connections") == 1; }));
+        wait_until(
+            [&] {
+                return p.metric("onceproxy_requests_total{route=\"everything-else\",outcome="
+                                "\"passthrough\"}") == 1;
+            },
+            5s, "the request is answered");
         CHECK(p.terminate() == 0);
         client.join();
         CHECK(r.starts_with("HTTP/1.1 200"));
@@ -278,7 +273,7 @@ TEST_CASE("TLS on the listener: curl verifies the chain, speaks HTTP/1.1 over TL
     const auto plain = run({"curl", "-sS", "-m", "5", "-o", "/dev/null", "-w", "%{http_code}",
                             "http://127.0.0.1:" + std::to_string(p.tls_port) + "/"});
     CHECK(plain.output.find("200") == std::string::npos);
-    CHECK(metric(p, "onceproxy_tls_handshake_failures_total") >= 1);
+    CHECK(p.metric("onceproxy_tls_handshake_failures_total") >= 1);
 }
 
 TEST_CASE("TLS session resumption: a second connection resumes the first one's session") {
@@ -326,7 +321,7 @@ TEST_CASE("plain and TLS listeners side by side; a wrong CA or an expired certif
     const auto r = curl(q.tls_port, "/tls", f.ca.ca_file());
     CHECK(r.status == 60);
     CHECK(r.output.find("expired") != std::string::npos);
-    CHECK(metric(q, "onceproxy_tls_certificate_expiry_timestamp_seconds") ==
+    CHECK(q.metric("onceproxy_tls_certificate_expiry_timestamp_seconds") ==
           not_after(old.leaf_file));
 }
 
@@ -466,7 +461,7 @@ TEST_CASE("certificate rotation: a symlink swap serves the new pair to new conne
     c.top = tls_block(secret.cert(), secret.key(), "  reload_interval: 200ms\n");
     proxy_process p(c.yaml());
     CHECK(served_subject(p.tls_port).find("CN = localhost") != std::string::npos);
-    CHECK(metric(p, "onceproxy_tls_certificate_expiry_timestamp_seconds") ==
+    CHECK(p.metric("onceproxy_tls_certificate_expiry_timestamp_seconds") ==
           not_after(f.server.leaf_file));
 
     // Requests on fresh connections all through the swap.
@@ -482,11 +477,12 @@ TEST_CASE("certificate rotation: a symlink swap serves the new pair to new conne
             }
         }
     });
-    std::this_thread::sleep_for(500ms);
+    wait_until([&] { return sent >= 3; }, 10s, "requests before the swap");
     secret.publish(next);
     CHECK(eventually(
         [&] { return served_subject(p.tls_port).find("CN = rotated") != std::string::npos; }));
-    std::this_thread::sleep_for(500ms);
+    const int rotated_at = sent;
+    wait_until([&] { return sent >= rotated_at + 3; }, 10s, "requests after the swap");
     stop = true;
     load.join();
     CHECK(sent > 5);
@@ -494,16 +490,16 @@ TEST_CASE("certificate rotation: a symlink swap serves the new pair to new conne
     if (!failures.empty()) {
         MESSAGE(failures.front());
     }
-    CHECK(metric(p, "onceproxy_tls_certificate_reloads_total{result=\"success\"}") == 1);
-    CHECK(metric(p, "onceproxy_tls_certificate_reloads_total{result=\"failure\"}") == 0);
-    CHECK(metric(p, "onceproxy_tls_certificate_expiry_timestamp_seconds") ==
+    CHECK(p.metric("onceproxy_tls_certificate_reloads_total{result=\"success\"}") == 1);
+    CHECK(p.metric("onceproxy_tls_certificate_reloads_total{result=\"failure\"}") == 0);
+    CHECK(p.metric("onceproxy_tls_certificate_expiry_timestamp_seconds") ==
           not_after(next.leaf_file));
 
     // A broken pair (the key of another certificate): logged, counted, the rotated one stays.
     cert_pair broken{next.cert_file, f.server.key_file, next.leaf_file};
     secret.publish(broken);
     CHECK(eventually([&] {
-        return metric(p, "onceproxy_tls_certificate_reloads_total{result=\"failure\"}") == 1;
+        return p.metric("onceproxy_tls_certificate_reloads_total{result=\"failure\"}") == 1;
     }));
     CHECK(p.log().find("certificate reload failed") != std::string::npos);
     CHECK(served_subject(p.tls_port).find("CN = rotated") != std::string::npos);
@@ -514,7 +510,7 @@ TEST_CASE("certificate rotation: a symlink swap serves the new pair to new conne
     p.proc.signal(SIGHUP);
     CHECK(eventually(
         [&] { return served_subject(p.tls_port).find("CN = localhost") != std::string::npos; }));
-    CHECK(metric(p, "onceproxy_tls_certificate_reloads_total{result=\"success\"}") == 2);
+    CHECK(p.metric("onceproxy_tls_certificate_reloads_total{result=\"success\"}") == 2);
 }
 
 TEST_CASE("--check-config and a start refuse missing or unparsable TLS files at their key") {

@@ -6,6 +6,7 @@
 //     still read, up to late_answer_timeout, and recorded: the retry replays it.
 
 #include "support/http_client.hpp"
+#include "support/problem_check.hpp"
 #include "support/process.hpp"
 #include "support/proxy_fixture.hpp"
 
@@ -57,27 +58,18 @@ http_response post(const std::string& path, const std::string& key, header_list 
     return fetch(shared().proxy.port, "POST", path, extra, order_body);
 }
 
-/// A problem document with `status` and the stable `code`.
-void check_problem(const http_response& r, unsigned status, const std::string& code) {
-    INFO("status " << r.status << ", body: " << r.body);
-    CHECK(r.status == status);
-    CHECK(r.header("Content-Type") == "application/problem+json");
-    CHECK(r.body.find("\"code\":\"" + code + "\"") != std::string::npos);
-}
-
 /// Retries `key` on `path` while the proxy answers 409 in_progress (the first attempt's lease is
 /// held), bounded by `limit`; returns the first other answer.
 http_response retry_until_settled(const std::string& path, const std::string& key,
                                   std::chrono::milliseconds limit) {
-    const auto until = clock_type::now() + limit;
-    for (;;) {
-        auto r = post(path, key);
-        if (r.status != 409 || clock_type::now() > until) {
-            return r;
-        }
-        // Polling the proxy for the lease to settle: a short pause between retries.
-        std::this_thread::sleep_for(50ms);
-    }
+    http_response r;
+    eventually(
+        [&] {
+            r = post(path, key);
+            return r.status != 409;
+        },
+        limit, 50ms);
+    return r;
 }
 
 } // namespace

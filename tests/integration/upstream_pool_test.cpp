@@ -54,26 +54,19 @@ void check_echo(stream_connection& c, const std::string& text) {
 /// Polls /metrics (bounded) until `series` reads `want`; returns the last value seen.
 long long wait_for_metric(const proxy_process& proxy, const std::string& series, long long want,
                           std::chrono::milliseconds timeout = 5s) {
-    const auto until = clock_type::now() + timeout;
-    for (;;) {
-        const auto v = proxy.metric(series);
-        if (v == want || clock_type::now() >= until) {
-            return v;
-        }
-        std::this_thread::sleep_for(20ms);
-    }
+    long long v = -1;
+    eventually(
+        [&] {
+            v = proxy.metric(series);
+            return v == want;
+        },
+        timeout);
+    return v;
 }
 
 /// Polls the test upstream (bounded) until it has executed `want` requests.
 bool wait_for_executions(const upstream_process& upstream, std::uint64_t want) {
-    const auto until = clock_type::now() + 5s;
-    while (upstream.total() < want) {
-        if (clock_type::now() >= until) {
-            return false;
-        }
-        std::this_thread::sleep_for(10ms);
-    }
-    return true;
+    return eventually([&] { return upstream.total() >= want; }, 5s, 10ms);
 }
 
 /// A GET of `path` on a fresh client connection answered by the upstream for that very
@@ -194,7 +187,7 @@ TEST_SUITE("upstream pool") {
         }
 
         // Once all four have lasted over a second, ordinary requests find both slots free
-        // while the downloads go on.
+        // while the downloads go on. Real time is the subject: how long the downloads have lasted.
         std::this_thread::sleep_until(started + 2500ms);
         std::vector<std::unique_ptr<http_client>> clients;
         for (int i = 0; i < 2; ++i) {

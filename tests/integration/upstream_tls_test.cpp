@@ -374,7 +374,8 @@ TEST_SUITE("https upstreams") {
             INFO(proxy.log());
             check_problem(fetch(proxy.port, "GET", "/before"), 502, "upstream.tls_error");
             replace_ca(read(pki.ca_file()));
-            std::this_thread::sleep_for(1500ms); // past a check tick (1 s): no upstream is due
+            // Real time is the subject: past a check tick (1 s), no upstream is due.
+            std::this_thread::sleep_for(1500ms);
             check_problem(fetch(proxy.port, "GET", "/unchecked"), 502, "upstream.tls_error");
             CHECK(proxy.metric(successes) == 0);
             REQUIRE(::kill(proxy.proc.pid(), SIGHUP) == 0); // the same config file

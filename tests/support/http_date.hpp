@@ -2,6 +2,8 @@
 // Reading an HTTP date the proxy wrote, independently of the proxy's own formatter (libc's
 // strptime and timegm), so a wrong format fails the test instead of agreeing with itself.
 
+#include "support/wait.hpp"
+
 #include <chrono>
 #include <cstring>
 #include <ctime>
@@ -23,6 +25,16 @@ parse_imf_fixdate(const std::string& s) {
         return std::nullopt;
     }
     return std::chrono::system_clock::from_time_t(::timegm(&tm));
+}
+
+/// Waits until the wall clock has left the second that `t` falls in, so that a date formatted
+/// from now on (Date, now + ttl) names a later second than one formatted at `t`. A little past
+/// the turn: time(2) may read a coarse clock that lags by a tick.
+inline void wait_past_second(std::chrono::system_clock::time_point t) {
+    const auto turn = std::chrono::floor<std::chrono::seconds>(t) + std::chrono::seconds(1) +
+                      std::chrono::milliseconds(50);
+    wait_until([&] { return std::chrono::system_clock::now() >= turn; }, std::chrono::seconds(3),
+               "the next second of the wall clock");
 }
 
 } // namespace onceproxy::test

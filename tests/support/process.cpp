@@ -13,7 +13,6 @@
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
-#include <thread>
 #include <utility>
 
 namespace onceproxy::test {
@@ -85,21 +84,14 @@ void process::signal(int sig) {
 }
 
 int process::wait(std::chrono::milliseconds timeout) {
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
-    while (running()) {
-        if (std::chrono::steady_clock::now() >= deadline) {
-            return -1;
-        }
-        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    if (!eventually([&] { return !running(); }, timeout, std::chrono::milliseconds(5))) {
+        return -1;
     }
     return status_;
 }
 
 std::string process::log() const {
-    std::ifstream in(log_);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
+    return read_file(log_);
 }
 
 temp_dir::temp_dir() {
@@ -122,17 +114,33 @@ std::string temp_dir::write(const std::string& name, const std::string& content)
 }
 
 std::string wait_for_file(const std::string& path, std::chrono::milliseconds timeout) {
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
-    while (std::chrono::steady_clock::now() < deadline) {
-        std::ifstream in(path);
-        std::stringstream ss;
-        ss << in.rdbuf();
-        if (!ss.str().empty()) {
-            return ss.str();
+    std::string text;
+    eventually(
+        [&] {
+            text = read_file(path);
+            return !text.empty();
+        },
+        timeout, std::chrono::milliseconds(10));
+    return text;
+}
+
+std::string read_file(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+}
+
+std::string shell_quote(const std::string& s) {
+    std::string out = "'";
+    for (char c : s) {
+        if (c == '\'') {
+            out += "'\\''";
+        } else {
+            out += c;
         }
-        std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
-    return {};
+    return out + "'";
 }
 
 unsigned short free_port() {
@@ -146,18 +154,6 @@ unsigned short free_port() {
     ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
     ::close(fd);
     return ntohs(a.sin_port);
-}
-
-bool eventually(const std::function<bool()>& done, std::chrono::milliseconds bound,
-                std::chrono::milliseconds step) {
-    const auto deadline = std::chrono::steady_clock::now() + bound;
-    while (std::chrono::steady_clock::now() < deadline) {
-        if (done()) {
-            return true;
-        }
-        std::this_thread::sleep_for(step);
-    }
-    return done();
 }
 
 std::string unique_key(std::string_view suite, std::string_view tag) {

@@ -2,8 +2,9 @@
 // Starts real programs (onceproxy, the test upstream, redis-server) for integration tests.
 // The child's stdout/stderr go to a log file that is printed when a test fails to start it.
 
+#include "support/wait.hpp"
+
 #include <chrono>
-#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -54,13 +55,14 @@ private:
 /// Waits until `path` exists and is non-empty (bounded); returns its content or "".
 std::string wait_for_file(const std::string& path, std::chrono::milliseconds timeout);
 
+/// The whole content of the file `path`; "" when there is none.
+std::string read_file(const std::string& path);
+
+/// `s` quoted for sh: in single quotes, each ' written as '\''.
+std::string shell_quote(const std::string& s);
+
 /// A loopback port that was free a moment ago (bind 0, read, close).
 unsigned short free_port();
-
-/// Polls `done` every `step` for at most `bound`; true as soon as it holds.
-bool eventually(const std::function<bool()>& done,
-                std::chrono::milliseconds bound = std::chrono::seconds(10),
-                std::chrono::milliseconds step = std::chrono::milliseconds(20));
 
 /// An idempotency key no other test (of this run, or an earlier run against a reused Redis) has
 /// used: "<suite>-<tag>-<pid>-<clock>-<counter>".

@@ -6,31 +6,22 @@
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
-#include <thread>
 
 namespace onceproxy::test {
 
 namespace {
 
-using clock = std::chrono::steady_clock;
-
 /// Waits for `path` to hold a complete line while `proc` runs; "" on exit or timeout.
 std::string wait_for_port_file(process& proc, const std::string& path) {
-    const auto deadline = clock::now() + start_timeout;
-    while (clock::now() < deadline) {
-        std::ifstream in(path);
-        std::stringstream ss;
-        ss << in.rdbuf();
-        // Both binaries write PATH.tmp then rename, so a non-empty file is complete.
-        if (!ss.str().empty()) {
-            return ss.str();
-        }
-        if (!proc.running()) {
-            return {};
-        }
-        std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    return {};
+    std::string text;
+    eventually(
+        [&] {
+            text = read_file(path);
+            // Both binaries write PATH.tmp then rename, so a non-empty file is complete.
+            return !text.empty() || !proc.running();
+        },
+        start_timeout, std::chrono::milliseconds(10));
+    return text;
 }
 
 [[noreturn]] void fail_start(const std::string& what, const process& proc) {
@@ -155,7 +146,19 @@ http_response proxy_process::admin(const std::string& path) const {
 }
 
 long long proxy_process::metric(const std::string& series) const {
-    const auto text = admin("/metrics").body;
+    return metric_value(admin("/metrics").body, series);
+}
+
+std::pair<int, std::string> run_cli(const std::vector<std::string>& args) {
+    temp_dir dir;
+    std::vector<std::string> argv{ONCEPROXY_BIN};
+    argv.insert(argv.end(), args.begin(), args.end());
+    process p(argv, dir.file("out.log"));
+    const int status = p.wait(std::chrono::seconds(20));
+    return {status, p.log()};
+}
+
+long long metric_value(const std::string& text, const std::string& series) {
     const auto at = text.find("\n" + series + " ");
     if (at == std::string::npos) {
         return -1;

@@ -70,6 +70,15 @@ struct proxy_process {
     long long metric(const std::string& series) const;
 };
 
+/// Runs the onceproxy binary with `args` (no fixture around it: --check-config, --version, the
+/// CLI), waits for it (bounded: 20 s) and returns {exit status (-1: still running), its
+/// stdout+stderr}.
+std::pair<int, std::string> run_cli(const std::vector<std::string>& args);
+
+/// The value of the line `series` (name and labels) in a /metrics exposition `text`, or -1 when
+/// there is no such line.
+long long metric_value(const std::string& text, const std::string& series);
+
 /// Knobs of the config written by `proxy_config::yaml()`. Text fields are YAML fragments that are
 /// pasted in as they are; indentation is added where stated.
 struct proxy_config {

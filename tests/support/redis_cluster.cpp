@@ -3,7 +3,6 @@
 #include <chrono>
 #include <sstream>
 #include <stdexcept>
-#include <thread>
 
 namespace onceproxy::test {
 
@@ -178,35 +177,26 @@ void redis_cluster::finish_migration(std::uint16_t slot, std::uint16_t to_port) 
 }
 
 void redis_cluster::wait_until_stable(std::chrono::milliseconds bound) {
-    const auto deadline = std::chrono::steady_clock::now() + bound;
     std::string last;
-    for (;;) {
-        bool ok = true;
+    const auto stable = [&] {
         for (auto& n : nodes_) {
             last = n->cli({"CLUSTER", "INFO"});
             if (last.find("cluster_state:ok") == std::string::npos) {
-                ok = false;
-                break;
+                return false;
             }
         }
-        if (ok) {
-            // Every node agrees on the configuration (redis-cli --cluster check says so).
-            const std::string cmd_args = addresses().front();
-            try {
-                last = nodes_.front()->cli({"--cluster", "check", cmd_args});
-                if (last.find("[OK] All nodes agree about slots configuration.") !=
-                        std::string::npos &&
-                    last.find("[OK] All 16384 slots covered.") != std::string::npos) {
-                    return;
-                }
-            } catch (const std::exception& e) {
-                last = e.what();
-            }
+        // Every node agrees on the configuration (redis-cli --cluster check says so).
+        try {
+            last = nodes_.front()->cli({"--cluster", "check", addresses().front()});
+        } catch (const std::exception& e) {
+            last = e.what();
+            return false;
         }
-        if (std::chrono::steady_clock::now() > deadline) {
-            throw std::runtime_error("the Redis Cluster did not become stable:\n" + last);
-        }
-        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        return last.find("[OK] All nodes agree about slots configuration.") != std::string::npos &&
+               last.find("[OK] All 16384 slots covered.") != std::string::npos;
+    };
+    if (!eventually(stable, bound, std::chrono::milliseconds(100))) {
+        throw std::runtime_error("the Redis Cluster did not become stable:\n" + last);
     }
 }
 

@@ -10,7 +10,6 @@
 #include <chrono>
 #include <cstdio>
 #include <stdexcept>
-#include <thread>
 
 namespace onceproxy::test {
 
@@ -28,18 +27,6 @@ bool accepts_connections(std::uint16_t port) {
     const bool ok = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
     ::close(fd);
     return ok;
-}
-
-std::string shell_quote(const std::string& s) {
-    std::string out = "'";
-    for (char c : s) {
-        if (c == '\'') {
-            out += "'\\''";
-        } else {
-            out += c;
-        }
-    }
-    return out + "'";
 }
 
 } // namespace
@@ -74,17 +61,15 @@ void redis_server::start() {
     }
     argv.insert(argv.end(), options_.extra_args.begin(), options_.extra_args.end());
     proc_ = process(argv, dir_.file("redis.log"));
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    while (!accepts_connections(port_)) {
-        if (!proc_.running()) {
-            throw std::runtime_error("redis-server (" REDIS_SERVER_BIN ") exited at start-up:\n" +
-                                     proc_.log());
-        }
-        if (std::chrono::steady_clock::now() > deadline) {
-            throw std::runtime_error("redis-server did not accept connections within 10 s:\n" +
-                                     proc_.log());
-        }
-        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    const bool up = eventually([&] { return accepts_connections(port_) || !proc_.running(); },
+                               std::chrono::seconds(10), std::chrono::milliseconds(10));
+    if (!proc_.running()) {
+        throw std::runtime_error("redis-server (" REDIS_SERVER_BIN ") exited at start-up:\n" +
+                                 proc_.log());
+    }
+    if (!up) {
+        throw std::runtime_error("redis-server did not accept connections within 10 s:\n" +
+                                 proc_.log());
     }
 }
 

@@ -1,6 +1,8 @@
 #pragma once
 // Runs one coroutine on a test's own io_context, bounded in time, and hands back its result.
 
+#include "support/wait.hpp"
+
 #include <doctest/doctest.h>
 
 #include <boost/asio/awaitable.hpp>
@@ -42,6 +44,19 @@ T run(boost::asio::io_context& ioc, boost::asio::awaitable<T> op,
         std::rethrow_exception(st->error);
     }
     return std::move(*st->value);
+}
+
+/// Runs the work that is ready on `ioc` (readers, timers, ...) while it waits, as `eventually`
+/// does, for `done`: true as soon as it holds, false when `bound` passed first.
+template <class Pred>
+bool run_until(boost::asio::io_context& ioc, Pred&& done, std::chrono::milliseconds bound) {
+    return eventually(
+        [&] {
+            ioc.restart();
+            ioc.poll();
+            return done();
+        },
+        bound, std::chrono::milliseconds(5));
 }
 
 } // namespace onceproxy::test

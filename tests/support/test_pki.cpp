@@ -1,5 +1,7 @@
 #include "support/test_pki.hpp"
 
+#include "support/process.hpp"
+
 #include <sys/wait.h>
 
 #include <array>
@@ -11,26 +13,6 @@
 namespace onceproxy::test {
 
 namespace {
-
-std::string shell_quote(const std::string& s) {
-    std::string out = "'";
-    for (char c : s) {
-        if (c == '\'') {
-            out += "'\\''";
-        } else {
-            out += c;
-        }
-    }
-    out += '\'';
-    return out;
-}
-
-std::string slurp(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    std::ostringstream out;
-    out << in.rdbuf();
-    return out.str();
-}
 
 void write_file(const std::string& path, const std::string& content) {
     std::ofstream out(path, std::ios::binary | std::ios::trunc);
@@ -94,7 +76,7 @@ cert_pair test_pki::issue(const std::string& file_stem, const leaf_options& opti
     write_file(ext, extensions);
     run_openssl({"x509", "-req", "-in", csr, "-CA", ca_cert_, "-CAkey", ca_key_, "-CAcreateserial",
                  "-days", std::to_string(options.days), "-extfile", ext, "-out", out.leaf_file});
-    write_file(out.cert_file, slurp(out.leaf_file) + slurp(ca_cert_));
+    write_file(out.cert_file, read_file(out.leaf_file) + read_file(ca_cert_));
     return out;
 }
 

@@ -4,6 +4,8 @@
 #include "onceproxy/config/live_changes.hpp"
 #include "onceproxy/config/load.hpp"
 
+#include "support/config_errors.hpp"
+
 #include <doctest/doctest.h>
 
 #include <unistd.h>
@@ -14,52 +16,18 @@
 #include <vector>
 
 namespace cfg = onceproxy::config;
+using onceproxy::test::check_one_error;
+using onceproxy::test::errors_of;
+using onceproxy::test::temp_file;
 
 namespace {
 
-constexpr const char* base = "upstreams: { app: { url: \"http://127.0.0.1:3000\" } }\n"
-                             "routes: [ { name: all, match: { prefix: / }, upstream: app } ]\n";
+constexpr const char* base = onceproxy::test::minimal_config;
 
 /// store.encryption with `lines` under it (indented by the caller); line 5 is its first.
 std::string enc_yaml(const std::string& lines) {
     return std::string{base} + "store:\n  encryption:\n" + lines;
 }
-
-std::vector<cfg::config_error> errors_of(const std::string& yaml) {
-    try {
-        cfg::load_string(yaml, "test.yaml");
-    } catch (const cfg::config_errors& e) {
-        return e.errors();
-    }
-    return {};
-}
-
-void check_one_error(const std::string& yaml, int line, const std::string& text) {
-    const auto errors = errors_of(yaml);
-    std::string all;
-    for (const auto& e : errors) {
-        all += e.to_string() + "\n";
-    }
-    CAPTURE(all);
-    REQUIRE(errors.size() == 1);
-    CHECK(errors[0].file == "test.yaml");
-    CHECK(errors[0].line == line);
-    CHECK(errors[0].column > 0);
-    CHECK(errors[0].to_string().find(text) != std::string::npos);
-}
-
-struct temp_file {
-    std::string path;
-    explicit temp_file(const std::string& content) {
-        static unsigned n = 0;
-        path = "/tmp/onceproxy-unit-enc-" + std::to_string(::getpid()) + "-" + std::to_string(n++) +
-               ".key";
-        std::ofstream(path, std::ios::binary) << content;
-    }
-    ~temp_file() { std::remove(path.c_str()); }
-    temp_file(const temp_file&) = delete;
-    temp_file& operator=(const temp_file&) = delete;
-};
 
 const std::string hex64 = "000102030405060708090a0b0c0d0e0f101112131415161718191A1B1C1D1E1F";
 

@@ -3,6 +3,8 @@
 
 #include "onceproxy/config/load.hpp"
 
+#include "support/config_errors.hpp"
+
 #include <doctest/doctest.h>
 
 #include <unistd.h>
@@ -12,35 +14,17 @@
 #include <vector>
 
 namespace cfg = onceproxy::config;
+using onceproxy::test::errors_of;
 using namespace std::chrono_literals;
 
 namespace {
 
-constexpr const char* base = "upstreams: { app: { url: \"http://127.0.0.1:3000\" } }\n"
-                             "routes: [ { name: all, match: { prefix: / }, upstream: app } ]\n"
-                             "store:\n  type: redis\n  redis:\n";
+const std::string base =
+    std::string{onceproxy::test::minimal_config} + "store:\n  type: redis\n  redis:\n";
 
-std::vector<cfg::config_error> errors_of(const std::string& yaml) {
-    try {
-        cfg::load_string(yaml, "test.yaml");
-    } catch (const cfg::config_errors& e) {
-        return e.errors();
-    }
-    return {};
-}
-
+/// The one error of the store.redis `lines`, at `line`, saying `text`.
 void check_one_error(const std::string& lines, int line, const std::string& text) {
-    const auto errors = errors_of(std::string{base} + lines);
-    std::string all;
-    for (const auto& e : errors) {
-        all += e.to_string() + "\n";
-    }
-    CAPTURE(all);
-    REQUIRE(errors.size() == 1);
-    CHECK(errors[0].file == "test.yaml");
-    CHECK(errors[0].line == line);
-    CHECK(errors[0].column > 0);
-    CHECK(errors[0].to_string().find(text) != std::string::npos);
+    onceproxy::test::check_one_error(base + lines, line, text);
 }
 
 } // namespace
@@ -49,7 +33,7 @@ TEST_SUITE("store.redis sentinel and durability") {
     TEST_CASE("sentinel: master, nodes, the sentinels' own credentials and TLS") {
         const std::string path = "/tmp/onceproxy-unit-sentinel-" + std::to_string(::getpid());
         std::ofstream(path) << "s3ntinel\n";
-        const auto c = cfg::load_string(std::string{base} +
+        const auto c = cfg::load_string(base +
                                             "    sentinel:\n"
                                             "      master: payments\n"
                                             "      nodes: [\"10.0.0.5:26379\", \"[::1]:26380\"]\n"
@@ -94,13 +78,13 @@ TEST_SUITE("store.redis sentinel and durability") {
     }
 
     TEST_CASE("durability: async by default; replicated with replicas and wait_timeout") {
-        const auto d = cfg::load_string(std::string{base} + "    url: \"redis://h:1\"\n", "t.yaml");
+        const auto d = cfg::load_string(base + "    url: \"redis://h:1\"\n", "t.yaml");
         CHECK(d->store.redis.durability == cfg::redis_durability::async);
         CHECK(d->store.redis.replicas == 1);
         CHECK(d->store.redis.wait_timeout == 50ms);
-        const auto c = cfg::load_string(std::string{base} + "    durability: replicated\n"
-                                                            "    replicas: 2\n"
-                                                            "    wait_timeout: 80ms\n",
+        const auto c = cfg::load_string(base + "    durability: replicated\n"
+                                               "    replicas: 2\n"
+                                               "    wait_timeout: 80ms\n",
                                         "t.yaml");
         CHECK(c->store.redis.durability == cfg::redis_durability::replicated);
         CHECK(c->store.redis.replicas == 2);
@@ -113,6 +97,6 @@ TEST_SUITE("store.redis sentinel and durability") {
         check_one_error("    durability: replicated\n    command_timeout: 40ms\n", 7,
                         "must be below command_timeout");
         // Only replicated waits: a short command_timeout is fine with async.
-        CHECK(errors_of(std::string{base} + "    command_timeout: 40ms\n").empty());
+        CHECK(errors_of(base + "    command_timeout: 40ms\n").empty());
     }
 }

@@ -5,6 +5,8 @@
 
 #include "onceproxy/config/load.hpp"
 
+#include "support/config_errors.hpp"
+
 #include <doctest/doctest.h>
 
 #include <unistd.h>
@@ -15,57 +17,15 @@
 #include <vector>
 
 namespace cfg = onceproxy::config;
+using onceproxy::test::check_one_error;
+using onceproxy::test::describe;
+using onceproxy::test::errors_of;
+using onceproxy::test::temp_file;
 using namespace std::chrono_literals;
 
 namespace {
 
-constexpr const char* base = "upstreams: { app: { url: \"http://127.0.0.1:3000\" } }\n"
-                             "routes: [ { name: all, match: { prefix: / }, upstream: app } ]\n";
-
-std::vector<cfg::config_error> errors_of(const std::string& yaml) {
-    try {
-        cfg::load_string(yaml, "test.yaml");
-    } catch (const cfg::config_errors& e) {
-        return e.errors();
-    }
-    return {};
-}
-
-std::string describe(const std::vector<cfg::config_error>& errors) {
-    std::string out;
-    for (const auto& e : errors) {
-        out += e.to_string() + "\n";
-    }
-    return out;
-}
-
-/// The one error of `yaml`, which must be at `line` (1-based, with a column) and say `text`.
-void check_one_error(const std::string& yaml, int line, const std::string& text) {
-    const auto errors = errors_of(yaml);
-    CAPTURE(describe(errors));
-    REQUIRE(errors.size() == 1);
-    CHECK(errors[0].file == "test.yaml");
-    CHECK(errors[0].line == line);
-    CHECK(errors[0].column > 0);
-    CHECK(errors[0].to_string().find(text) != std::string::npos);
-}
-
-/// A file in the temporary directory, removed at scope exit.
-struct temp_file {
-    std::string path;
-    explicit temp_file(const std::string& content) {
-        path = "/tmp/onceproxy-unit-" + std::to_string(::getpid()) + "-" +
-               std::to_string(counter()++) + ".secret";
-        std::ofstream(path, std::ios::binary) << content;
-    }
-    ~temp_file() { std::remove(path.c_str()); }
-    temp_file(const temp_file&) = delete;
-    temp_file& operator=(const temp_file&) = delete;
-    static unsigned& counter() {
-        static unsigned n = 0;
-        return n;
-    }
-};
+constexpr const char* base = onceproxy::test::minimal_config;
 
 std::string redis_yaml(const std::string& lines) {
     return std::string{base} + "store:\n  type: redis\n  redis:\n" + lines;

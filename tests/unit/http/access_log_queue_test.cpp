@@ -15,6 +15,20 @@ using onceproxy::http::access_log_writer;
 using namespace std::chrono_literals;
 using push_result = access_log_queue::push_result;
 
+namespace {
+
+/// Runs `act` on a thread of its own a moment later, once the test thread is blocked in take().
+/// Real time is the subject: the queue does not show that its writer waits.
+template <class Act>
+std::thread after_take_blocks(Act act) {
+    return std::thread([act] {
+        std::this_thread::sleep_for(20ms);
+        act();
+    });
+}
+
+} // namespace
+
 TEST_SUITE("access_log_queue") {
 
     TEST_CASE("lines come out whole and in order, in one batch") {
@@ -59,8 +73,7 @@ TEST_SUITE("access_log_queue") {
     TEST_CASE("take() waits for a first line, then lingers for a batch") {
         access_log_queue q(1 << 20);
         std::string out;
-        std::thread producer([&] {
-            std::this_thread::sleep_for(20ms);
+        std::thread producer = after_take_blocks([&] {
             for (int i = 0; i < 100; ++i) {
                 CHECK(q.push("line\n") == push_result::queued);
             }
@@ -80,10 +93,7 @@ TEST_SUITE("access_log_queue") {
     TEST_CASE("a closed queue wakes a waiting writer") {
         access_log_queue q(64);
         std::string out;
-        std::thread closer([&] {
-            std::this_thread::sleep_for(20ms);
-            q.close();
-        });
+        std::thread closer = after_take_blocks([&] { q.close(); });
         CHECK_FALSE(q.take(out, 1000ms));
         closer.join();
     }
