@@ -1,9 +1,11 @@
 #include "onceproxy/store/redis_store.hpp"
 
 #include "onceproxy/log/log.hpp"
+#include "onceproxy/redis/error.hpp"
+#include "onceproxy/redis/redis_client.hpp"
+#include "onceproxy/redis/redis_cluster.hpp"
+#include "onceproxy/redis/redis_sentinel.hpp"
 #include "onceproxy/store/error.hpp"
-#include "onceproxy/store/redis_cluster.hpp"
-#include "onceproxy/store/redis_sentinel.hpp"
 #include "store/redis_record.hpp"
 
 #include <boost/asio/co_spawn.hpp>
@@ -25,6 +27,19 @@ namespace onceproxy::store {
 
 namespace net = boost::asio;
 using boost::system::error_code;
+using redis::describe_redis_url_error;
+using redis::parse_redis_url;
+using redis::redis_client;
+using redis::redis_client_options;
+using redis::redis_cluster;
+using redis::redis_cluster_options;
+using redis::redis_exec_result;
+using redis::redis_node_address;
+using redis::redis_reply;
+using redis::redis_route;
+using redis::redis_sentinel;
+using redis::redis_sentinel_options;
+using redis::redis_url;
 
 namespace {
 
@@ -175,6 +190,27 @@ std::string millis(duration d) {
     return std::to_string(std::max<long long>(d.count(), 1));
 }
 
+// The driver's failures as the store's (same names), so routes, metrics and logs see one
+// category; codes of other categories pass through.
+error_code store_error(error_code ec) {
+    if (ec.category() != redis::redis_category()) {
+        return ec;
+    }
+    switch (static_cast<redis::errc>(ec.value())) {
+    case redis::errc::unavailable:
+        return errc::unavailable;
+    case redis::errc::timeout:
+        return errc::timeout;
+    case redis::errc::protocol:
+        return errc::protocol;
+    case redis::errc::auth_failed:
+        return errc::auth_failed;
+    case redis::errc::tls_failed:
+        return errc::tls_failed;
+    }
+    return errc::protocol;
+}
+
 error_code reply_error() {
     return errc::protocol;
 }
@@ -287,10 +323,11 @@ struct redis_store::impl {
     // while awaiting.
     net::awaitable<redis_exec_result> exec(redis_route& c, const std::vector<std::string>& cmd,
                                            bool durable) {
-        if (durable && cfg.durability == config::redis_durability::replicated) {
-            return exec_replicated(c, cmd);
-        }
-        return c.async_exec(cmd); // no coroutine frame of its own
+        redis_exec_result r = durable && cfg.durability == config::redis_durability::replicated
+                                  ? co_await exec_replicated(c, cmd)
+                                  : co_await c.async_exec(cmd);
+        r.ec = store_error(r.ec);
+        co_return r;
     }
 
     // EVALSHA; on NOSCRIPT (nothing ran), one EVAL of the same script, which also reloads it.
@@ -549,6 +586,7 @@ net::awaitable<redis_startup_report> redis_store::async_check_startup() {
     opts.health_check_interval = duration{0};
     redis_client probe(ex, opts);
     auto connected = co_await probe.async_connect_once();
+    connected.ec = store_error(connected.ec);
     // Cluster mode: the first seed node that answers (each has the same settings to check).
     for (std::size_t i = 1; i < impl_->cluster_options.seeds.size() &&
                             (connected.ec == errc::unavailable || connected.ec == errc::timeout);
@@ -557,6 +595,7 @@ net::awaitable<redis_startup_report> redis_store::async_check_startup() {
         opts.url.port = impl_->cluster_options.seeds[i].port;
         probe = redis_client(ex, opts);
         connected = co_await probe.async_connect_once();
+        connected.ec = store_error(connected.ec);
     }
     if (connected.ec) {
         report.ec = connected.ec;
@@ -591,6 +630,7 @@ net::awaitable<redis_startup_report> redis_store::async_check_startup() {
     }
     std::vector<std::string> config_get{"CONFIG", "GET", "maxmemory-policy"};
     auto r = co_await probe.async_exec(std::move(config_get));
+    r.ec = store_error(r.ec);
     if (r.ec) {
         report.ec = r.ec;
         report.message =
@@ -962,7 +1002,7 @@ net::awaitable<result<void>> redis_store::async_ping() {
     std::vector<std::string> ping{"PING"};
     auto r = co_await c.async_exec(std::move(ping));
     if (r.ec) {
-        co_return r.ec;
+        co_return store_error(r.ec);
     }
     if (r.reply.is_error()) {
         co_return reply_error();

@@ -1,7 +1,7 @@
 // redis_store in Cluster mode (store.redis.cluster) against a real Redis Cluster: three
 // masters with one replica each, started on free loopback ports by the fixture. A missing
 // redis-server fails these tests, it never skips them.
-#include "onceproxy/store/redis_cluster.hpp"
+#include "onceproxy/redis/redis_cluster.hpp"
 
 #include "conformance/store_suite.hpp"
 #include "onceproxy/store/error.hpp"
@@ -35,11 +35,12 @@ namespace {
 
 namespace net = boost::asio;
 using namespace std::chrono_literals;
+using onceproxy::redis::redis_key_slot;
 using onceproxy::store::claim_status;
-using onceproxy::store::redis_key_slot;
 using onceproxy::store::redis_store;
 using test_cluster = onceproxy::test::redis_cluster;
 namespace store = onceproxy::store;
+namespace redis = onceproxy::redis;
 namespace test = onceproxy::test;
 
 using onceproxy::test::run;
@@ -295,14 +296,14 @@ TEST_CASE("redis cluster store: the router alone: slot map from CLUSTER SHARDS, 
           "master") {
     auto& cluster = shared_cluster();
     net::io_context ioc;
-    store::redis_cluster_options o;
+    redis::redis_cluster_options o;
     o.node.command_timeout = 2'000ms;
     o.node.connect_timeout = 2'000ms;
     o.node.health_check_interval = 60'000ms;
     // One seed is enough: the map names every master.
     const auto seed = cluster.nodes().back()->port();
     o.seeds.push_back({"127.0.0.1", seed});
-    store::redis_cluster router(ioc.get_executor(), o);
+    redis::redis_cluster router(ioc.get_executor(), o);
     router.start();
     const auto key = test::unique_key("cluster", "router");
     CHECK(run(ioc, router.async_wait_ready(key, 10s)));

@@ -8,8 +8,8 @@
 #include "onceproxy/store/redis_store.hpp"
 
 #include "conformance/store_suite.hpp"
+#include "onceproxy/redis/redis_client.hpp"
 #include "onceproxy/store/error.hpp"
-#include "onceproxy/store/redis_client.hpp"
 #include "support/http_client.hpp"
 #include "support/log_lines.hpp"
 #include "support/problem_check.hpp"
@@ -47,6 +47,7 @@ using onceproxy::store::claim_status;
 using onceproxy::store::redis_store;
 using onceproxy::test::redis_sentinel_set;
 namespace store = onceproxy::store;
+namespace redis = onceproxy::redis;
 namespace test = onceproxy::test;
 using clock_type = std::chrono::steady_clock;
 

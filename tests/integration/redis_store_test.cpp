@@ -3,8 +3,9 @@
 #include "onceproxy/store/redis_store.hpp"
 
 #include "conformance/store_suite.hpp"
+#include "onceproxy/redis/error.hpp"
+#include "onceproxy/redis/redis_client.hpp"
 #include "onceproxy/store/error.hpp"
-#include "onceproxy/store/redis_client.hpp"
 #include "support/process.hpp"
 #include "support/redis_server.hpp"
 #include "support/run_awaitable.hpp"
@@ -35,13 +36,14 @@ namespace {
 
 namespace net = boost::asio;
 using namespace std::chrono_literals;
+using onceproxy::redis::redis_client;
 using onceproxy::store::claim_status;
 using onceproxy::store::fence_status;
-using onceproxy::store::redis_client;
 using onceproxy::store::redis_store;
 using onceproxy::test::redis_server;
 using onceproxy::test::redis_server_options;
 namespace store = onceproxy::store;
+namespace redis = onceproxy::redis;
 
 using onceproxy::test::run;
 
@@ -137,7 +139,7 @@ net::awaitable<void> echo_one(redis_client& c, echo_state& st, int i) {
     st.max_in_flight = std::max(st.max_in_flight, ++st.in_flight);
     auto r = co_await c.async_exec(std::move(cmd));
     --st.in_flight;
-    if (!r.ec && r.reply.type == store::redis_reply::kind::string && r.reply.str == payload) {
+    if (!r.ec && r.reply.type == redis::redis_reply::kind::string && r.reply.str == payload) {
         ++st.correct;
     }
     if (++st.answered == st.n) {
@@ -151,8 +153,8 @@ ONCEPROXY_STORE_SUITE(redis_fixture);
 
 TEST_CASE("redis client: 1000 pipelined commands on one connection are each answered in order") {
     net::io_context ioc;
-    store::redis_client_options o;
-    o.url = *store::parse_redis_url(shared_server().url());
+    redis::redis_client_options o;
+    o.url = *redis::parse_redis_url(shared_server().url());
     o.command_timeout = 10s;
     redis_client client(ioc.get_executor(), o);
     client.start();
@@ -178,15 +180,15 @@ TEST_CASE("redis client: 1000 pipelined commands on one connection are each answ
 
 TEST_CASE("redis client: a command not answered in time fails with timeout, then it reconnects") {
     net::io_context ioc;
-    store::redis_client_options o;
-    o.url = *store::parse_redis_url(shared_server().url());
+    redis::redis_client_options o;
+    o.url = *redis::parse_redis_url(shared_server().url());
     o.command_timeout = 200ms;
     o.reconnect_min = 10ms;
     redis_client client(ioc.get_executor(), o);
     client.start();
     REQUIRE(run(ioc, client.async_wait_ready(5s)));
     auto r = run(ioc, client.async_exec({"BLPOP", unique("never"), "0"}));
-    CHECK(r.ec == store::errc::timeout);
+    CHECK(r.ec == redis::errc::timeout);
     CHECK(r.written);
     REQUIRE(run(ioc, client.async_wait_ready(5s)));
     CHECK(client.connect_count() == 2);
@@ -198,8 +200,8 @@ TEST_CASE("redis client: a command not answered in time fails with timeout, then
 TEST_CASE("redis client: a lost stable connection is re-opened at once, and a command issued "
           "meanwhile waits for it instead of failing") {
     net::io_context ioc;
-    store::redis_client_options o;
-    o.url = *store::parse_redis_url(shared_server().url());
+    redis::redis_client_options o;
+    o.url = *redis::parse_redis_url(shared_server().url());
     o.command_timeout = 5s;
     o.reconnect_min = 10s; // a backoff would outlast the command: only an at-once attempt helps
     o.reconnect_max = 10s;
@@ -221,8 +223,8 @@ TEST_CASE("redis client: a lost stable connection is re-opened at once, and a co
 TEST_CASE("redis client: a connection lost soon after it opened backs off; a command meanwhile "
           "fails unsent") {
     net::io_context ioc;
-    store::redis_client_options o;
-    o.url = *store::parse_redis_url(shared_server().url());
+    redis::redis_client_options o;
+    o.url = *redis::parse_redis_url(shared_server().url());
     o.command_timeout = 5s;
     o.reconnect_min = 10s;
     o.reconnect_max = 10s;
@@ -232,7 +234,7 @@ TEST_CASE("redis client: a connection lost soon after it opened backs off; a com
     REQUIRE(run(ioc, client.async_wait_ready(5s)));
     client.drop_connection();
     auto r = run(ioc, client.async_exec({"PING"}));
-    CHECK(r.ec == store::errc::unavailable);
+    CHECK(r.ec == redis::errc::unavailable);
     CHECK_FALSE(r.written);
     CHECK(client.connect_count() == 1); // still in its backoff
 }
@@ -245,8 +247,8 @@ struct moving_address {
     std::uint16_t port = 0;
 };
 
-net::awaitable<store::redis_address> address_of(std::shared_ptr<moving_address> a) {
-    store::redis_address out;
+net::awaitable<redis::redis_address> address_of(std::shared_ptr<moving_address> a) {
+    redis::redis_address out;
     out.host = a->host;
     out.port = a->port;
     co_return out;
@@ -258,8 +260,8 @@ TEST_CASE("redis client: a new master's address cuts a reconnect backoff short")
     net::io_context ioc;
     auto where = std::make_shared<moving_address>();
     where->port = onceproxy::test::free_port(); // nobody listens: a master that died
-    store::redis_client_options o;
-    o.url = *store::parse_redis_url(shared_server().url());
+    redis::redis_client_options o;
+    o.url = *redis::parse_redis_url(shared_server().url());
     o.address_source = [where] { return address_of(where); };
     o.connect_timeout = 1s;
     o.reconnect_min = 20s; // the backoff after the failed attempt outlasts every wait below
@@ -329,7 +331,7 @@ TEST_CASE("redis store: survives a restart (appendonly): in-flight commands fail
 
     struct outcome {
         bool done = false;
-        store::redis_exec_result r;
+        redis::redis_exec_result r;
     };
     auto blocked = std::make_shared<outcome>();
     auto scenario = [](store_env& e, redis_server& s,
@@ -369,7 +371,7 @@ TEST_CASE("redis store: survives a restart (appendonly): in-flight commands fail
     };
     CHECK(run(env.ioc, scenario(env, server, blocked), 30s));
     REQUIRE(blocked->done);
-    CHECK(blocked->r.ec == store::errc::unavailable);
+    CHECK(blocked->r.ec == redis::errc::unavailable);
     CHECK(blocked->r.written);
     CHECK(env.client().connect_count() >= 2);
 
@@ -915,8 +917,8 @@ TEST_CASE("redis store: a node that answers -READONLY is left; the reconnect fin
 TEST_CASE("redis client: the health check replaces a connection that stopped answering") {
     net::io_context ioc;
     tcp_gate gate(ioc, shared_server().port());
-    store::redis_client_options o;
-    o.url = *store::parse_redis_url("redis://127.0.0.1:" + std::to_string(gate.port()));
+    redis::redis_client_options o;
+    o.url = *redis::parse_redis_url("redis://127.0.0.1:" + std::to_string(gate.port()));
     o.command_timeout = 200ms;
     o.health_check_interval = 100ms;
     o.reconnect_min = 10ms;

@@ -19,35 +19,40 @@
 // (redis_cluster.hpp) instead of plain connections; an operation goes to the master of its
 // key's hash slot. Every script touches exactly one key (KEYS[1]), so it runs on one node.
 //
-// Data model (Cluster-ready: every script touches only KEYS[1]): one Redis hash per
-// idempotency key, named key_prefix + key, with binary-safe fields
-//   v  = "1"                 record format version (a record of an unknown version is an error)
-//   st = "f" | "c"           in flight (lease) | completed
-//   ow = owner token         the lease holder (kept on completion: a repeated complete by the
-//                            same owner, after a lost reply, is answered ok)
-//   fp = fingerprint bytes
-//   pl = payload bytes       completed only
-//   ct = claim time          ms since the epoch by Redis's clock (TIME), for the owner age
-//                            that key administration reports
-// Redis's own expiry (PEXPIRE) ends leases and records: no cleanup job. Each operation is one
-// EVALSHA (scripts loaded with SCRIPT LOAD on every connect); a NOSCRIPT reply (restart,
-// failover, SCRIPT FLUSH) is answered by one EVAL of the same script, which also reloads it.
+// Data model (Cluster-ready: every command and script touches only KEYS[1]): one Redis string
+// per idempotency key, named key_prefix + key, whose value is laid out by redis_record.hpp
+// (version, state in flight | completed, owner token, fingerprint, claim time, then the
+// payload once completed). A claim is one native SET key value NX PX lease GET; the fenced
+// writes (complete, release, extend) and key administration are one EVALSHA each, matching a
+// lease by the prefix of its value. A record of layout version 1 (a hash, written by an
+// earlier version) is still read. Redis's own expiry (PEXPIRE) ends leases and records: no
+// cleanup job. Scripts are loaded with SCRIPT LOAD on every connect; a NOSCRIPT reply
+// (restart, failover, SCRIPT FLUSH) is answered by one EVAL of the same script, which also
+// reloads it.
+//
+// The driver (connection, Cluster router, Sentinel discovery) is the redis/ module; this
+// header names its types only for the diagnostics hooks below.
 
 #include "onceproxy/config/config.hpp"
-#include "onceproxy/store/redis_client.hpp"
 #include "onceproxy/store/store.hpp"
 
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/system/error_code.hpp>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
-namespace onceproxy::store {
-
+// The driver (include/onceproxy/redis/), named here only by the diagnostics hooks below.
+namespace onceproxy::redis {
+class redis_client;
+class redis_route;
 class redis_sentinel;
+} // namespace onceproxy::redis
+
+namespace onceproxy::store {
 
 /// Result of the start-up check, for the operator.
 struct redis_startup_report {
@@ -58,8 +63,6 @@ struct redis_startup_report {
     std::string message;               ///< why it failed, naming host:port; empty on success
     std::vector<std::string> warnings; ///< for the caller to log
 };
-
-class redis_route;
 
 class redis_store final : public store {
 public:
@@ -97,7 +100,7 @@ public:
 
     /// Sentinel: the discovery and watch shared by every connection (tests, diagnostics);
     /// nullptr otherwise.
-    redis_sentinel* sentinel() noexcept;
+    redis::redis_sentinel* sentinel() noexcept;
 
     /// Posts the password to every connection's executor (used from their next reconnect) and
     /// to the first one's for the start-up check's copy. Thread-safe.
@@ -140,7 +143,7 @@ public:
 
     /// The connection an operation awaited on `ex` would use next (tests, diagnostics);
     /// nullptr if `ex` is not a worker executor, and in Cluster mode.
-    redis_client* client_for(const boost::asio::any_io_executor& ex) noexcept;
+    redis::redis_client* client_for(const boost::asio::any_io_executor& ex) noexcept;
 
     /// The Redis key that holds the record of store key `key` (key_prefix + key).
     std::string redis_key(std::string_view key) const;
@@ -150,14 +153,14 @@ public:
 private:
     boost::asio::awaitable<void> deferred_check();
     /// A claim that met a record of layout version 1 (a hash, written by an earlier version).
-    boost::asio::awaitable<result<claim_result>> claim_v1(redis_route& c, const std::string& key,
-                                                          const claim_request& req);
+    boost::asio::awaitable<result<claim_result>>
+    claim_v1(redis::redis_route& c, const std::string& key, const claim_request& req);
     /// A claim whose reply was lost after it was written (`ec`: timeout or a lost connection):
     /// it may have taken effect, so it is never sent again blindly; the key is read instead,
     /// and our own in-flight value means the claim is ours. Else `ec`. `round_trips`: those
     /// made before the read (which adds one, and a WAIT one more).
     boost::asio::awaitable<result<claim_result>>
-    recover_lost_claim(redis_route& c, const std::string& key, const claim_request& req,
+    recover_lost_claim(redis::redis_route& c, const std::string& key, const claim_request& req,
                        boost::system::error_code ec, unsigned round_trips);
 
     std::unique_ptr<impl> impl_;

@@ -17,6 +17,8 @@
 // worker's executor concurrently. Operational failures (Redis down, timeout) come back as an
 // error_code in the result, never as an exception.
 
+#include "onceproxy/redis/master_switch_cause.hpp"
+
 #include <boost/asio/awaitable.hpp>
 #include <boost/system/error_code.hpp>
 #include <boost/system/result.hpp>
@@ -118,27 +120,10 @@ struct open_report {
     std::vector<std::string> warnings; ///< for the log
 };
 
-/// What moved a store to another master (Redis behind Sentinel): the `cause` label of
-/// onceproxy_store_master_switches_total.
-enum class master_switch_cause {
-    switch_master,   ///< a sentinel announced the new master (+switch-master)
-    readonly,        ///< a write got -READONLY (a demoted master); the reconnect found another
-    connection_lost, ///< the connection was lost; the reconnect found another master
-};
-inline constexpr std::size_t master_switch_cause_count = 3;
-
-/// The label value of `c`: "switch_master", "readonly", "connection_lost".
-constexpr const char* to_string(master_switch_cause c) noexcept {
-    switch (c) {
-    case master_switch_cause::switch_master:
-        return "switch_master";
-    case master_switch_cause::readonly:
-        return "readonly";
-    case master_switch_cause::connection_lost:
-        return "connection_lost";
-    }
-    return "unknown";
-}
+/// What moved a store to another master (Redis behind Sentinel): the driver's own enum, the
+/// `cause` label of onceproxy_store_master_switches_total.
+using redis::master_switch_cause;
+using redis::master_switch_cause_count;
 
 class store {
 public:

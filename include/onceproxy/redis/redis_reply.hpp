@@ -6,7 +6,7 @@
 #include <string_view>
 #include <vector>
 
-namespace onceproxy::store {
+namespace onceproxy::redis {
 
 struct redis_reply {
     enum class kind {
@@ -31,4 +31,4 @@ struct redis_reply {
     }
 };
 
-} // namespace onceproxy::store
+} // namespace onceproxy::redis

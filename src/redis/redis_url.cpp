@@ -1,4 +1,4 @@
-#include "onceproxy/store/redis_url.hpp"
+#include "onceproxy/redis/redis_url.hpp"
 
 #include <boost/url/parse.hpp>
 #include <boost/url/url_view.hpp>
@@ -6,7 +6,7 @@
 #include <charconv>
 #include <limits>
 
-namespace onceproxy::store {
+namespace onceproxy::redis {
 namespace {
 
 // One parser behind both entry points, so the reason and the verdict never disagree.
@@ -87,4 +87,4 @@ std::string describe_redis_url_error(std::string_view text) {
     return parse_into(text, out);
 }
 
-} // namespace onceproxy::store
+} // namespace onceproxy::redis

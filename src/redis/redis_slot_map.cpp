@@ -1,12 +1,12 @@
 // The pure part of Redis Cluster support: hash slots, redirect replies, slot maps out of
 // CLUSTER SHARDS / CLUSTER SLOTS replies. No I/O (the fuzz build compiles it on its own).
-#include "onceproxy/store/redis_cluster.hpp"
+#include "onceproxy/redis/redis_cluster.hpp"
 
 #include <algorithm>
 #include <array>
 #include <charconv>
 
-namespace onceproxy::store {
+namespace onceproxy::redis {
 
 namespace {
 
@@ -251,4 +251,4 @@ std::optional<redis_slot_map> parse_cluster_slots(const redis_reply& reply,
     return map;
 }
 
-} // namespace onceproxy::store
+} // namespace onceproxy::redis

@@ -1,12 +1,12 @@
-#include "store/redis_multiplexer.hpp"
+#include "redis/redis_multiplexer.hpp"
 
-#include "onceproxy/store/error.hpp"
+#include "onceproxy/redis/error.hpp"
 
 #include <cstring>
 #include <string_view>
 #include <utility>
 
-namespace onceproxy::store {
+namespace onceproxy::redis {
 
 namespace {
 
@@ -237,4 +237,4 @@ void redis_multiplexer::close(boost::system::error_code why) {
     }
 }
 
-} // namespace onceproxy::store
+} // namespace onceproxy::redis

@@ -20,8 +20,8 @@
 // Threading: like redis_client, one redis_cluster belongs to ONE executor, and every member
 // function is called on that executor's thread.
 
-#include "onceproxy/store/redis_client.hpp"
-#include "onceproxy/store/redis_reply.hpp"
+#include "onceproxy/redis/redis_client.hpp"
+#include "onceproxy/redis/redis_reply.hpp"
 
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/awaitable.hpp>
@@ -36,7 +36,7 @@
 #include <utility>
 #include <vector>
 
-namespace onceproxy::store {
+namespace onceproxy::redis {
 
 inline constexpr std::size_t redis_cluster_slots = 16384;
 
@@ -186,4 +186,4 @@ private:
     std::string_view key_;
 };
 
-} // namespace onceproxy::store
+} // namespace onceproxy::redis

@@ -1,6 +1,6 @@
-#include "store/redis_multiplexer.hpp"
+#include "redis/redis_multiplexer.hpp"
 
-#include "onceproxy/store/error.hpp"
+#include "onceproxy/redis/error.hpp"
 
 #include <doctest/doctest.h>
 
@@ -9,10 +9,10 @@
 #include <utility>
 #include <vector>
 
-using onceproxy::store::errc;
-using onceproxy::store::redis_multiplexer;
-using onceproxy::store::redis_reply;
-using onceproxy::store::redis_request;
+using onceproxy::redis::errc;
+using onceproxy::redis::redis_multiplexer;
+using onceproxy::redis::redis_reply;
+using onceproxy::redis::redis_request;
 
 namespace {
 

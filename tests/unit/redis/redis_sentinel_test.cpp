@@ -1,4 +1,4 @@
-#include "onceproxy/store/redis_sentinel.hpp"
+#include "onceproxy/redis/redis_sentinel.hpp"
 
 #include "support/log_capture.hpp"
 
@@ -8,11 +8,11 @@
 #include <string>
 #include <vector>
 
-using onceproxy::store::master_switch_cause;
-using onceproxy::store::parse_switch_master;
-using onceproxy::store::redis_reply;
-using onceproxy::store::redis_sentinel;
-using onceproxy::store::redis_sentinel_options;
+using onceproxy::redis::master_switch_cause;
+using onceproxy::redis::parse_switch_master;
+using onceproxy::redis::redis_reply;
+using onceproxy::redis::redis_sentinel;
+using onceproxy::redis::redis_sentinel_options;
 using onceproxy::test::captured_log;
 
 namespace {

@@ -10,7 +10,7 @@
 #include <string>
 #include <string_view>
 
-namespace onceproxy::store {
+namespace onceproxy::redis {
 
 /// A parsed Redis URL. An empty `user` with a non-empty `password` means `AUTH password`
 /// (the `default` user); both set means `AUTH user password` (ACL user).
@@ -32,4 +32,4 @@ boost::system::result<redis_url> parse_redis_url(std::string_view text);
 /// The reason `parse_redis_url(text)` fails, for start-up messages; empty when it succeeds.
 std::string describe_redis_url_error(std::string_view text);
 
-} // namespace onceproxy::store
+} // namespace onceproxy::redis

@@ -1,8 +1,8 @@
-#include "onceproxy/store/redis_client.hpp"
+#include "onceproxy/redis/redis_client.hpp"
 
 #include "onceproxy/log/log.hpp"
-#include "onceproxy/store/error.hpp"
-#include "store/redis_multiplexer.hpp"
+#include "onceproxy/redis/error.hpp"
+#include "redis/redis_multiplexer.hpp"
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -30,7 +30,7 @@
 #pragma GCC diagnostic ignored "-Wmismatched-new-delete"
 #endif
 
-namespace onceproxy::store {
+namespace onceproxy::redis {
 
 namespace net = boost::asio;
 namespace ssl = boost::asio::ssl;
@@ -923,4 +923,4 @@ const redis_connect_report& redis_client::last_failure() const noexcept {
     return impl_->last_failure;
 }
 
-} // namespace onceproxy::store
+} // namespace onceproxy::redis

@@ -5,7 +5,7 @@
 //   codec only (redisFormatCommandArgv to encode, redisReader to decode), inside the .cpp.
 // - Many commands in flight: every request joins a FIFO of pending requests, and replies are
 //   matched to it in order. Commands issued in one event-loop turn leave in one write. That
-//   pipeline is an I/O-free component (src/store/redis_multiplexer.hpp); the socket code here
+//   pipeline is an I/O-free component (src/redis/redis_multiplexer.hpp); the socket code here
 //   only moves bytes.
 // - Nothing blocks: the transport (resolve, connect, TLS handshake) and then the handshake
 //   (AUTH, SELECT, SCRIPT LOAD) are async and bounded together by connect_timeout; every
@@ -21,8 +21,8 @@
 // object does no locking. The handle is cheap to move; the shared state lives until its last
 // coroutine finishes, so destroying the handle while operations are pending is safe.
 
-#include "onceproxy/store/redis_reply.hpp"
-#include "onceproxy/store/redis_url.hpp"
+#include "onceproxy/redis/redis_reply.hpp"
+#include "onceproxy/redis/redis_url.hpp"
 
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/awaitable.hpp>
@@ -36,7 +36,7 @@
 #include <utility>
 #include <vector>
 
-namespace onceproxy::store {
+namespace onceproxy::redis {
 
 /// Where to connect, as an address source yields it (see redis_client_options::address_source).
 struct redis_address {
@@ -206,4 +206,4 @@ private:
     std::shared_ptr<impl> impl_;
 };
 
-} // namespace onceproxy::store
+} // namespace onceproxy::redis

@@ -1,19 +1,19 @@
-#include "onceproxy/store/redis_cluster.hpp"
+#include "onceproxy/redis/redis_cluster.hpp"
 
-#include "store/resp_reader.hpp"
+#include "redis/resp_reader.hpp"
 
 #include <doctest/doctest.h>
 
 #include <string>
 
-using onceproxy::store::parse_cluster_shards;
-using onceproxy::store::parse_cluster_slots;
-using onceproxy::store::parse_redirect;
-using onceproxy::store::redis_key_slot;
-using onceproxy::store::redis_node_address;
-using onceproxy::store::redis_redirect;
-using onceproxy::store::redis_reply;
-using onceproxy::store::resp_reader;
+using onceproxy::redis::parse_cluster_shards;
+using onceproxy::redis::parse_cluster_slots;
+using onceproxy::redis::parse_redirect;
+using onceproxy::redis::redis_key_slot;
+using onceproxy::redis::redis_node_address;
+using onceproxy::redis::redis_redirect;
+using onceproxy::redis::redis_reply;
+using onceproxy::redis::resp_reader;
 
 namespace {
 
@@ -147,7 +147,7 @@ TEST_CASE("parse_cluster_shards: a failed old master listed first does not own t
 }
 
 TEST_CASE("redis_slot_map::keep_known: slots a partial map leaves out keep their old owner") {
-    onceproxy::store::redis_slot_map before;
+    onceproxy::redis::redis_slot_map before;
     const int a = before.add_master({"127.0.0.1", 7000});
     const int b = before.add_master({"127.0.0.1", 7001});
     before.owner.fill(a);
@@ -155,7 +155,7 @@ TEST_CASE("redis_slot_map::keep_known: slots a partial map leaves out keep their
         before.owner[s] = b;
     }
     // The new answer knows slots 0-8191 (now on 7002) and nothing of the rest.
-    onceproxy::store::redis_slot_map partial;
+    onceproxy::redis::redis_slot_map partial;
     const int c = partial.add_master({"127.0.0.1", 7002});
     for (std::size_t s = 0; s < 8192; ++s) {
         partial.owner[s] = c;

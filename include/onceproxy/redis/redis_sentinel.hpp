@@ -32,8 +32,8 @@
 // concurrently (an atomic index and a mutex guard the shared state); the watch runs on the
 // executor given to start_watch.
 
-#include "onceproxy/store/redis_client.hpp"
-#include "onceproxy/store/store.hpp"
+#include "onceproxy/redis/master_switch_cause.hpp"
+#include "onceproxy/redis/redis_client.hpp"
 
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/awaitable.hpp>
@@ -51,7 +51,7 @@
 #include <string_view>
 #include <vector>
 
-namespace onceproxy::store {
+namespace onceproxy::redis {
 
 struct redis_sentinel_options {
     std::string master_name; ///< the name the sentinels monitor the master under
@@ -179,4 +179,4 @@ private:
     std::size_t unconfirmed_by_ = 0;
 };
 
-} // namespace onceproxy::store
+} // namespace onceproxy::redis

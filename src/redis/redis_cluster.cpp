@@ -1,7 +1,7 @@
-#include "onceproxy/store/redis_cluster.hpp"
+#include "onceproxy/redis/redis_cluster.hpp"
 
 #include "onceproxy/log/log.hpp"
-#include "onceproxy/store/error.hpp"
+#include "onceproxy/redis/error.hpp"
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -18,7 +18,7 @@
 #pragma GCC diagnostic ignored "-Wmismatched-new-delete"
 #endif
 
-namespace onceproxy::store {
+namespace onceproxy::redis {
 
 namespace net = boost::asio;
 using clock = std::chrono::steady_clock;
@@ -480,4 +480,4 @@ net::awaitable<bool> redis_route::async_wait_ready(std::chrono::milliseconds tim
     co_return co_await client_->async_wait_ready(timeout);
 }
 
-} // namespace onceproxy::store
+} // namespace onceproxy::redis

@@ -2,14 +2,14 @@
 // RESP2 replies out of a byte stream: hiredis's reply reader, with each reply copied into an
 // owned `redis_reply` so that hiredis stays private to this module. Pure: no sockets.
 
-#include "onceproxy/store/redis_reply.hpp"
+#include "onceproxy/redis/redis_reply.hpp"
 
 #include <cstddef>
 #include <memory>
 
 struct redisReader;
 
-namespace onceproxy::store {
+namespace onceproxy::redis {
 
 class resp_reader {
 public:
@@ -37,4 +37,4 @@ private:
     std::unique_ptr<redisReader, deleter> reader_;
 };
 
-} // namespace onceproxy::store
+} // namespace onceproxy::redis

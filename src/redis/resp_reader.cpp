@@ -1,10 +1,10 @@
-#include "store/resp_reader.hpp"
+#include "redis/resp_reader.hpp"
 
 #include <hiredis/hiredis.h>
 
 #include <new>
 
-namespace onceproxy::store {
+namespace onceproxy::redis {
 
 namespace {
 
@@ -103,4 +103,4 @@ resp_reader::status resp_reader::next(redis_reply& out) {
     return status::reply;
 }
 
-} // namespace onceproxy::store
+} // namespace onceproxy::redis

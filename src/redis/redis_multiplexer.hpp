@@ -30,8 +30,8 @@
 //
 // Single-threaded, no clock reads: deadlines are the caller's timers.
 
-#include "onceproxy/store/redis_reply.hpp"
-#include "store/resp_reader.hpp"
+#include "onceproxy/redis/redis_reply.hpp"
+#include "redis/resp_reader.hpp"
 
 #include <boost/system/error_code.hpp>
 
@@ -42,7 +42,7 @@
 #include <string>
 #include <vector>
 
-namespace onceproxy::store {
+namespace onceproxy::redis {
 
 /// One command in a pipeline, shared by its issuer and the multiplexer.
 struct redis_request {
@@ -145,4 +145,4 @@ private:
     bool closed_ = false;
 };
 
-} // namespace onceproxy::store
+} // namespace onceproxy::redis

@@ -1,9 +1,9 @@
-#include "onceproxy/store/redis_url.hpp"
+#include "onceproxy/redis/redis_url.hpp"
 
 #include <doctest/doctest.h>
 
-using onceproxy::store::describe_redis_url_error;
-using onceproxy::store::parse_redis_url;
+using onceproxy::redis::describe_redis_url_error;
+using onceproxy::redis::parse_redis_url;
 
 TEST_CASE("redis url: host, port and database with defaults") {
     auto u = parse_redis_url("redis://redis.internal");

@@ -1,7 +1,7 @@
-#include "onceproxy/store/redis_sentinel.hpp"
+#include "onceproxy/redis/redis_sentinel.hpp"
 
 #include "onceproxy/log/log.hpp"
-#include "onceproxy/store/error.hpp"
+#include "onceproxy/redis/error.hpp"
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -22,7 +22,7 @@
 #pragma GCC diagnostic ignored "-Wmismatched-new-delete"
 #endif
 
-namespace onceproxy::store {
+namespace onceproxy::redis {
 
 namespace net = boost::asio;
 using boost::system::error_code;
@@ -461,4 +461,4 @@ net::awaitable<void> redis_sentinel::run_watch(std::shared_ptr<watch> w) {
     }
 }
 
-} // namespace onceproxy::store
+} // namespace onceproxy::redis

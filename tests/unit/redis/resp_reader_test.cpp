@@ -1,12 +1,12 @@
-#include "store/resp_reader.hpp"
+#include "redis/resp_reader.hpp"
 
 #include <doctest/doctest.h>
 
 #include <string>
 #include <vector>
 
-using onceproxy::store::redis_reply;
-using onceproxy::store::resp_reader;
+using onceproxy::redis::redis_reply;
+using onceproxy::redis::resp_reader;
 
 TEST_CASE("resp_reader: replies split anywhere across reads come out whole and in order") {
     static constexpr char wire[] =
