@@ -113,39 +113,12 @@ gather::gather(std::string_view head, std::string_view piece, bool chunked, std:
              net::buffer(tail.data(), tail.size())};
 }
 
-namespace {
-
-template <class Stream>
-net::awaitable<bool> write_piece_to(Stream& sock, wire::deadline_watch::slot& dl,
-                                    std::chrono::steady_clock::duration timeout,
-                                    std::string_view data, bool chunked) {
+net::awaitable<bool> write_piece(wire::stream& s, wire::deadline_watch::slot& dl,
+                                 std::chrono::steady_clock::duration timeout, std::string_view data,
+                                 bool chunked) {
     const gather g({}, data, chunked, {});
     dl.expires_after(timeout);
-    auto [ec, n] = co_await net::async_write(sock, g.buffers(), use_tuple);
-    (void)n;
-    co_return !ec;
-}
-
-} // namespace
-
-net::awaitable<bool> write_piece(net::ip::tcp::socket& sock, wire::deadline_watch::slot& dl,
-                                 std::chrono::steady_clock::duration timeout, std::string_view data,
-                                 bool chunked) {
-    return write_piece_to(sock, dl, timeout, data, chunked);
-}
-
-net::awaitable<bool> write_piece(wire::client_stream& sock, wire::deadline_watch::slot& dl,
-                                 std::chrono::steady_clock::duration timeout, std::string_view data,
-                                 bool chunked) {
-    return write_piece_to(sock, dl, timeout, data, chunked);
-}
-
-net::awaitable<bool> write_piece(upstream::connection& conn,
-                                 std::chrono::steady_clock::duration timeout, std::string_view data,
-                                 bool chunked) {
-    const gather g({}, data, chunked, {});
-    conn.dl.expires_after(timeout);
-    auto [ec, n] = co_await upstream::async_write(conn, g.buffers());
+    auto [ec, n] = co_await net::async_write(s, g.buffers(), use_tuple);
     (void)n;
     co_return !ec;
 }
@@ -159,7 +132,7 @@ net::awaitable<body_end> relay_body(wire::response_parser& rp, body_source from,
     long_transfer_watch long_transfer(from.fwd, from.upstream_index);
     while (!rp.is_done()) {
         conn.dl.expires_after(from.timeout);
-        auto ec = co_await upstream::async_read(conn, rp, wire::read_until::some);
+        auto ec = co_await wire::async_read(conn.stream, conn.buffer, rp, wire::read_until::some);
         if (ec && ec != bhttp::error::need_buffer) {
             failure = read_failure(ec, conn.dl.fired());
             to.sock.mark_cut(); // the client connection ends without a proper end

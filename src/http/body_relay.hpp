@@ -7,9 +7,9 @@
 
 #include "onceproxy/http/context.hpp"
 #include "onceproxy/upstream/forwarder.hpp"
-#include "onceproxy/wire/client_stream.hpp"
 #include "onceproxy/wire/deadline_watch.hpp"
 #include "onceproxy/wire/message_parser.hpp"
+#include "onceproxy/wire/stream.hpp"
 
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/buffer.hpp>
@@ -83,18 +83,9 @@ private:
     std::array<boost::asio::const_buffer, 5> bufs_{};
 };
 
-/// Writes `data` as one piece of a body (a chunk when `chunked`) within `timeout`; false when
-/// the write failed. (To an upstream connection or to the client.)
-boost::asio::awaitable<bool> write_piece(boost::asio::ip::tcp::socket& sock,
-                                         wire::deadline_watch::slot& dl,
-                                         std::chrono::steady_clock::duration timeout,
-                                         std::string_view data, bool chunked);
-boost::asio::awaitable<bool> write_piece(wire::client_stream& sock, wire::deadline_watch::slot& dl,
-                                         std::chrono::steady_clock::duration timeout,
-                                         std::string_view data, bool chunked);
-
-/// The same to an upstream connection (TLS or plain), with its deadline.
-boost::asio::awaitable<bool> write_piece(upstream::connection& conn,
+/// Writes `data` as one piece of a body (a chunk when `chunked`) to `s` (the client or an
+/// upstream connection) within `timeout` on `dl`; false when the write failed.
+boost::asio::awaitable<bool> write_piece(wire::stream& s, wire::deadline_watch::slot& dl,
                                          std::chrono::steady_clock::duration timeout,
                                          std::string_view data, bool chunked);
 
@@ -160,7 +151,7 @@ struct body_source {
 
 /// The client side of a body relay.
 struct body_sink {
-    wire::client_stream& sock;
+    wire::stream& sock;
     wire::deadline_watch::slot& dl;
     std::chrono::steady_clock::duration timeout; ///< for each write
     bool rechunk = false;                        ///< send each piece as a chunk, then the end

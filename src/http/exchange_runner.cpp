@@ -585,7 +585,7 @@ net::awaitable<response> async_run_exchange(std::shared_ptr<exchange_env> env,
     auto view = view_of(s->req, lines);
     std::string subject;
     if (pol.principal == config::principal_source::client_cert) {
-        subject = target.client.sock.verified_client_subject();
+        subject = target.client.sock.verified_peer_subject();
         view.client_cert_subject = subject;
     }
     view.client_address = target.client_ip;

@@ -72,44 +72,19 @@ bool wants_upgrade(const request& req) {
     return false;
 }
 
-// The two ends of a tunnel: the client's stream (TLS or plain), or an upstream connection (TLS
-// or plain).
-net::awaitable<upstream::io_result> read_some(wire::client_stream& s, net::mutable_buffer into) {
-    return s.async_read_some(into, use_tuple);
-}
-net::awaitable<upstream::io_result> read_some(upstream::connection& c, net::mutable_buffer into) {
-    return upstream::async_read_some(c, into);
-}
-/// `data` must stay valid until the write completes.
-net::awaitable<upstream::io_result> write_all(wire::client_stream& s,
-                                              const net::const_buffer& data) {
-    return net::async_write(s, data, use_tuple);
-}
-net::awaitable<upstream::io_result> write_all(upstream::connection& c,
-                                              const net::const_buffer& data) {
-    return upstream::async_write(c, data);
-}
-tcp::socket& tcp_of(wire::client_stream& s) {
-    return s.socket();
-}
-tcp::socket& tcp_of(upstream::connection& c) {
-    return c.sock;
-}
-
-/// Copies `from` to `to` until either fails or stays idle past its deadline.
-template <class From, class To>
-net::awaitable<void> pump(From& from, wire::deadline_watch::slot& from_dl, To& to,
+/// Copies `from` to `to` (the client and the upstream, each plain or TLS) until either fails
+/// or stays idle past its deadline.
+net::awaitable<void> pump(wire::stream& from, wire::deadline_watch::slot& from_dl, wire::stream& to,
                           wire::deadline_watch::slot& to_dl, clock::duration idle) {
     std::array<char, 16 * 1024> buf{};
     for (;;) {
         from_dl.expires_after(idle);
-        auto [rec, n] = co_await read_some(from, net::buffer(buf));
+        auto [rec, n] = co_await from.async_read_some(net::buffer(buf), use_tuple);
         if (rec) {
             break;
         }
         to_dl.expires_after(idle);
-        const net::const_buffer piece(buf.data(), n);
-        auto [wec, wn] = co_await write_all(to, piece);
+        auto [wec, wn] = co_await net::async_write(to, net::const_buffer(buf.data(), n), use_tuple);
         (void)wn;
         if (wec) {
             break;
@@ -117,10 +92,10 @@ net::awaitable<void> pump(From& from, wire::deadline_watch::slot& from_dl, To& t
     }
     // Closed together: whichever side ends, the other direction ends too.
     boost::system::error_code ignored;
-    tcp_of(from).shutdown(tcp::socket::shutdown_both, ignored);
-    tcp_of(to).shutdown(tcp::socket::shutdown_both, ignored);
-    tcp_of(from).cancel(ignored);
-    tcp_of(to).cancel(ignored);
+    from.socket().shutdown(tcp::socket::shutdown_both, ignored);
+    to.socket().shutdown(tcp::socket::shutdown_both, ignored);
+    from.socket().cancel(ignored);
+    to.socket().cancel(ignored);
 }
 
 /// A place among a route's open upgrades (limits.max_tunnels), held until the exchange ends.
@@ -338,7 +313,7 @@ struct plain_relay::exchange {
                    : std::string();
         outgoing.emplace(conn->head, staged, chunked, tail);
         conn->dl.expires_after(up.timeout);
-        return upstream::async_write(*conn, outgoing->buffers());
+        return net::async_write(conn->stream, outgoing->buffers(), use_tuple);
     }
 
     /// True when send_body has anything to do: a 100 Continue to give, or body bytes (or the
@@ -388,7 +363,7 @@ struct plain_relay::exchange {
                 co_return make_problem(problem_code::bad_request, "the client went away");
             }
             if (!body.empty()) {
-                if (!co_await write_piece(*conn, up.timeout, body, chunked)) {
+                if (!co_await write_piece(conn->stream, conn->dl, up.timeout, body, chunked)) {
                     co_return upstream_stopped();
                 }
                 body.clear();
@@ -397,7 +372,7 @@ struct plain_relay::exchange {
         }
         if (chunked) {
             const auto end = last_chunk(parser.trailers(), trailer_side::to_upstream, in_use());
-            if (!co_await write_piece(*conn, up.timeout, end, false)) {
+            if (!co_await write_piece(conn->stream, conn->dl, up.timeout, end, false)) {
                 co_return upstream_stopped();
             }
         }
@@ -442,7 +417,8 @@ struct plain_relay::exchange {
     net::awaitable<bool> flush_early_bytes() {
         if (client.buffer.size() > 0) {
             conn->dl.expires_after(limits().idle_timeout);
-            auto [wec, wn] = co_await upstream::async_write(*conn, client.buffer.data());
+            auto [wec, wn] =
+                co_await net::async_write(conn->stream, client.buffer.data(), use_tuple);
             client.buffer.consume(wn);
             if (wec) {
                 co_return false;
@@ -465,12 +441,12 @@ struct plain_relay::exchange {
         auto ex = co_await net::this_coro::executor;
         net::steady_timer other_done(ex, clock::time_point::max());
         bool other_running = true;
-        net::co_spawn(ex, pump(client.sock, client.dl, *conn, conn->dl, idle),
+        net::co_spawn(ex, pump(client.sock, client.dl, conn->stream, conn->dl, idle),
                       [&](std::exception_ptr) {
                           other_running = false;
                           other_done.cancel();
                       });
-        co_await pump(*conn, conn->dl, client.sock, client.dl, idle);
+        co_await pump(conn->stream, conn->dl, client.sock, client.dl, idle);
         while (other_running) {
             co_await other_done.async_wait(use_tuple);
         }
@@ -491,7 +467,8 @@ struct plain_relay::exchange {
             rp.skip(head_request);
             rp.stream_body(relay_chunk);
             conn->dl.expires_after(up.timeout);
-            auto ec = co_await upstream::async_read(*conn, rp, wire::read_until::header);
+            auto ec =
+                co_await wire::async_read(conn->stream, conn->buffer, rp, wire::read_until::header);
             if (ec) {
                 if (!conn_reused && upstream::tls_refused(*conn, ec)) {
                     co_return upstream::forward_status::tls_failed;

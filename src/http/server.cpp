@@ -10,11 +10,11 @@
 #include "onceproxy/http/problem.hpp"
 #include "onceproxy/http/request_target.hpp"
 #include "onceproxy/http/tls_source.hpp"
-#include "onceproxy/wire/client_stream.hpp"
 #include "onceproxy/wire/deadline_watch.hpp"
 #include "onceproxy/wire/head_writer.hpp"
 #include "onceproxy/wire/message_parser.hpp"
 #include "onceproxy/wire/message_reader.hpp"
+#include "onceproxy/wire/stream.hpp"
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/cancellation_signal.hpp>
@@ -179,8 +179,8 @@ struct server::impl : std::enable_shared_from_this<impl> {
 /// One client connection: its socket, read buffer and deadline, and the steps of its loop.
 struct server::impl::connection {
     connection(impl& s, tcp::socket sock, std::shared_ptr<net::ssl::context> tls_ctx)
-        : srv(s), stream(tls_ctx ? wire::client_stream(std::move(sock), std::move(tls_ctx))
-                                 : wire::client_stream(std::move(sock))),
+        : srv(s), stream(tls_ctx ? wire::stream(std::move(sock), std::move(tls_ctx))
+                                 : wire::stream(std::move(sock))),
           dl(s.watch, stream.socket()),
           // Bounded: a header, a chunk-size line or a trailer section that does not fit is a
           // read error (buffer_overflow), never unbounded memory (see message_parser.hpp).
@@ -191,7 +191,7 @@ struct server::impl::connection {
         boost::system::error_code ec;
         auto ep = stream.socket().remote_endpoint(ec);
         ctx.client_ip = ec ? "unknown" : ep.address().to_string();
-        ctx.tls = stream.tls();
+        ctx.tls = stream.is_tls();
         stream.socket().set_option(tcp::no_delay(true), ec);
     }
     ~connection() {
@@ -204,7 +204,7 @@ struct server::impl::connection {
     connection& operator=(const connection&) = delete;
 
     impl& srv;
-    wire::client_stream stream;
+    wire::stream stream;
     wire::deadline_watch::slot dl;
     beast::flat_buffer buffer;
     std::list<net::cancellation_signal>::iterator cancellation; ///< the drain's, to this session
@@ -436,15 +436,15 @@ net::awaitable<void> server::impl::session(tcp::socket sock,
                                            [[maybe_unused]] task_tracker::token held) {
     auto self = shared_from_this();
     connection c(*this, std::move(sock), std::move(tls_ctx));
-    if (c.stream.tls()) {
+    if (c.stream.is_tls()) {
         // The handshake is part of the first request's head: within header_timeout.
         c.dl.expires_after(c.limits().header_timeout);
-        const auto ec = co_await c.stream.async_handshake();
+        const auto ec = co_await c.stream.async_handshake(wire::stream::role::server);
         if (ec) {
             reg.counter(metrics::family::tls_handshake_failures).inc();
             co_return;
         }
-        c.ctx.client_cert_subject = c.stream.verified_client_subject();
+        c.ctx.client_cert_subject = c.stream.verified_peer_subject();
     }
     while (!draining) {
         auto verdict = co_await c.read_request();
@@ -456,7 +456,7 @@ net::awaitable<void> server::impl::session(tcp::socket sock,
             break;
         }
     }
-    if (c.stream.tls()) {
+    if (c.stream.is_tls()) {
         // close_notify before the close, also after an idle or header timeout and at a drain
         // (a connection the drain closed skips it; one reset fails it at once).
         c.dl.expires_after(

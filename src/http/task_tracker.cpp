@@ -1,6 +1,6 @@
 #include "onceproxy/http/task_tracker.hpp"
 
-#include <boost/asio/as_tuple.hpp>
+#include "onceproxy/asio/use_tuple.hpp"
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -48,7 +48,7 @@ net::awaitable<bool> task_tracker::async_join(std::chrono::steady_clock::time_po
             co_return false;
         }
         w.timer().expires_at(deadline);
-        co_await w.timer().async_wait(net::as_tuple(net::use_awaitable));
+        co_await w.timer().async_wait(use_tuple);
     }
     co_return true;
 }

@@ -3,6 +3,7 @@
 #include "onceproxy/asio/use_tuple.hpp"
 #include "onceproxy/log/log.hpp"
 #include "onceproxy/redis/error.hpp"
+#include "onceproxy/wire/stream.hpp"
 #include "redis/redis_multiplexer.hpp"
 
 #include <boost/asio/co_spawn.hpp>
@@ -10,8 +11,6 @@
 #include <boost/asio/detached.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/ssl/context.hpp>
-#include <boost/asio/ssl/host_name_verification.hpp>
-#include <boost/asio/ssl/stream.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
@@ -60,13 +59,16 @@ struct pending : redis_request {
 // of an old link only ever touch their own link, so a late completion cannot hit a new socket.
 // The link only moves bytes; the pipeline itself is the multiplexer's.
 struct link : std::enable_shared_from_this<link> {
-    link(const net::any_io_executor& ex, ssl::context& ctx, bool use_tls)
-        : stream(ex, ctx), tls(use_tls), write_signal(ex), closed_signal(ex), health_timer(ex) {
+    // `ctx`: TLS with it (rediss://), else null: plain TCP.
+    link(const net::any_io_executor& ex, std::shared_ptr<ssl::context> ctx)
+        : stream(ctx ? wire::stream(tcp::socket(ex), std::move(ctx))
+                     : wire::stream(tcp::socket(ex))),
+          write_signal(ex), closed_signal(ex), health_timer(ex) {
         write_signal.expires_at(net::steady_timer::time_point::max());
         closed_signal.expires_at(net::steady_timer::time_point::max());
     }
 
-    tcp::socket& socket() { return stream.next_layer(); }
+    tcp::socket& socket() { return stream.socket(); }
 
     // Queues one command; false (and `p` failed) when the link is closed or it cannot be
     // encoded.
@@ -92,17 +94,14 @@ struct link : std::enable_shared_from_this<link> {
         closed = true;
         close_reason = why;
         closed_at = std::chrono::steady_clock::now();
-        error_code ignored;
-        socket().shutdown(tcp::socket::shutdown_both, ignored);
-        socket().close(ignored);
+        stream.close(); // no close_notify: the commands still pending fail anyway
         write_signal.cancel();
         closed_signal.cancel();
         health_timer.cancel();
         mux.close(errc::unavailable);
     }
 
-    ssl::stream<tcp::socket> stream;
-    bool tls;
+    wire::stream stream; // plain or TLS
     net::steady_timer write_signal;
     net::steady_timer closed_signal;
     net::steady_timer health_timer; // cancelled by close(), so no timer outlives the link
@@ -126,14 +125,8 @@ net::awaitable<void> write_loop(std::shared_ptr<link> l) {
         if (l->write_counter != nullptr) {
             ++*l->write_counter;
         }
-        error_code ec;
-        if (l->tls) {
-            std::tie(ec, std::ignore) =
-                co_await net::async_write(l->stream, net::buffer(out), use_tuple);
-        } else {
-            std::tie(ec, std::ignore) =
-                co_await net::async_write(l->socket(), net::buffer(out), use_tuple);
-        }
+        auto [ec, n] = co_await net::async_write(l->stream, net::buffer(out), use_tuple);
+        (void)n;
         if (ec) {
             l->close(errc::unavailable);
         }
@@ -143,13 +136,7 @@ net::awaitable<void> write_loop(std::shared_ptr<link> l) {
 net::awaitable<void> read_loop(std::shared_ptr<link> l) {
     std::vector<char> buf(16 * 1024);
     while (!l->closed) {
-        error_code ec;
-        std::size_t n = 0;
-        if (l->tls) {
-            std::tie(ec, n) = co_await l->stream.async_read_some(net::buffer(buf), use_tuple);
-        } else {
-            std::tie(ec, n) = co_await l->socket().async_read_some(net::buffer(buf), use_tuple);
-        }
+        auto [ec, n] = co_await l->stream.async_read_some(net::buffer(buf), use_tuple);
         if (ec || l->closed) {
             l->close(errc::unavailable);
             co_return;
@@ -170,15 +157,15 @@ net::awaitable<void> read_loop(std::shared_ptr<link> l) {
 
 struct redis_client::impl : std::enable_shared_from_this<redis_client::impl> {
     impl(net::any_io_executor executor, redis_client_options opts)
-        : ex(std::move(executor)), options(std::move(opts)), ssl_ctx(ssl::context::tls_client),
-          backoff_timer(ex) {
+        : ex(std::move(executor)), options(std::move(opts)), backoff_timer(ex) {
         if (options.url.tls) {
-            ssl_ctx.set_verify_mode(ssl::verify_peer);
+            ssl_ctx = std::make_shared<ssl::context>(ssl::context::tls_client);
+            ssl_ctx->set_verify_mode(ssl::verify_peer);
             error_code ec;
             if (options.tls_ca_file.empty()) {
-                ssl_ctx.set_default_verify_paths(ec);
+                ssl_ctx->set_default_verify_paths(ec);
             } else {
-                ssl_ctx.load_verify_file(options.tls_ca_file, ec);
+                ssl_ctx->load_verify_file(options.tls_ca_file, ec);
             }
             if (ec) {
                 ca_error = "cannot load TLS CA file '" + options.tls_ca_file + "': " + ec.message();
@@ -478,8 +465,8 @@ struct redis_client::impl : std::enable_shared_from_this<redis_client::impl> {
             if (addr_ec) {
                 SSL_set_tlsext_host_name(l->stream.native_handle(), options.url.host.c_str());
             }
-            l->stream.set_verify_callback(ssl::host_name_verification(options.url.host));
-            auto [hec] = co_await l->stream.async_handshake(ssl::stream_base::client, use_tuple);
+            l->stream.verify_host_name(options.url.host);
+            const auto hec = co_await l->stream.async_handshake(wire::stream::role::client);
             if (timed_out) {
                 co_return timeout_failure(l);
             }
@@ -551,7 +538,7 @@ struct redis_client::impl : std::enable_shared_from_this<redis_client::impl> {
 
     net::awaitable<redis_connect_report> connect_once() {
         auto self = shared_from_this();
-        auto l = std::make_shared<link>(ex, ssl_ctx, options.url.tls);
+        auto l = std::make_shared<link>(ex, ssl_ctx);
         attempt = l;
         ++attempts;
         connecting = true;
@@ -701,7 +688,7 @@ struct redis_client::impl : std::enable_shared_from_this<redis_client::impl> {
 
     net::any_io_executor ex;
     redis_client_options options;
-    ssl::context ssl_ctx;
+    std::shared_ptr<ssl::context> ssl_ctx; // rediss:// only
     std::string ca_error;
     net::steady_timer backoff_timer;
     bool backoff_cut = false;      // a new master's address came since the current attempt began

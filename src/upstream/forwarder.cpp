@@ -14,6 +14,7 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 
 #include <sys/socket.h>
@@ -34,6 +35,12 @@ namespace http = beast::http;
 using tcp = net::ip::tcp;
 using clock = std::chrono::steady_clock;
 
+connection::connection(net::any_io_executor ex, wire::deadline_watch& watch)
+    : stream(tcp::socket(std::move(ex))), dl(watch, stream.socket()),
+      buffer(wire::read_buffer_limit(wire::max_header_section)) {}
+
+connection::~connection() = default;
+
 namespace {
 
 // A pooled connection the upstream closed while it sat idle shows EOF (or an error) to a
@@ -45,7 +52,7 @@ bool looks_alive(connection& c) {
         return false;
     }
     char byte = 0;
-    const auto n = ::recv(c.sock.native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    const auto n = ::recv(c.stream.socket().native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
     return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
 }
 
@@ -146,8 +153,9 @@ struct forwarder::impl {
     /// bytes after a 101). Either way it is closed and dropped from the pool at once, so no
     /// later request, safe requests that skip the peek included, reads them as its answer.
     static void watch_idle(pool& p, connection& c) {
-        c.sock.async_wait(tcp::socket::wait_read, [wp = p.weak_from_this(),
-                                                   conn = &c](const boost::system::error_code& ec) {
+        auto& sock = c.stream.socket();
+        sock.async_wait(tcp::socket::wait_read, [wp = p.weak_from_this(),
+                                                 conn = &c](const boost::system::error_code& ec) {
             if (ec == net::error::operation_aborted) {
                 return; // taken from the pool (take_idle cancels the watch) or closed
             }
@@ -173,7 +181,7 @@ struct forwarder::impl {
             auto c = std::move(p.idle.back());
             p.idle.pop_back();
             boost::system::error_code ignored;
-            c->sock.cancel(ignored); // the idle watch
+            c->stream.socket().cancel(ignored); // the idle watch
             // Bytes left in the buffer (a stray answer) make a connection unusable; the
             // peek for a close is skipped when the caller can recover from one.
             if (clock::now() - c->idle_since < p.cfg.idle_timeout && c->buffer.size() == 0 &&
@@ -266,12 +274,12 @@ struct forwarder::impl {
         }
         auto c = std::make_unique<connection>(executor, watch);
         c->dl.expires_at(deadline);
-        auto [ec, ep] = co_await net::async_connect(c->sock, p.endpoints, use_tuple);
+        auto [ec, ep] = co_await net::async_connect(c->stream.socket(), p.endpoints, use_tuple);
         if (ec) {
             p.endpoints = {}; // resolve again next time: the address may have moved
             co_return nullptr;
         }
-        c->sock.set_option(tcp::no_delay(true), ec);
+        c->stream.socket().set_option(tcp::no_delay(true), ec);
         if (p.tls) {
             const auto why = co_await p.tls->handshake(*c);
             if (!why.empty()) {
@@ -338,7 +346,7 @@ forwarder::async_forward(std::size_t upstream_index, request& req,
         c.dl.expires_after(deadline.value_or(p.cfg.timeout)); // the whole exchange
         wire::serialize_head(req, c.head);
         const std::array<net::const_buffer, 2> wire{net::buffer(c.head), net::buffer(req.body())};
-        auto [wec, written] = co_await upstream::async_write(c, wire);
+        auto [wec, written] = co_await net::async_write(c.stream, wire, use_tuple);
         if (wec) {
             const bool timed_out = c.dl.fired(); // read before give_back frees the connection
             const bool refused = !a.reused && tls_refused(c, wec);
@@ -373,7 +381,8 @@ forwarder::async_forward(std::size_t upstream_index, request& req,
                 // One byte more than `hold` tells a body that fits from one that does not.
                 parser.stream_body(*hold + 1);
             }
-            const auto rec = co_await upstream::async_read(c, parser, wire::read_until::message);
+            const auto rec =
+                co_await wire::async_read(c.stream, c.buffer, parser, wire::read_until::message);
             if (rec == http::error::need_buffer) {
                 if (unusable_status(parser.get().result_int())) {
                     impl_->give_back(p, std::move(a.conn), false);

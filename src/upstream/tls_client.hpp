@@ -1,6 +1,6 @@
 #pragma once
 // TLS to an https:// upstream: the client context of one pool, the session kept for resumption,
-// and the handshake of a new connection. Compiled in tls_io.cpp only (Asio.SSL is heavy).
+// and the handshake of a new connection (its wire::stream carries the TLS).
 
 #include "onceproxy/config/config.hpp"
 #include "onceproxy/upstream/forwarder.hpp"
@@ -26,7 +26,7 @@ public:
     /// The settings' files loaded (else every handshake fails with why they did not).
     bool loaded() const noexcept;
 
-    /// Wraps `c.sock` (connected) in TLS and completes the handshake by `c.dl`'s deadline: SNI,
+    /// Puts TLS over `c.stream` (connected) and completes the handshake by `c.dl`'s deadline: SNI,
     /// certificate and host-name checks (RFC 6125) when verifying, the client certificate when
     /// configured, and the session of the last handshake offered for resumption. Empty on
     /// success, else why it failed (also logged).

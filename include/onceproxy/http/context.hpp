@@ -10,8 +10,8 @@
 #include "onceproxy/metrics/registry.hpp"
 #include "onceproxy/store/store.hpp"
 #include "onceproxy/upstream/forwarder.hpp"
-#include "onceproxy/wire/client_stream.hpp"
 #include "onceproxy/wire/deadline_watch.hpp"
+#include "onceproxy/wire/stream.hpp"
 
 #include <boost/beast/core/flat_buffer.hpp>
 
@@ -36,7 +36,7 @@ struct request_context {
 
 /// The client side of one session, lent for one request to whatever streams its answer.
 struct client_side {
-    wire::client_stream& sock;         ///< plain or TLS
+    wire::stream& sock;                ///< plain or TLS
     boost::beast::flat_buffer& buffer; ///< may hold the start of the next (pipelined) request
     wire::deadline_watch::slot& dl;
     std::string& scratch; ///< a reusable buffer for serialised heads

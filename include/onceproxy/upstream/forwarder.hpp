@@ -7,13 +7,10 @@
 #include "onceproxy/wire/deadline_watch.hpp"
 #include "onceproxy/wire/message_parser.hpp"
 #include "onceproxy/wire/message_reader.hpp"
+#include "onceproxy/wire/stream.hpp"
 
 #include <boost/asio/any_io_executor.hpp>
-#include <boost/asio/as_tuple.hpp>
 #include <boost/asio/awaitable.hpp>
-#include <boost/asio/ip/tcp.hpp>
-#include <boost/asio/use_awaitable.hpp>
-#include <boost/asio/write.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http/message.hpp>
 #include <boost/beast/http/string_body.hpp>
@@ -21,10 +18,7 @@
 #include <chrono>
 #include <memory>
 #include <optional>
-#include <span>
 #include <string>
-#include <tuple>
-#include <type_traits>
 
 namespace onceproxy::upstream {
 
@@ -50,20 +44,20 @@ constexpr bool nothing_sent(forward_status s) noexcept {
            s == forward_status::tls_failed || s == forward_status::tunnel_limit;
 }
 
-/// The TLS session of a connection to an https:// upstream (defined where TLS is compiled).
-struct tls_layer;
+class tls_client;
 
 /// One upstream connection of a worker's pool. While lent out (streaming) it belongs to the
-/// borrower, who hands it back with forwarder::release. Read and write it with the functions
-/// below (upstream::async_read, async_write, async_read_some): they go through TLS when the
-/// upstream is https://.
+/// borrower, who hands it back with forwarder::release. Read and write it through `stream`
+/// (TLS when the upstream is https://; wire::async_read reads an answer into `buffer`).
 struct connection {
     connection(boost::asio::any_io_executor ex, wire::deadline_watch& watch);
     ~connection();
     connection(const connection&) = delete;
     connection& operator=(const connection&) = delete;
-    /// The TCP connection (with TLS: the layer under it; deadlines cancel its operations).
-    boost::asio::ip::tcp::socket sock;
+    /// The connection, plain or TLS. Ends without close_notify (destroyed, or closed when the
+    /// pool drops it): pooled connections usually end that way, and the upstream's end of an
+    /// answer is framed, never the close. Deadlines cancel the operations of its socket.
+    wire::stream stream;
     wire::deadline_watch::slot dl; ///< connect, write and read deadlines
     /// Bounded like the client side: an over-long header, chunk line or trailer section from
     /// the upstream is a parse error (bad_response), not unbounded memory or a throw.
@@ -73,63 +67,19 @@ struct connection {
     /// The fields of the answer being read on the plain path (keep_raw_fields), reused from
     /// answer to answer on this connection.
     wire::raw_header_store answer_fields;
-    std::unique_ptr<tls_layer> tls; ///< https:// upstreams: the TLS session over `sock`
+    /// https:// upstreams: the TLS state of its pool (outlives the connection), for
+    /// tls_refused's log.
+    tls_client* tls = nullptr;
     /// Lent for an upgrade, or a transfer that outlasted long_transfer_after: counted against
     /// the upstream's max_tunnels, not max_connections.
     bool tunnel = false;
 };
-
-/// The result of a read or write: the error and the bytes moved.
-using io_result = std::tuple<boost::system::error_code, std::size_t>;
-
-// The TLS halves of the functions below, compiled once (tls_io.cpp).
-boost::asio::awaitable<boost::system::error_code>
-async_read_tls(connection& c, wire::response_parser& parser, wire::read_until until);
-boost::asio::awaitable<io_result> async_write_tls(connection& c,
-                                                  std::span<const boost::asio::const_buffer> bufs);
-boost::asio::awaitable<io_result> async_write_tls(connection& c, boost::asio::const_buffer buf);
-boost::asio::awaitable<io_result> async_read_some_tls(connection& c,
-                                                      boost::asio::mutable_buffer into);
 
 /// True when `ec`, an error of the first exchange on a new TLS connection, is a fatal alert by
 /// which the upstream refused the handshake. TLS 1.3 reports a refused client certificate only
 /// after the client finished its part of the handshake: the request written meanwhile was never
 /// read, so nothing was sent as far as the upstream's application is concerned. Logs why.
 bool tls_refused(connection& c, const boost::system::error_code& ec);
-
-/// wire::async_read of an answer from `c` into `c.buffer`. (Not coroutines: no frame of their
-/// own; a plain connection costs one test over the socket calls they replace.)
-inline boost::asio::awaitable<boost::system::error_code>
-async_read(connection& c, wire::response_parser& parser, wire::read_until until) {
-    if (c.tls) {
-        return async_read_tls(c, parser, until);
-    }
-    return wire::async_read(c.sock, c.buffer, parser, until);
-}
-
-/// Writes all of `bufs` (one buffer, or a contiguous range of const_buffer) to `c`; the bytes
-/// must stay valid until the write completes.
-template <class Buffers>
-boost::asio::awaitable<io_result> async_write(connection& c, const Buffers& bufs) {
-    if (c.tls) {
-        if constexpr (std::is_convertible_v<const Buffers&, boost::asio::const_buffer>) {
-            return async_write_tls(c, boost::asio::const_buffer(bufs));
-        } else {
-            return async_write_tls(c, std::span<const boost::asio::const_buffer>(bufs));
-        }
-    }
-    return boost::asio::async_write(c.sock, bufs,
-                                    boost::asio::as_tuple(boost::asio::use_awaitable));
-}
-
-/// Reads what is available from `c` (at least a byte) into `into`.
-inline boost::asio::awaitable<io_result> async_read_some(connection& c,
-                                                         boost::asio::mutable_buffer into) {
-    if (c.tls) {
-        return async_read_some_tls(c, into);
-    }
-    return c.sock.async_read_some(into, boost::asio::as_tuple(boost::asio::use_awaitable));
-}
 
 /// What forwarder::async_acquire lends: a connection, or why there is none (nothing was sent).
 struct lent_connection {

@@ -1,5 +1,5 @@
 #pragma once
-// Reading an HTTP message into a message_parser from a TCP socket: what Beast's
+// Reading an HTTP message into a message_parser from a wire::stream (plain or TLS): what Beast's
 // http::async_read_some / async_read_header / async_read do, with the same results and error
 // codes, minus their composed-operation layers. Bytes already buffered are parsed first and,
 // when they are enough, the call completes at once: no I/O, no trip through the event loop
@@ -15,7 +15,7 @@
 
 namespace onceproxy::wire {
 
-class client_stream;
+class stream;
 
 /// How far async_read goes.
 enum class read_until {
@@ -31,23 +31,14 @@ enum class read_until {
 /// error: drain it and read on), parser errors, and socket errors (`operation_aborted` when a
 /// deadline cancelled the read). The bytes parsed are consumed from `buffer`; any left belong
 /// to what follows (a pipelined request). Runs on the socket's executor.
-/// `Stream`: boost::asio::ip::tcp::socket or client_stream (instantiated in message_reader.cpp),
-/// or a TLS stream of the upstream side (instantiated where TLS is compiled, with
-/// wire/message_reader_impl.hpp).
-template <bool isRequest, class Stream>
+template <bool isRequest>
 boost::asio::awaitable<boost::system::error_code>
-async_read(Stream& sock, boost::beast::flat_buffer& buffer, message_parser<isRequest>& parser,
+async_read(stream& sock, boost::beast::flat_buffer& buffer, message_parser<isRequest>& parser,
            read_until until);
 
 extern template boost::asio::awaitable<boost::system::error_code>
-async_read<true>(boost::asio::ip::tcp::socket&, boost::beast::flat_buffer&, message_parser<true>&,
-                 read_until);
+async_read<true>(stream&, boost::beast::flat_buffer&, message_parser<true>&, read_until);
 extern template boost::asio::awaitable<boost::system::error_code>
-async_read<false>(boost::asio::ip::tcp::socket&, boost::beast::flat_buffer&, message_parser<false>&,
-                  read_until);
-extern template boost::asio::awaitable<boost::system::error_code>
-async_read<true>(client_stream&, boost::beast::flat_buffer&, message_parser<true>&, read_until);
-extern template boost::asio::awaitable<boost::system::error_code>
-async_read<false>(client_stream&, boost::beast::flat_buffer&, message_parser<false>&, read_until);
+async_read<false>(stream&, boost::beast::flat_buffer&, message_parser<false>&, read_until);
 
 } // namespace onceproxy::wire

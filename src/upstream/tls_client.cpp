@@ -1,7 +1,4 @@
-// Everything that instantiates Asio.SSL for upstream connections, in one unit.
-
 #include "upstream/tls_client.hpp"
-#include "wire/message_reader_impl.hpp"
 
 #include "onceproxy/asio/use_tuple.hpp"
 #include "onceproxy/config/upstream_tls.hpp"
@@ -9,9 +6,6 @@
 
 #include <boost/asio/ssl/context.hpp>
 #include <boost/asio/ssl/error.hpp>
-#include <boost/asio/ssl/stream.hpp>
-#include <boost/asio/use_awaitable.hpp>
-#include <boost/asio/write.hpp>
 
 #include <openssl/err.h>
 #include <openssl/ssl.h>
@@ -20,20 +14,7 @@ namespace onceproxy::upstream {
 
 namespace net = boost::asio;
 namespace ssl = net::ssl;
-using tcp = net::ip::tcp;
 using clock = std::chrono::steady_clock;
-
-struct tls_layer {
-    tls_layer(tcp::socket& sock, ssl::context& ctx, tls_client& c) : stream(sock, ctx), client(c) {}
-    ssl::stream<tcp::socket&> stream;
-    tls_client& client; ///< its pool's: outlives the connection
-};
-
-connection::connection(net::any_io_executor ex, wire::deadline_watch& watch)
-    : sock(std::move(ex)), dl(watch, sock),
-      buffer(wire::read_buffer_limit(wire::max_header_section)) {}
-
-connection::~connection() = default;
 
 namespace {
 
@@ -62,9 +43,10 @@ int on_new_session(SSL* ssl, SSL_SESSION* session) {
 struct tls_client::state {
     explicit state(const config::upstream_config& c)
         : cfg(c), name(config::upstream_peer_name(c)) {}
-    config::upstream_config cfg;       ///< its name (logs), host and tls settings (each peer name)
-    std::string name;                  ///< SNI and the name the certificate must carry (logs)
-    std::unique_ptr<ssl::context> ctx; ///< null when the settings did not load
+    config::upstream_config cfg; ///< its name (logs), host and tls settings (each peer name)
+    std::string name;            ///< SNI and the name the certificate must carry (logs)
+    /// Null when the settings did not load; shared with the connections (their TLS).
+    std::shared_ptr<ssl::context> ctx;
     std::string ctx_error;
     SSL_SESSION* session = nullptr; ///< of the last handshake; owned
     std::string last_logged;
@@ -81,7 +63,7 @@ tls_client::tls_client(const config::upstream_config& cfg) : s_(std::make_unique
     SSL_CTX_set_session_cache_mode(raw, SSL_SESS_CACHE_CLIENT | SSL_SESS_CACHE_NO_INTERNAL_STORE);
     SSL_CTX_sess_set_new_cb(raw, on_new_session);
     SSL_CTX_set_ex_data(raw, client_index(), this);
-    s_->ctx = std::make_unique<ssl::context>(raw); // takes ownership
+    s_->ctx = std::make_shared<ssl::context>(raw); // takes ownership
 }
 
 tls_client::~tls_client() {
@@ -122,18 +104,18 @@ net::awaitable<std::string> tls_client::handshake(connection& c) {
         log_failure(s_->ctx_error);
         co_return s_->ctx_error;
     }
-    c.tls = std::make_unique<tls_layer>(c.sock, *s_->ctx, *this);
-    SSL* ssl = c.tls->stream.native_handle();
+    c.stream.use_tls(s_->ctx);
+    c.tls = this;
+    SSL* ssl = c.stream.native_handle();
     if (!config::set_upstream_peer_name(ssl, s_->cfg)) {
         std::string reason = "cannot check the certificate against '" + s_->name + "'";
         log_failure(reason);
-        c.tls.reset();
         co_return reason;
     }
     if (s_->session != nullptr) {
         SSL_set_session(ssl, s_->session);
     }
-    auto [ec] = co_await c.tls->stream.async_handshake(ssl::stream_base::client, use_tuple);
+    const auto ec = co_await c.stream.async_handshake(wire::stream::role::client);
     if (!ec) {
         log::debug("upstream", "TLS handshake",
                    {{"upstream", s_->cfg.name},
@@ -153,12 +135,11 @@ net::awaitable<std::string> tls_client::handshake(connection& c) {
         }
     }
     log_failure(reason);
-    c.tls.reset();
     co_return reason;
 }
 
 bool tls_refused(connection& c, const boost::system::error_code& ec) {
-    if (!c.tls || ec.category() != net::error::get_ssl_category()) {
+    if (c.tls == nullptr || ec.category() != net::error::get_ssl_category()) {
         return false;
     }
     const auto reason = ERR_GET_REASON(static_cast<unsigned long>(ec.value()));
@@ -173,28 +154,11 @@ bool tls_refused(connection& c, const boost::system::error_code& ec) {
     case SSL_AD_ACCESS_DENIED:
     case SSL_AD_DECRYPT_ERROR:
     case SSL_AD_CERTIFICATE_REQUIRED:
-        c.tls->client.log_failure("the upstream refused the handshake: " + ec.message());
+        c.tls->log_failure("the upstream refused the handshake: " + ec.message());
         return true;
     default:
         return false;
     }
-}
-
-net::awaitable<boost::system::error_code>
-async_read_tls(connection& c, wire::response_parser& parser, wire::read_until until) {
-    return wire::async_read(c.tls->stream, c.buffer, parser, until);
-}
-
-net::awaitable<io_result> async_write_tls(connection& c, std::span<const net::const_buffer> bufs) {
-    return net::async_write(c.tls->stream, bufs, use_tuple);
-}
-
-net::awaitable<io_result> async_write_tls(connection& c, net::const_buffer buf) {
-    return net::async_write(c.tls->stream, buf, use_tuple);
-}
-
-net::awaitable<io_result> async_read_some_tls(connection& c, net::mutable_buffer into) {
-    return c.tls->stream.async_read_some(into, use_tuple);
 }
 
 } // namespace onceproxy::upstream

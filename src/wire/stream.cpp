@@ -1,7 +1,8 @@
-#include "onceproxy/wire/client_stream.hpp"
+#include "onceproxy/wire/stream.hpp"
 
-#include <boost/asio/as_tuple.hpp>
+#include "onceproxy/asio/use_tuple.hpp"
 #include <boost/asio/ssl/context.hpp>
+#include <boost/asio/ssl/host_name_verification.hpp>
 #include <boost/asio/ssl/stream.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
@@ -16,7 +17,7 @@ namespace onceproxy::wire {
 namespace net = boost::asio;
 namespace ssl = net::ssl;
 
-struct client_stream::tls_state {
+struct stream::tls_state {
     tls_state(net::ip::tcp::socket& sock, std::shared_ptr<ssl::context> c)
         : ctx(std::move(c)), stream(sock, *ctx) {}
 
@@ -25,36 +26,56 @@ struct client_stream::tls_state {
     std::array<char, max_gather> gather{};
 };
 
-client_stream::client_stream(net::ip::tcp::socket sock) : sock_(std::move(sock)) {}
+stream::stream(net::ip::tcp::socket sock) : sock_(std::move(sock)) {}
 
-client_stream::client_stream(net::ip::tcp::socket sock, std::shared_ptr<ssl::context> ctx)
+stream::stream(net::ip::tcp::socket sock, std::shared_ptr<ssl::context> ctx)
     : sock_(std::move(sock)), tls_(std::make_unique<tls_state>(sock_, std::move(ctx))) {}
 
-client_stream::~client_stream() = default;
+stream::~stream() = default;
 
-net::awaitable<boost::system::error_code> client_stream::async_handshake() {
+void stream::use_tls(std::shared_ptr<ssl::context> ctx) {
+    tls_ = std::make_unique<tls_state>(sock_, std::move(ctx));
+}
+
+ssl_st* stream::native_handle() noexcept {
+    return tls_ == nullptr ? nullptr : tls_->stream.native_handle();
+}
+
+net::awaitable<boost::system::error_code> stream::async_handshake(role r) {
     if (tls_ == nullptr) {
         co_return boost::system::error_code{};
     }
-    auto [ec] = co_await tls_->stream.async_handshake(ssl::stream_base::server,
-                                                      net::as_tuple(net::use_awaitable));
+    auto [ec] = co_await tls_->stream.async_handshake(
+        r == role::server ? ssl::stream_base::server : ssl::stream_base::client, use_tuple);
     co_return ec;
 }
 
-net::awaitable<void> client_stream::async_shutdown() {
+net::awaitable<void> stream::async_shutdown() {
     if (tls_ == nullptr || !sock_.is_open() || cut_) {
         co_return;
     }
     // One-way (RFC 8446 §6.1 lets the closing side go without the peer's close_notify): marked
-    // as received, SSL_shutdown sends ours and completes once it is written, so a client that
+    // as received, SSL_shutdown sends ours and completes once it is written, so a peer that
     // keeps the connection open (an idle pooled one, at a drain) costs no wait.
     SSL* ssl = tls_->stream.native_handle();
     SSL_set_shutdown(ssl, SSL_get_shutdown(ssl) | SSL_RECEIVED_SHUTDOWN);
-    auto [ec] = co_await tls_->stream.async_shutdown(net::as_tuple(net::use_awaitable));
-    (void)ec; // the client closing first, or cutting the connection, ends it just as well
+    auto [ec] = co_await tls_->stream.async_shutdown(use_tuple);
+    (void)ec; // the peer closing first, or cutting the connection, ends it just as well
 }
 
-std::string client_stream::verified_client_subject() const {
+void stream::close() noexcept {
+    boost::system::error_code ignored;
+    sock_.shutdown(net::ip::tcp::socket::shutdown_both, ignored);
+    sock_.close(ignored);
+}
+
+void stream::verify_host_name(const std::string& host) {
+    if (tls_ != nullptr) {
+        tls_->stream.set_verify_callback(ssl::host_name_verification(host));
+    }
+}
+
+std::string stream::verified_peer_subject() const {
     if (tls_ == nullptr) {
         return {};
     }
@@ -79,15 +100,15 @@ std::string client_stream::verified_client_subject() const {
     return out;
 }
 
-char* client_stream::gather_buffer() noexcept {
+char* stream::gather_buffer() noexcept {
     return tls_->gather.data();
 }
 
-void client_stream::tls_read_some(net::mutable_buffer b, read_handler h) {
+void stream::tls_read_some(net::mutable_buffer b, read_handler h) {
     tls_->stream.async_read_some(b, std::move(h));
 }
 
-void client_stream::tls_write_some(net::const_buffer b, write_handler h) {
+void stream::tls_write_some(net::const_buffer b, write_handler h) {
     tls_->stream.async_write_some(b, std::move(h));
 }
 

@@ -1,10 +1,16 @@
 #pragma once
-// A client connection, plain TCP or TLS over it, as one Asio stream type (AsyncReadStream and
-// AsyncWriteStream), so the session code and Beast's algorithms serve both. On a plain
-// connection each operation goes straight to the socket (one branch more, nothing else); on a
-// TLS connection it goes through OpenSSL in client_stream.cpp (the TLS code is compiled once,
-// behind a type-erased handler). The TCP socket stays reachable for deadlines and shutdown:
-// closing or cancelling it ends the TLS operations too.
+// A connection, plain TCP or TLS over it (client or server side), as one Asio stream type
+// (AsyncReadStream and AsyncWriteStream): the client side, the upstream side and Redis all read
+// and write through it, and Beast's algorithms serve both kinds. On a plain connection each
+// operation goes straight to the socket (one branch more, nothing else); on a TLS connection it
+// goes through OpenSSL in stream.cpp (the TLS code is compiled once, behind a type-erased
+// handler whose memory Asio recycles). The TCP socket stays reachable for options, deadlines
+// (deadline_watch) and shutdown: closing or cancelling it ends the TLS operations too.
+//
+// Closing rules: the stream sends close_notify only when asked (async_shutdown, the server
+// side's orderly end); close() and destruction end the TCP connection without it (how pooled
+// upstream connections and Redis links end). A connection whose answer was cut (mark_cut) never
+// sends it.
 
 #include <boost/asio/any_completion_handler.hpp>
 #include <boost/asio/async_result.hpp>
@@ -22,9 +28,11 @@ namespace boost::asio::ssl {
 class context;
 }
 
+struct ssl_st; // OpenSSL's SSL
+
 namespace onceproxy::wire {
 
-class client_stream {
+class stream {
 public:
     using executor_type = boost::asio::ip::tcp::socket::executor_type;
     using lowest_layer_type = boost::asio::ip::tcp::socket;
@@ -32,36 +40,55 @@ public:
         boost::asio::any_completion_handler<void(boost::system::error_code, std::size_t)>;
     using write_handler = read_handler;
 
-    /// A plain connection.
-    explicit client_stream(boost::asio::ip::tcp::socket sock);
-    /// A TLS connection (server side) with `ctx`, which the stream keeps alive; call
-    /// async_handshake before anything else.
-    client_stream(boost::asio::ip::tcp::socket sock,
-                  std::shared_ptr<boost::asio::ssl::context> ctx);
-    ~client_stream();
-    client_stream(const client_stream&) = delete;
-    client_stream& operator=(const client_stream&) = delete;
+    /// Which end of the TLS handshake this side plays.
+    enum class role {
+        client, ///< connects out (an upstream, Redis): sends the ClientHello
+        server, ///< accepted (a client of the proxy)
+    };
+
+    /// A plain connection (it may still become TLS: use_tls).
+    explicit stream(boost::asio::ip::tcp::socket sock);
+    /// A TLS connection with `ctx`, which the stream keeps alive; call async_handshake before
+    /// anything else.
+    stream(boost::asio::ip::tcp::socket sock, std::shared_ptr<boost::asio::ssl::context> ctx);
+    ~stream();
+    stream(const stream&) = delete;
+    stream& operator=(const stream&) = delete;
+
+    /// Puts TLS with `ctx` (kept alive) over this plain connection, before any byte was read or
+    /// written on it (after the TCP connect); then set up the session (native_handle) and call
+    /// async_handshake.
+    void use_tls(std::shared_ptr<boost::asio::ssl::context> ctx);
 
     executor_type get_executor() noexcept { return sock_.get_executor(); }
     boost::asio::ip::tcp::socket& socket() noexcept { return sock_; }
     lowest_layer_type& lowest_layer() noexcept { return sock_; }
-    bool tls() const noexcept { return tls_ != nullptr; }
+    bool is_tls() const noexcept { return tls_ != nullptr; }
+    /// TLS: OpenSSL's session object (SNI, session resumption, verification results); null on
+    /// a plain connection.
+    ssl_st* native_handle() noexcept;
     /// An answer was broken off part-way (the upstream failed mid-body, or a write to the
     /// client failed): the connection must end without close_notify, which would make a body
     /// delimited by the close look complete.
     void mark_cut() noexcept { cut_ = true; }
     bool cut() const noexcept { return cut_; }
 
-    /// TLS: the server handshake. Plain: nothing to do.
-    boost::asio::awaitable<boost::system::error_code> async_handshake();
+    /// TLS: the handshake, as `r`. Plain: nothing to do.
+    boost::asio::awaitable<boost::system::error_code> async_handshake(role r);
     /// TLS: ends the TLS session before the connection closes: sends close_notify (RFC 8446
-    /// §6.1), so the client can tell the end of the connection from a cut, without waiting for
-    /// the client's. Bounded by the caller's deadline on the socket (a client that reads
-    /// nothing). Plain, closed, or cut (mark_cut): nothing to do.
+    /// §6.1), so the peer can tell the end of the connection from a cut, without waiting for
+    /// the peer's. Bounded by the caller's deadline on the socket (a peer that reads nothing).
+    /// Plain, closed, or cut (mark_cut): nothing to do.
     boost::asio::awaitable<void> async_shutdown();
-    /// TLS: the subject of the client certificate the handshake verified (RFC 2253 form);
-    /// empty when there is none (or the connection is plain).
-    std::string verified_client_subject() const;
+    /// Ends the TCP connection at once (both directions shut down, then closed; no
+    /// close_notify): pending operations end with an error. Idempotent.
+    void close() noexcept;
+    /// TLS, client side: the peer's certificate must name `host` (RFC 6125; an IP address
+    /// literal is matched as one), checked during the handshake. Call before async_handshake.
+    void verify_host_name(const std::string& host);
+    /// TLS: the subject of the peer certificate the handshake verified (RFC 2253 form); empty
+    /// when there is none (or the connection is plain).
+    std::string verified_peer_subject() const;
 
     template <class MutableBuffers, class Token>
     auto async_read_some(const MutableBuffers& buffers, Token&& token) {
