@@ -41,6 +41,9 @@ namespace beast = boost::beast;
 namespace bhttp = beast::http;
 using tcp = net::ip::tcp;
 
+static_assert(wire::max_header_section == config::limits_config::max_header_bytes_cap,
+              "the parsers must accept every header section limits.max_header_bytes allows");
+
 namespace {
 
 /// How long the close_notify of a closing TLS connection may take to be written (a client

@@ -1,6 +1,7 @@
 #include "onceproxy/http/task_tracker.hpp"
 
 #include "onceproxy/asio/use_tuple.hpp"
+
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>

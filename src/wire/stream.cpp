@@ -1,6 +1,7 @@
 #include "onceproxy/wire/stream.hpp"
 
 #include "onceproxy/asio/use_tuple.hpp"
+
 #include <boost/asio/ssl/context.hpp>
 #include <boost/asio/ssl/host_name_verification.hpp>
 #include <boost/asio/ssl/stream.hpp>

@@ -18,7 +18,6 @@
 // header, chunk-size line or trailer section in the buffer, so a bounded buffer turns anything
 // longer into `http::error::buffer_overflow` rather than unbounded memory.
 
-#include "onceproxy/config/config.hpp"
 #include "onceproxy/wire/raw_header_store.hpp"
 
 #include <boost/beast/http/basic_parser.hpp>
@@ -32,8 +31,9 @@
 namespace onceproxy::wire {
 
 /// Largest header section either side accepts: below 64 KiB so no single field can reach the
-/// 65,534-byte value Beast's `fields` cannot store (`limits.max_header_bytes` is capped at it).
-inline constexpr std::size_t max_header_section = config::limits_config::max_header_bytes_cap;
+/// 65,534-byte value Beast's `fields` cannot store (`limits.max_header_bytes` is capped at it:
+/// http/server.cpp checks that config's cap and this one agree).
+inline constexpr std::size_t max_header_section = 60 * 1024;
 
 /// Bytes of one chunk's extensions (`;name=value...`) accepted; they are parsed and dropped.
 inline constexpr std::size_t max_chunk_extension = 4 * 1024;
