@@ -320,9 +320,13 @@ struct redis_store::impl {
     // while awaiting.
     net::awaitable<redis_exec_result> exec(redis_route& c, const std::vector<std::string>& cmd,
                                            bool durable) {
-        redis_exec_result r = durable && cfg.durability == config::redis_durability::replicated
-                                  ? co_await exec_replicated(c, cmd)
-                                  : co_await c.async_exec(cmd);
+        // Not one conditional expression: GCC 12 miscompiles co_await inside ?: .
+        redis_exec_result r;
+        if (durable && cfg.durability == config::redis_durability::replicated) {
+            r = co_await exec_replicated(c, cmd);
+        } else {
+            r = co_await c.async_exec(cmd);
+        }
         r.ec = store_error(r.ec);
         co_return r;
     }
