@@ -518,7 +518,7 @@ TEST_SUITE("hostile input") {
                     return false;
                 }
             },
-            10s, 50ms));
+            30s, 50ms)); // as long as before: 200 closes under load can take a while
         text = proxy.admin("/metrics").body;
         CHECK(metric_value(text, "onceproxy_admin_connections_refused_total") > 0);
         CHECK(proxy.proc.running());
