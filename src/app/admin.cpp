@@ -12,6 +12,7 @@
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
+#include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/ssl/context.hpp>
@@ -37,6 +38,7 @@
 #include <string>
 #include <utility>
 #include <variant>
+#include <vector>
 
 namespace onceproxy::app {
 
@@ -223,6 +225,13 @@ struct admin_server::impl : std::enable_shared_from_this<impl> {
 
     net::awaitable<void> probe_store() {
         auto self = shared_from_this();
+        // The pings run on every worker: no worker loop runs out of work while the probe runs.
+        // A ping handed to a loop that had already ended would never complete, and this
+        // worker would wait for it forever, holding up the exit.
+        std::vector<net::executor_work_guard<net::any_io_executor>> keep;
+        for (const auto& ex : workers) {
+            keep.push_back(net::make_work_guard(ex));
+        }
         while (!stopped) {
             if (!st) {
                 store_answered = true;
