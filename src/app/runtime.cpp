@@ -313,7 +313,8 @@ public:
             w->watch.start();
             w->srv.start();
             w->thread = std::thread([&ioc = w->ioc, this] {
-                http::run_guarded(ioc, "worker event loop", reg_.counter(metrics::family::internal_errors));
+                http::run_guarded(ioc, "worker event loop",
+                                  reg_.counter(metrics::family::internal_errors));
                 net::post(join_ioc_, [this] { on_worker_ended(); });
             });
         }
