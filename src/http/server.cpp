@@ -17,7 +17,7 @@
 #include "onceproxy/wire/stream.hpp"
 
 #include <boost/asio/as_tuple.hpp>
-#include <boost/asio/cancellation_signal.hpp>
+#include <boost/asio/cancellation_type.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -97,12 +97,10 @@ struct server::impl : std::enable_shared_from_this<impl> {
     tcp::acceptor tls_acceptor;      ///< tls.listen, when set
     std::shared_ptr<tls_source> tls; ///< the certificate new TLS connections get; null: no TLS
     bool draining = false;
-    /// One per session: the drain reaches the sessions by cancellation, fanned out to each
-    /// (total: idle connections end; terminal: the drain deadline cuts every connection). Each
-    /// session's handler acts on its own connection (connection::on_cancel).
-    std::list<net::cancellation_signal> cancellations;
-
     struct connection;
+    /// The worker's open sessions: the drain reaches each of them (connection::on_cancel;
+    /// total: idle connections end; terminal: the drain deadline cuts every connection).
+    std::list<connection*> connections;
 
     /// Completion of a spawned coroutine: an exception is a bug; log it, count it, go on.
     auto log_failure(const char* what) {
@@ -188,8 +186,7 @@ struct server::impl::connection {
           // Bounded: a header, a chunk-size line or a trailer section that does not fit is a
           // read error (buffer_overflow), never unbounded memory (see message_parser.hpp).
           buffer(wire::read_buffer_limit(s.h->config().limits.max_header_bytes)),
-          cancellation(s.cancellations.emplace(s.cancellations.end())) {
-        cancellation->slot().assign([this](net::cancellation_type t) { on_cancel(t); });
+          listed(s.connections.insert(s.connections.end(), this)) {
         srv.reg.gauge(metrics::family::open_connections).inc();
         boost::system::error_code ec;
         auto ep = stream.socket().remote_endpoint(ec);
@@ -200,7 +197,7 @@ struct server::impl::connection {
     ~connection() {
         boost::system::error_code ignored;
         stream.socket().shutdown(tcp::socket::shutdown_send, ignored);
-        srv.cancellations.erase(cancellation); // with its handler
+        srv.connections.erase(listed);
         srv.reg.gauge(metrics::family::open_connections).dec();
     }
     connection(const connection&) = delete;
@@ -210,8 +207,8 @@ struct server::impl::connection {
     wire::stream stream;
     wire::deadline_watch::slot dl;
     beast::flat_buffer buffer;
-    std::list<net::cancellation_signal>::iterator cancellation; ///< the drain's, to this session
-    bool busy = false; ///< a request is being read or answered
+    std::list<connection*>::iterator listed; ///< in srv.connections, for the drain
+    bool busy = false;                       ///< a request is being read or answered
     request_context ctx;
     std::string wire_head; ///< serialised response head, reused for every response
     std::optional<wire::request_parser> parser;
@@ -524,8 +521,8 @@ void server::drain() {
     boost::system::error_code ec;
     impl_->acceptor.close(ec);
     impl_->tls_acceptor.close(ec);
-    for (auto& c : impl_->cancellations) {
-        c.emit(net::cancellation_type::total); // idle keep-alive connections end now
+    for (auto* c : impl_->connections) {
+        c->on_cancel(net::cancellation_type::total); // idle keep-alive connections end now
     }
 }
 
@@ -534,8 +531,8 @@ void server::set_handler(std::shared_ptr<handler> h) {
 }
 
 void server::cut_connections() {
-    for (auto& c : impl_->cancellations) {
-        c.emit(net::cancellation_type::terminal);
+    for (auto* c : impl_->connections) {
+        c->on_cancel(net::cancellation_type::terminal);
     }
 }
 
