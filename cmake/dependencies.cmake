@@ -5,6 +5,8 @@ find_package(OpenSSL 3 REQUIRED)
 find_package(yaml-cpp REQUIRED)
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(HIREDIS REQUIRED IMPORTED_TARGET hiredis>=0.14)
+# HTTP/2: nghttp2's sans-io session (Debian 12: 1.52).
+pkg_check_modules(NGHTTP2 REQUIRED IMPORTED_TARGET libnghttp2>=1.52)
 # jemalloc as the proxy's allocator (README "Benchmark": about 12 % fewer instructions per
 # proxied request than glibc's malloc, whose thread cache does not hold the coroutine frames and
 # header fields a request allocates). Sanitizers bring their own allocator.
