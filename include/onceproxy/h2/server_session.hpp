@@ -8,9 +8,10 @@
 //
 // Defences (SECURITY.md): a header block is bounded by limits::max_header_bytes across its
 // CONTINUATION frames (fields past it are dropped and the request is flagged too large; a block
-// that goes on past four times the bound ends the connection); reset streams, control frames
-// (SETTINGS, PING, WINDOW_UPDATE, PRIORITY, RST_STREAM) and empty DATA frames are counted per
-// connection per second and past their budget the connection ends with GOAWAY
+// that goes on past four times the bound, or over 128 CONTINUATION frames, ends the
+// connection); RST_STREAM frames, control frames (SETTINGS, PING, WINDOW_UPDATE, PRIORITY) and
+// empty DATA frames are counted per connection per second and past their budget the connection
+// ends with GOAWAY
 // ENHANCE_YOUR_CALM (CVE-2023-44487 rapid reset and the flood attacks); the HPACK dynamic table
 // is bounded by our SETTINGS_HEADER_TABLE_SIZE; at most max_concurrent_streams streams are open;
 // a request body is taken only as fast as the caller consumes it (the window is opened by
@@ -45,7 +46,7 @@ enum class error_code : std::uint32_t {
 /// Why the session ended (the connection closes once its last bytes are written).
 enum class end_reason {
     none,             ///< still open
-    peer_closed,      ///< the peer's GOAWAY, or both sides done after our graceful GOAWAY
+    peer_closed,      ///< the peer's GOAWAY, or both sides done after our GOAWAY (shutdown, terminate)
     protocol_error,   ///< the peer broke the protocol (GOAWAY PROTOCOL_ERROR and the like)
     rapid_reset,      ///< too many streams reset by the peer per second (CVE-2023-44487)
     control_flood,    ///< too many SETTINGS/PING/WINDOW_UPDATE/PRIORITY/empty DATA per second
@@ -90,10 +91,13 @@ public:
     /// Request body bytes, valid during the call only. The caller calls consume() once it has
     /// passed them on: until then they count against the stream's window (back-pressure).
     virtual void on_data(std::int32_t stream, std::span<const char> bytes) = 0;
-    /// The request body ended; its trailer fields (usually none).
+    /// The request body ended; its trailer fields (usually none). Not called when on_request
+    /// said end_stream.
     virtual void on_request_end(std::int32_t stream, std::vector<field>&& trailers) = 0;
     /// The stream closed: `code` no_error after a complete exchange, else the reset's code
-    /// (the peer's RST_STREAM, or ours). Nothing more may be submitted on it.
+    /// (the peer's RST_STREAM, or ours). Nothing more may be submitted on it. Only for streams
+    /// that had on_request (a malformed or refused request is reset unseen). Request body bytes
+    /// not consumed by then are given back to the connection's window.
     virtual void on_stream_close(std::int32_t stream, error_code code) = 0;
     /// Bytes pushed with push_body were framed: queued(stream) dropped (more may be pushed).
     virtual void on_send_room(std::int32_t stream) = 0;
@@ -110,8 +114,9 @@ public:
     /// when the session ended (end_reason() says why); the GOAWAY is then queued in the output.
     bool receive(std::span<const char> bytes, clock::time_point now);
 
-    /// The bytes to write next (empty: nothing to write now); valid until the next call to any
-    /// function of the session. Call again after writing them, until empty.
+    /// The bytes to write next (empty: nothing to write now); valid until the next call to
+    /// take_output() (receive() and the other calls leave them alone). Call again after
+    /// writing them, until empty.
     std::span<const char> take_output();
 
     /// The peer's connection preface must be read (receive) or there are bytes to write;
