@@ -46,7 +46,7 @@ enum class error_code : std::uint32_t {
 /// Why the session ended (the connection closes once its last bytes are written).
 enum class end_reason {
     none,             ///< still open
-    peer_closed,      ///< the peer's GOAWAY, or both sides done after our GOAWAY (shutdown, terminate)
+    peer_closed,      ///< the peer's GOAWAY, or all done after our GOAWAY (shutdown/terminate)
     protocol_error,   ///< the peer broke the protocol (GOAWAY PROTOCOL_ERROR and the like)
     rapid_reset,      ///< too many streams reset by the peer per second (CVE-2023-44487)
     control_flood,    ///< too many SETTINGS/PING/WINDOW_UPDATE/PRIORITY/empty DATA per second
