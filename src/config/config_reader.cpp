@@ -159,14 +159,19 @@ public:
                            "'upstreams' and 'routes'");
             return cfg;
         }
-        if (!w_.mapping(root, {"listen", "tls", "admin", "workers", "limits", "upstreams", "store",
-                               "defaults", "routes", "access_log", "log", "trusted_proxies"})) {
+        if (!w_.mapping(root,
+                        {"listen", "tls", "admin", "workers", "limits", "upstreams", "store",
+                         "defaults", "routes", "access_log", "log", "trusted_proxies", "http2"})) {
             return cfg;
         }
         if (auto ep = read_endpoint(w_.get(root, "listen"))) {
             cfg.listen = *ep;
         }
         read_tls(w_.get(root, "tls"), cfg);
+        read_http2(w_.get(root, "http2"), cfg.http2);
+        if (cfg.tls) {
+            cfg.tls->http2 = cfg.http2.tls;
+        }
         read_admin(w_.get(root, "admin"), cfg);
         read_workers(w_.get(root, "workers"), cfg);
         read_limits(w_.get(root, "limits"), cfg.limits);
@@ -215,6 +220,17 @@ private:
                             "'; expected host:port, e.g. 0.0.0.0:8080 or [::1]:8080");
         }
         return ep;
+    }
+
+    void read_http2(const yaml_field& f, http2_config& h) {
+        if (!f.present() || !w_.mapping(f, {"cleartext", "tls", "max_concurrent_streams"})) {
+            return;
+        }
+        set(h.cleartext, w_.boolean(w_.get(f, "cleartext")));
+        set(h.tls, w_.boolean(w_.get(f, "tls")));
+        if (auto n = w_.integer(w_.get(f, "max_concurrent_streams"), 1, 10'000)) {
+            h.max_concurrent_streams = static_cast<std::uint32_t>(*n);
+        }
     }
 
     /// tls: the files are loaded as the running proxy loads them, so that a file that would

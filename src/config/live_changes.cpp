@@ -48,6 +48,7 @@ std::vector<std::string> changes_needing_restart(const config& running, const co
     changed(running.listen != next.listen, "listen");
     changed(!same_tls(running.tls, next.tls), "tls (on or off, tls.listen)");
     changed(running.admin.listen != next.admin.listen, "admin.listen");
+    changed(running.http2 != next.http2, "http2");
     changed(!same_readiness(running.admin.readiness, next.admin.readiness), "admin.readiness");
     changed(running.admin.keys_api != next.admin.keys_api, "admin.keys_api");
     changed(running.admin.max_connections != next.admin.max_connections ||

@@ -48,13 +48,22 @@ tls_material fail(tls_file_kind kind, std::string message) {
     return m;
 }
 
-/// ALPN: http/1.1 when the client offers it; a client offering only other protocols (h2)
-/// goes on without ALPN rather than being refused.
+/// The protocols the TLS listener offers, in its order of preference (ALPN wire format).
+struct alpn_offer {
+    const unsigned char* list;
+    unsigned int size;
+};
+constexpr unsigned char h2_and_http11[] = {2, 'h', '2', 8, 'h', 't', 't', 'p', '/', '1', '.', '1'};
+constexpr alpn_offer with_h2{h2_and_http11, sizeof h2_and_http11};
+constexpr alpn_offer http11_only{h2_and_http11 + 3, sizeof h2_and_http11 - 3};
+
+/// ALPN: h2 (when offered, see tls_files::http2) or http/1.1, the server's preference first; a
+/// client offering only other protocols goes on without ALPN rather than being refused.
 int select_alpn(SSL*, const unsigned char** out, unsigned char* outlen, const unsigned char* in,
-                unsigned int inlen, void*) {
-    static constexpr unsigned char http11[] = {8, 'h', 't', 't', 'p', '/', '1', '.', '1'};
+                unsigned int inlen, void* arg) {
+    const auto* offer = static_cast<const alpn_offer*>(arg);
     unsigned char* selected = nullptr;
-    if (SSL_select_next_proto(&selected, outlen, http11, sizeof http11, in, inlen) ==
+    if (SSL_select_next_proto(&selected, outlen, offer->list, offer->size, in, inlen) ==
         OPENSSL_NPN_NEGOTIATED) {
         *out = selected;
         return SSL_TLSEXT_ERR_OK;
@@ -101,7 +110,8 @@ tls_material load_server_tls(const tls_files& tls) {
         SSL_CTX_set1_groups_list(c, "X25519:P-256:P-384") != 1) {
         return fail(tls_file_kind::cert, "cannot set the cipher policy: " + openssl_reason());
     }
-    SSL_CTX_set_alpn_select_cb(c, select_alpn, nullptr);
+    SSL_CTX_set_alpn_select_cb(c, select_alpn,
+                               const_cast<alpn_offer*>(tls.http2 ? &with_h2 : &http11_only));
     // Resumption: tickets (OpenSSL's default, keys per context) and a server-side cache.
     SSL_CTX_set_session_cache_mode(c, SSL_SESS_CACHE_SERVER);
     SSL_CTX_sess_set_cache_size(c, 20'480);

@@ -53,6 +53,7 @@ bool write_access_log(const access_log_entry& e, const request_context& ctx, con
     o["method"] = escape_invalid_utf8(e.method);
     const auto q = e.target.find('?');
     o["path"] = escape_invalid_utf8(q == std::string_view::npos ? e.target : e.target.substr(0, q));
+    o["protocol"] = ctx.protocol;
     o["status"] = e.status;
     o["outcome"] = metrics::outcome_name(e.outcome);
     if (!e.key_hash.empty()) {

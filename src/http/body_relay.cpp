@@ -16,26 +16,6 @@ namespace net = boost::asio;
 namespace beast = boost::beast;
 namespace bhttp = beast::http;
 
-namespace {
-
-/// How a failed read of an answer's body reads to the engine: every one of them comes after
-/// the request was sent, so each is an unknown outcome; the kind only changes the problem.
-upstream::forward_status read_failure(const boost::system::error_code& ec, bool timed_out) {
-    if (timed_out) {
-        return upstream::forward_status::timeout_after_send;
-    }
-    if (ec == bhttp::error::body_limit) {
-        return upstream::forward_status::response_too_large;
-    }
-    if (ec != bhttp::error::partial_message &&
-        ec.category() == bhttp::make_error_code(bhttp::error::bad_version).category()) {
-        return upstream::forward_status::bad_response;
-    }
-    return upstream::forward_status::reset_after_send;
-}
-
-} // namespace
-
 response_framing frame_response(unsigned status, bool head_request, bool length_known,
                                 unsigned client_version, bool may_keep) noexcept {
     response_framing f;
@@ -123,7 +103,33 @@ net::awaitable<bool> write_piece(wire::stream& s, wire::deadline_watch::slot& dl
     co_return !ec;
 }
 
-net::awaitable<body_end> relay_body(wire::response_parser& rp, body_source from, body_sink to,
+upstream::forward_status read_failure(const boost::system::error_code& ec, bool timed_out) {
+    if (timed_out) {
+        return upstream::forward_status::timeout_after_send;
+    }
+    if (ec == bhttp::error::body_limit) {
+        return upstream::forward_status::response_too_large;
+    }
+    if (ec != bhttp::error::partial_message &&
+        ec.category() == bhttp::make_error_code(bhttp::error::bad_version).category()) {
+        return upstream::forward_status::bad_response;
+    }
+    return upstream::forward_status::reset_after_send;
+}
+
+net::awaitable<bool> connection_sink::write(std::string_view piece) {
+    return write_piece(sock_, dl_, timeout_, piece, rechunk_);
+}
+
+net::awaitable<bool> connection_sink::end(const bhttp::fields& trailers) {
+    if (!rechunk_) {
+        co_return true;
+    }
+    co_return co_await write_piece(sock_, dl_, timeout_,
+                                   last_chunk(trailers, trailer_side::to_client), false);
+}
+
+net::awaitable<body_end> relay_body(wire::response_parser& rp, body_source from, body_sink& to,
                                     std::uint64_t& relayed, upstream::forward_status& failure) {
     auto& body = rp.get().body();
     auto& conn = from.conn;
@@ -135,12 +141,12 @@ net::awaitable<body_end> relay_body(wire::response_parser& rp, body_source from,
         auto ec = co_await wire::async_read(conn.stream, conn.buffer, rp, wire::read_until::some);
         if (ec && ec != bhttp::error::need_buffer) {
             failure = read_failure(ec, conn.dl.fired());
-            to.sock.mark_cut(); // the client connection ends without a proper end
+            to.cut(); // the client connection ends without a proper end
             co_return body_end::upstream_failed;
         }
         if (!body.empty()) {
-            if (!co_await write_piece(to.sock, to.dl, to.timeout, body, to.rechunk)) {
-                to.sock.mark_cut();
+            if (!co_await to.write(body)) {
+                to.cut();
                 co_return body_end::client_failed;
             }
             relayed += body.size();
@@ -148,12 +154,9 @@ net::awaitable<body_end> relay_body(wire::response_parser& rp, body_source from,
         }
         long_transfer.on_piece(conn);
     }
-    if (to.rechunk) {
-        const auto end = last_chunk(rp.trailers(), trailer_side::to_client);
-        if (!co_await write_piece(to.sock, to.dl, to.timeout, end, false)) {
-            to.sock.mark_cut();
-            co_return body_end::client_failed;
-        }
+    if (!co_await to.end(rp.trailers())) {
+        to.cut();
+        co_return body_end::client_failed;
     }
     co_return body_end::complete;
 }

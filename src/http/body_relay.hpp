@@ -108,6 +108,12 @@ boost::system::error_code stage_buffered(wire::message_parser<isRequest>& parser
     return ec;
 }
 
+/// How a failed read of an answer (its head or body) reads to the engine: every one of them
+/// comes after the request was sent, so each is an unknown outcome; the kind only changes the
+/// problem.
+[[nodiscard]] upstream::forward_status read_failure(const boost::system::error_code& ec,
+                                                    bool timed_out);
+
 /// How relaying an answer's body ended.
 enum class body_end {
     complete,        ///< the body ended as framed and the client has all of it
@@ -149,20 +155,44 @@ struct body_source {
     std::size_t upstream_index = 0;
 };
 
-/// The client side of a body relay.
-struct body_sink {
-    wire::stream& sock;
-    wire::deadline_watch::slot& dl;
-    std::chrono::steady_clock::duration timeout; ///< for each write
-    bool rechunk = false;                        ///< send each piece as a chunk, then the end
+/// Where a relayed answer's body goes: the client, over HTTP/1.1 (a connection) or HTTP/2 (a
+/// stream of one).
+class body_sink {
+public:
+    virtual ~body_sink() = default;
+    /// One piece of the body; false when the client could not take it (gone, or stalled).
+    virtual boost::asio::awaitable<bool> write(std::string_view piece) = 0;
+    /// The body ended as framed, with these trailer fields (those that may travel).
+    virtual boost::asio::awaitable<bool> end(const boost::beast::http::fields& trailers) = 0;
+    /// The body broke off: the client must not take what it got for a whole answer.
+    virtual void cut() = 0;
+};
+
+/// An HTTP/1.1 client connection as a body_sink.
+class connection_sink final : public body_sink {
+public:
+    /// `timeout`: for each write. `rechunk`: each piece as a chunk, then the last chunk with
+    /// the trailers; else the body goes as it is (delimited by its length or the close).
+    connection_sink(wire::stream& sock, wire::deadline_watch::slot& dl,
+                    std::chrono::steady_clock::duration timeout, bool rechunk)
+        : sock_(sock), dl_(dl), timeout_(timeout), rechunk_(rechunk) {}
+    boost::asio::awaitable<bool> write(std::string_view piece) override;
+    boost::asio::awaitable<bool> end(const boost::beast::http::fields& trailers) override;
+    void cut() override { sock_.mark_cut(); }
+
+private:
+    wire::stream& sock_;
+    wire::deadline_watch::slot& dl_;
+    std::chrono::steady_clock::duration timeout_;
+    bool rechunk_;
 };
 
 /// Relays the rest of the body `rp` is reading (its staging body empty, the parser in
-/// streaming mode) from `from` to `to`, piece by piece; with `to.rechunk`, ends with the last
-/// chunk and the answer's trailers. `relayed` grows by the body bytes passed on. When the
+/// streaming mode) from `from` to `to`, piece by piece, then its end (with the answer's
+/// trailers). `relayed` grows by the body bytes passed on. When the
 /// upstream failed, `failure` says how (timeout, reset, or an unparsable or over-limit body).
 boost::asio::awaitable<body_end> relay_body(wire::response_parser& rp, body_source from,
-                                            body_sink to, std::uint64_t& relayed,
+                                            body_sink& to, std::uint64_t& relayed,
                                             upstream::forward_status& failure);
 
 } // namespace onceproxy::http

@@ -155,9 +155,15 @@ net::awaitable<void> call_upstream(std::shared_ptr<exchange_state> s,
                                    std::optional<std::chrono::milliseconds> deadline) {
     // A body longer than max_record_bytes is not held: it cannot be replayed anyway, so it
     // streams to the client instead (issue 8).
-    auto r = co_await s->env.fwd->async_forward(s->route.upstream_index, s->req,
-                                                s->route.limits.max_response_bytes,
-                                                s->route.idempotency.max_record_bytes, deadline);
+    const auto hold = s->target.client.whole_answer
+                          ? std::nullopt
+                          : std::optional<std::size_t>(s->route.idempotency.max_record_bytes);
+    auto max_response = s->route.limits.max_response_bytes;
+    if (s->target.client.whole_answer && !max_response) {
+        max_response = s->env.cfg->limits.max_response_bytes; // held whole: bounded
+    }
+    auto r = co_await s->env.fwd->async_forward(s->route.upstream_index, s->req, max_response, hold,
+                                                deadline);
     const auto took = clock::now() - s->upstream_started;
     s->report.upstream_ms = std::chrono::duration<double, std::milli>(took).count();
     s->metrics().histogram(metrics::family::upstream_duration).observe(took);
@@ -260,9 +266,9 @@ net::awaitable<core::upstream_event> relay_answer(exchange_state& s, core::idemp
     if (co_await write_answer_start(s, st, f)) {
         rp.stream_body(relay_chunk);
         const auto& up = s.env.fwd->upstream(s.route.upstream_index);
+        connection_sink to(t.client.sock, t.client.dl, s.env.cfg->limits.idle_timeout, f.rechunk);
         end = co_await relay_body(
-            rp, {*rest->conn, up.timeout, s.env.fwd.get(), s.route.upstream_index},
-            {t.client.sock, t.client.dl, s.env.cfg->limits.idle_timeout, f.rechunk}, bytes,
+            rp, {*rest->conn, up.timeout, s.env.fwd.get(), s.route.upstream_index}, to, bytes,
             failure);
     }
     const bool reusable = end == body_end::complete && rp.keep_alive() && !rp.need_eof();

@@ -6,6 +6,7 @@
 #include "onceproxy/config/route_table.hpp"
 #include "onceproxy/http/headers.hpp"
 #include "onceproxy/http/problem.hpp"
+#include "onceproxy/http/request_target.hpp"
 
 #include <boost/beast/http/field.hpp>
 
@@ -75,6 +76,38 @@ const config::route_config* handler::route_for(const request& head, std::size_t&
     return route;
 }
 
+admission handler::admit(request& head, std::optional<std::uint64_t> declared_length) const {
+    admission a;
+    if (const auto why = refuse_request_head(head); !why.empty()) {
+        a.refusal = make_problem(problem_code::bad_request, why);
+        return a;
+    }
+    if (!is_normal_target(head.target())) {
+        // Routed and forwarded as normalised, so the route that guards a path and the app
+        // that serves it read the same path.
+        const auto t = normalize_target(head.target());
+        if (t.refused != nullptr) {
+            a.refusal = make_problem(problem_code::bad_request, t.refused);
+            return a;
+        }
+        head.target(t.target);
+    }
+    a.route = route_for(head, a.route_index);
+    if (a.route != nullptr && config::refuses_path(*a.route, path_of(head.target()))) {
+        a.refusal = make_problem(
+            problem_code::bad_request,
+            "the route refuses path parameters (;) in its paths (match.path_params: refuse)");
+        return a;
+    }
+    a.body_limit = a.route != nullptr
+                       ? a.route->limits.max_request_bytes
+                       : std::optional<std::size_t>(impl_->cfg->limits.max_request_bytes);
+    if (a.body_limit && declared_length.value_or(0) > *a.body_limit) {
+        a.refusal = read_failure_problem(bhttp::error::body_limit, "request body");
+    }
+    return a;
+}
+
 bool handler::streams(const config::route_config& route, std::string_view method) const {
     return !(impl_->env->st && is_guarded(route, method));
 }
@@ -83,6 +116,12 @@ net::awaitable<bool> handler::async_relay(client_side client, wire::request_pars
                                           const config::route_config& route,
                                           std::size_t route_index, const request_context& ctx) {
     return impl_->relay.async_relay(client, parser, route, route_index, ctx);
+}
+
+net::awaitable<void> handler::async_relay_h2(h2_stream& client, request& req, bool has_body,
+                                             const config::route_config& route,
+                                             std::size_t route_index, const request_context& ctx) {
+    return impl_->relay.async_relay_h2(client, req, has_body, route, route_index, ctx);
 }
 
 net::awaitable<handled> handler::async_handle(request& req, const config::route_config* route,

@@ -569,9 +569,9 @@ struct plain_relay::exchange {
     net::awaitable<bool> stream_response_body(wire::response_parser& rp, bool rechunk) {
         std::uint64_t relayed = 0;
         auto failure = upstream::forward_status::ok;
+        connection_sink to(client.sock, client.dl, limits().idle_timeout, rechunk);
         const auto end = co_await relay_body(
-            rp, {*conn, up.timeout, &relay.fwd_, route.upstream_index},
-            {client.sock, client.dl, limits().idle_timeout, rechunk}, relayed, failure);
+            rp, {*conn, up.timeout, &relay.fwd_, route.upstream_index}, to, relayed, failure);
         co_return end == body_end::complete;
     }
 

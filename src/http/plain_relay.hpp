@@ -4,6 +4,7 @@
 // being read whole. An upgrade (WebSocket) becomes a byte tunnel after 101.
 
 #include "http/body_relay.hpp"
+#include "http/h2_stream.hpp"
 #include "onceproxy/config/config.hpp"
 #include "onceproxy/http/context.hpp"
 #include "onceproxy/metrics/registry.hpp"
@@ -40,8 +41,16 @@ public:
                                              const config::route_config& route,
                                              std::size_t route_index, const request_context& ctx);
 
+    /// The same for a request that came over HTTP/2 (`client`, one stream; its head `req`, the
+    /// body still to come when `has_body`), answered on that stream (h2_relay.cpp).
+    boost::asio::awaitable<void> async_relay_h2(h2_stream& client, request& req, bool has_body,
+                                                const config::route_config& route,
+                                                std::size_t route_index,
+                                                const request_context& ctx);
+
 private:
     struct exchange;
+    struct h2_exchange;
     std::shared_ptr<const config::config> cfg_;
     upstream::forwarder& fwd_;
     metrics::registry& reg_;

@@ -1,5 +1,7 @@
 #include "onceproxy/http/server.hpp"
 
+#include "http/h2_connection.hpp"
+
 #include "http/body_pace.hpp"
 #include "http/buffer_budget.hpp"
 #include "http/plain_relay.hpp"
@@ -208,6 +210,7 @@ struct server::impl::connection {
     wire::deadline_watch::slot dl;
     beast::flat_buffer buffer;
     std::list<connection*>::iterator listed; ///< in srv.connections, for the drain
+    h2_connection* h2 = nullptr;             ///< set while the connection speaks HTTP/2
     bool busy = false;                       ///< a request is being read or answered
     request_context ctx;
     std::string wire_head; ///< serialised response head, reused for every response
@@ -225,11 +228,42 @@ struct server::impl::connection {
     /// operation on it fails from now on, while the exchange behind it goes on recording or
     /// releasing its key.
     void on_cancel(net::cancellation_type t) {
+        if (h2 != nullptr) {
+            h2->on_cancel(t);
+            return;
+        }
         boost::system::error_code ignored;
         if ((t & net::cancellation_type::terminal) != net::cancellation_type::none) {
             stream.socket().close(ignored);
         } else if (!busy) {
             stream.socket().cancel(ignored);
+        }
+    }
+
+    /// The client speaks HTTP/2: ALPN chose h2 (TLS), or the connection starts with the
+    /// HTTP/2 preface (plain; read here, it stays in `buffer` for the session). Per listener
+    /// (http2.tls, http2.cleartext); HTTP/1.1 otherwise.
+    net::awaitable<bool> speaks_h2() {
+        const auto& h2cfg = srv.cfg->http2;
+        if (stream.is_tls()) {
+            co_return h2cfg.tls&& stream.alpn() == "h2";
+        }
+        if (!h2cfg.cleartext) {
+            co_return false;
+        }
+        dl.expires_after(limits().header_timeout);
+        for (;;) {
+            const auto d = buffer.data();
+            const auto m =
+                match_preface(std::string_view(static_cast<const char*>(d.data()), d.size()));
+            if (m != preface_match::partial) {
+                co_return m == preface_match::yes;
+            }
+            auto [ec, n] = co_await stream.async_read_some(buffer.prepare(4096), use_tuple);
+            if (ec) {
+                co_return false; // the read step sees the connection is gone
+            }
+            buffer.commit(n);
         }
     }
 
@@ -275,40 +309,23 @@ struct server::impl::connection {
     /// sent upstream; then the route and its body limit.
     read_verdict check_head(wire::request_parser& p) const {
         const auto& head = p.get();
-        if (const auto why = refuse_request_head(head); !why.empty()) {
-            return read_verdict::reject(make_problem(problem_code::bad_request, why));
-        }
         const auto expect = head[bhttp::field::expect];
-        if (!p.is_done() && !expect.empty() && !beast::iequals(expect, "100-continue")) {
+        if (!p.is_done() && !expect.empty() && !beast::iequals(expect, "100-continue") &&
+            refuse_request_head(head).empty()) {
             return read_verdict::reject(make_problem(problem_code::bad_request,
                                                      "unsupported Expect value", {.status = 417}));
         }
-        if (!is_normal_target(head.target())) {
-            // Routed and forwarded as normalised (README "Path normalisation"), so the route
-            // that guards a path and the app that serves it read the same path.
-            const auto t = normalize_target(head.target());
-            if (t.refused != nullptr) {
-                return read_verdict::reject(make_problem(problem_code::bad_request, t.refused));
-            }
-            p.get().target(t.target);
+        const auto declared = p.content_length();
+        auto a =
+            h->admit(p.get(), declared ? std::optional<std::uint64_t>(*declared) : std::nullopt);
+        if (a.refusal) {
+            return read_verdict::reject(std::move(a.refusal));
         }
+        p.body_limit(a.body_limit ? boost::optional<std::uint64_t>(*a.body_limit) : boost::none);
         read_verdict v;
-        v.route = h->route_for(head, v.route_index);
-        if (v.route != nullptr &&
-            config::refuses_path(*v.route, head.target().substr(0, head.target().find('?')))) {
-            return read_verdict::reject(make_problem(
-                problem_code::bad_request,
-                "the route refuses path parameters (;) in its paths (match.path_params: refuse)"));
-        }
-        const auto body_limit = v.route != nullptr
-                                    ? v.route->limits.max_request_bytes
-                                    : std::optional<std::size_t>(limits().max_request_bytes);
-        if (body_limit && p.content_length().value_or(0) > *body_limit) {
-            return read_verdict::reject(
-                read_failure_problem(bhttp::error::body_limit, "request body"));
-        }
-        p.body_limit(body_limit ? boost::optional<std::uint64_t>(*body_limit) : boost::none);
         v.accepted = true;
+        v.route = a.route;
+        v.route_index = a.route_index;
         return v;
     }
 
@@ -423,6 +440,7 @@ struct server::impl::connection {
     /// coroutine itself: one frame fewer per request.)
     net::awaitable<bool> serve(const read_verdict& v) {
         ++served;
+        srv.reg.counter(metrics::family::client_requests, metrics::protocol::http1).inc();
         if (v.route != nullptr && h->streams(*v.route, parser->get().method_string())) {
             return h->async_relay(client_side{stream, buffer, dl, wire_head, srv.draining, last()},
                                   *parser, *v.route, v.route_index, ctx);
@@ -446,6 +464,20 @@ net::awaitable<void> server::impl::session(tcp::socket sock,
         }
         c.ctx.client_cert_subject = c.stream.verified_peer_subject();
     }
+    if (co_await c.speaks_h2()) {
+        reg.counter(metrics::family::client_connections, metrics::protocol::h2).inc();
+        h2_connection h2c(h, reg, draining, c.stream, c.dl, c.buffer, c.ctx);
+        c.h2 = &h2c;
+        co_await h2c.run();
+        c.h2 = nullptr;
+        if (c.stream.is_tls()) {
+            c.dl.expires_after(
+                std::min<std::chrono::milliseconds>(c.limits().idle_timeout, tls_shutdown_timeout));
+            co_await c.stream.async_shutdown();
+        }
+        co_return;
+    }
+    reg.counter(metrics::family::client_connections, metrics::protocol::http1).inc();
     while (!draining) {
         auto verdict = co_await c.read_request();
         if (!verdict.accepted) {

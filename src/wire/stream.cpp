@@ -76,6 +76,18 @@ void stream::verify_host_name(const std::string& host) {
     }
 }
 
+std::string_view stream::alpn() const {
+    if (tls_ == nullptr) {
+        return {};
+    }
+    SSL* ssl = const_cast<ssl::stream<net::ip::tcp::socket&>&>(tls_->stream).native_handle();
+    const unsigned char* proto = nullptr;
+    unsigned int len = 0;
+    SSL_get0_alpn_selected(ssl, &proto, &len);
+    return proto == nullptr ? std::string_view()
+                            : std::string_view(reinterpret_cast<const char*>(proto), len);
+}
+
 std::string stream::verified_peer_subject() const {
     if (tls_ == nullptr) {
         return {};

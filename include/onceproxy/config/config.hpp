@@ -37,8 +37,19 @@ struct tls_files {
     bool require_client_cert = false; ///< no verified client certificate: handshake refused
     /// How often the files are checked for a change (inode, size, mtime); 0: on SIGHUP only.
     duration reload_interval{5'000};
+    /// ALPN offers h2 before http/1.1 (http2.tls, copied here by the reader).
+    bool http2 = true;
 
     friend bool operator==(const tls_files&, const tls_files&) = default;
+};
+
+/// http2: which listeners speak HTTP/2 and its per-connection limits (docs/http2.md).
+struct http2_config {
+    bool cleartext = true; ///< h2c with prior knowledge on the plain `listen`
+    bool tls = true;       ///< ALPN h2 on the TLS listener
+    std::uint32_t max_concurrent_streams = 100;
+
+    friend bool operator==(const http2_config&, const http2_config&) = default;
 };
 
 /// /readyz also checks that the app behind the proxy answers (issue 9 item 7).
@@ -443,6 +454,7 @@ struct config {
     std::string source_text; ///< the file as read (before ${VAR} substitution): its digest names it
     endpoint listen{"0.0.0.0", 8080};
     std::optional<tls_files> tls; ///< inbound TLS termination
+    http2_config http2;
     admin_config admin;
     unsigned workers = 0; ///< resolved: `auto` → hardware concurrency
     limits_config limits;

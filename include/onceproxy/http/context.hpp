@@ -28,6 +28,7 @@ using response = upstream::response;
 /// Facts about the connection a request arrived on.
 struct request_context {
     std::string client_ip;
+    std::string_view protocol = "HTTP/1.1"; ///< as the client spoke: HTTP/1.1 or HTTP/2
     bool tls = false;
     /// TLS with a verified client certificate: its subject (RFC 2253); else empty.
     std::string client_cert_subject;
@@ -42,6 +43,9 @@ struct client_side {
     std::string& scratch; ///< a reusable buffer for serialised heads
     const bool& draining; ///< the worker is draining: answer with Connection: close
     bool last = false;    ///< the connection's request cap is reached: Connection: close too
+    /// The answer is given whole, never streamed from the exchange (an HTTP/2 stream: the
+    /// connection is shared), however large, up to the route's max_response_bytes.
+    bool whole_answer = false;
 };
 
 /// Everything the exchange runner needs for one config (one handler's), shared with the

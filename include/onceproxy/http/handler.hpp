@@ -15,18 +15,28 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 
 namespace onceproxy::http {
 
 class buffer_reservation;
+class h2_stream;
 
 /// What handler::async_handle did with a request.
 struct handled {
     response res;          ///< the answer to write, unless `streamed`
     bool streamed = false; ///< the answer already went to the client, streamed (too large to hold)
     bool keep = false;     ///< streamed: the client connection may carry the next request
+};
+
+/// What a request's head decides before any of its body is read (handler::admit).
+struct admission {
+    const config::route_config* route = nullptr; ///< null: no route matches
+    std::size_t route_index = 0;
+    std::optional<std::size_t> body_limit; ///< the route's max_request_bytes (none: no limit)
+    std::optional<response> refusal;       ///< set: answer this and forward nothing
 };
 
 /// The request path of one config on one worker. A reload makes a new handler; a request holds
@@ -48,6 +58,12 @@ public:
     /// The route of a request head (first match wins), or nullptr; `index` receives its index.
     const config::route_config* route_for(const request& head, std::size_t& index) const;
 
+    /// The refusals decided from a request head alone, whatever protocol it came over: a
+    /// malformed field, a target that does not normalise or that its route refuses (path
+    /// parameters), a declared body length (`declared_length`) past the body limit. The target
+    /// is normalised in place (README "Path normalisation"); then its route.
+    admission admit(request& head, std::optional<std::uint64_t> declared_length) const;
+
     /// True when requests with `method` on `route` take the streaming plain path: no store
     /// round trip, nothing buffered (the route does not guard the method).
     bool streams(const config::route_config& route, std::string_view method) const;
@@ -58,6 +74,13 @@ public:
     boost::asio::awaitable<bool> async_relay(client_side client, wire::request_parser& parser,
                                              const config::route_config& route,
                                              std::size_t route_index, const request_context& ctx);
+
+    /// The same for a request that came over HTTP/2: `req` is its head (admitted), its body
+    /// still to come on `client` when `has_body`; answered on `client`.
+    boost::asio::awaitable<void> async_relay_h2(h2_stream& client, request& req, bool has_body,
+                                                const config::route_config& route,
+                                                std::size_t route_index,
+                                                const request_context& ctx);
 
     /// Produces the response for a request read whole that does not stream: no route matches
     /// (`route` null: 404), or its route guards its method (the idempotency exchange); `route`

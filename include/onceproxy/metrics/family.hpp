@@ -56,11 +56,13 @@ enum class family : std::uint8_t {
     tls_certificate_reloads,   ///< {result}: file_reload (inbound TLS only)
     tls_certificate_expiry,    ///< gauge, seconds since the epoch (inbound TLS only)
     tls_handshake_failures,    ///< (inbound TLS only)
+    client_connections,        ///< {protocol}: protocol
+    client_requests,           ///< {protocol}: protocol
+    http2_goaways,             ///< {reason}: goaway_reason
 };
 
-/// Number of families (the last one is tls_handshake_failures).
-inline constexpr std::size_t family_count =
-    static_cast<std::size_t>(family::tls_handshake_failures) + 1;
+/// Number of families (the last one is http2_goaways).
+inline constexpr std::size_t family_count = static_cast<std::size_t>(family::http2_goaways) + 1;
 
 // Label values that are not an enum of core. Each enum's order is the order of the values of
 // its family's row below.
@@ -86,6 +88,18 @@ enum class upstream_error : std::uint8_t { unavailable, timeout };
 
 /// The `listener` label of accept_errors.
 enum class listener : std::uint8_t { proxy, admin };
+
+/// The `protocol` label of client_connections and client_requests: how the client spoke.
+enum class protocol : std::uint8_t { http1, h2 };
+
+/// The `reason` label of http2_goaways: why the proxy ended an HTTP/2 connection with an
+/// error (h2::end_reason, in its order).
+enum class goaway_reason : std::uint8_t {
+    protocol_error,
+    rapid_reset,
+    control_flood,
+    header_flood
+};
 
 /// The `phase` label of client_timeouts: a header not received in time, a body cut (408).
 enum class timeout_phase : std::uint8_t { header, body };
@@ -416,6 +430,18 @@ inline constexpr std::array<family_info, family_count> family_table{{
      "Inbound TLS handshakes that failed (bad client hello, no common cipher, a client "
      "certificate refused, or no handshake within limits.header_timeout).",
      shown::inbound_tls},
+    {family::client_connections, "onceproxy_client_connections_total", kind::counter,
+     scope::process, "protocol", listed("http1", "h2"),
+     "Client connections served, by protocol: http1, or h2 (ALPN h2 on TLS, or the h2c "
+     "preface on the plain listener)."},
+    {family::client_requests, "onceproxy_client_requests_total", kind::counter, scope::process,
+     "protocol", listed("http1", "h2"),
+     "Client requests received, by protocol (HTTP/2: one per stream)."},
+    {family::http2_goaways, "onceproxy_http2_goaways_total", kind::counter, scope::process,
+     "reason", listed("protocol_error", "rapid_reset", "control_flood", "header_flood"),
+     "HTTP/2 connections the proxy ended with an error GOAWAY: the peer broke the protocol, "
+     "reset streams too fast (CVE-2023-44487), flooded control frames, or sent a header block "
+     "far past limits.max_header_bytes (CONTINUATION flood)."},
 }};
 
 /// The row of `f`. Precondition: `f` is a declared enumerator.

@@ -23,6 +23,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <string_view>
 
 namespace boost::asio::ssl {
 class context;
@@ -89,6 +90,8 @@ public:
     /// TLS: the subject of the peer certificate the handshake verified (RFC 2253 form); empty
     /// when there is none (or the connection is plain).
     std::string verified_peer_subject() const;
+    /// TLS: the protocol ALPN agreed on ("h2", "http/1.1"); empty when none (or plain).
+    std::string_view alpn() const;
 
     template <class MutableBuffers, class Token>
     auto async_read_some(const MutableBuffers& buffers, Token&& token) {

@@ -1,0 +1,254 @@
+// The plain path for a request that came over HTTP/2 (plain_relay::async_relay_h2): its head
+// and body go to the route's HTTP/1.1 upstream as they arrive (a body of unknown length
+// chunked, its trailers passed on as the HTTP/1.1 path passes them), the answer comes back on
+// the stream piece by piece, each piece taken from the upstream only once the client's window
+// took the one before (back-pressure both ways, memory bounded per stream).
+
+#include "http/access_log.hpp"
+#include "http/body_relay.hpp"
+#include "http/exchange_runner.hpp"
+#include "http/plain_relay.hpp"
+#include "onceproxy/asio/use_tuple.hpp"
+#include "onceproxy/http/headers.hpp"
+#include "onceproxy/http/problem.hpp"
+#include "onceproxy/wire/head_writer.hpp"
+#include "onceproxy/wire/message_reader.hpp"
+
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/http/field.hpp>
+
+namespace onceproxy::http {
+
+namespace net = boost::asio;
+namespace bhttp = boost::beast::http;
+using clock = std::chrono::steady_clock;
+
+namespace {
+
+/// An HTTP/2 stream as the sink of a relayed body.
+class stream_sink final : public body_sink {
+public:
+    explicit stream_sink(h2_stream& s) : s_(s) {}
+    net::awaitable<bool> write(std::string_view piece) override { return s_.write_body(piece); }
+    net::awaitable<bool> end(const bhttp::fields& trailers) override {
+        s_.end_body(trailers);
+        co_return true;
+    }
+    void cut() override { s_.cut(); }
+
+private:
+    h2_stream& s_;
+};
+
+/// A request's trailers as an HTTP/1.1 upstream gets them (the allowlist of the HTTP/1.1
+/// path): only after a chunked body.
+std::string request_tail(const bhttp::fields& trailers, std::span<const std::string_view> in_use) {
+    return last_chunk(trailers, trailer_side::to_upstream, in_use);
+}
+
+} // namespace
+
+struct plain_relay::h2_exchange {
+    plain_relay& relay;
+    h2_stream& client;
+    request& req;
+    const config::route_config& route;
+    std::size_t route_index;
+    const request_context& ctx;
+    const config::upstream_config& up;
+    std::unique_ptr<upstream::connection> conn;
+    access_log_entry log;
+    std::string request_id;
+    std::string method;
+    std::string target;
+
+    void finish(unsigned status) {
+        auto& rm = *relay.route_series_[route_index];
+        rm.counter(metrics::family::requests, metrics::outcome::passthrough).inc();
+        rm.histogram(metrics::family::request_duration).observe(clock::now() - ctx.received);
+        if (relay.cfg_->access_log) {
+            log.route = route.name;
+            log.method = method;
+            log.target = target;
+            log.status = status;
+            log.outcome = metrics::outcome::passthrough;
+            log.request_id = request_id;
+            if (!write_access_log(log, ctx, req)) {
+                relay.reg_.counter(metrics::family::access_log_dropped).inc();
+            }
+        }
+    }
+
+    /// Nothing of an answer went out yet: `res` (a problem) is the answer.
+    net::awaitable<void> fail(response res) {
+        if (conn) {
+            relay.fwd_.release(route.upstream_index, std::move(conn), false);
+        }
+        res.prepare_payload();
+        client.write_head(res, res.body().empty());
+        if (!res.body().empty()) {
+            const bool sent = co_await client.write_body(res.body());
+            if (sent) {
+                client.end_body({});
+            }
+        }
+        finish(res.result_int());
+    }
+};
+
+net::awaitable<void> plain_relay::async_relay_h2(h2_stream& client, request& req, bool has_body,
+                                                 const config::route_config& route,
+                                                 std::size_t route_index,
+                                                 const request_context& ctx) {
+    h2_exchange x{
+        *this,   client, req, route, route_index, ctx, fwd_.upstream(route.upstream_index),
+        nullptr, {},     {},  {},    {}};
+    const auto& lim = cfg_->limits;
+    if (cfg_->access_log) {
+        x.method = req.method_string();
+        x.target = req.target();
+        x.request_id = ensure_request_id(req);
+    }
+    const bool head_request = req.method() == bhttp::verb::head;
+    const auto in_use = std::span<const std::string_view>(fields_in_use_[route_index]);
+    strip_hop_by_hop(req, in_use);
+    add_forwarded(req, ctx.client_ip, ctx.tls ? "https" : "http", cfg_->trusted_proxies);
+    req.version(11);
+    req.keep_alive(true);
+    // A body of unknown length goes chunked; a declared one as declared (the stream's DATA
+    // must match it: nghttp2 checks content-length against the DATA it receives).
+    const bool chunked = has_body && req.find(bhttp::field::content_length) == req.end();
+    if (chunked) {
+        req.set(bhttp::field::transfer_encoding, "chunked");
+    }
+
+    const auto up_start = clock::now();
+    auto lent = co_await fwd_.async_acquire(route.upstream_index);
+    if (!lent.conn) {
+        co_await x.fail(upstream_failure(lent.failure, reg_, x.up.name));
+        co_return;
+    }
+    x.conn = std::move(lent.conn);
+    auto& conn = *x.conn;
+    wire::serialize_head(req, conn.head);
+    conn.dl.expires_after(x.up.timeout);
+    auto [hec, hn] = co_await net::async_write(conn.stream, net::buffer(conn.head), use_tuple);
+    (void)hn;
+    if (hec) {
+        co_await x.fail(upstream_failure(hn == 0 ? upstream::forward_status::connect_failed
+                                                 : upstream::forward_status::reset_after_send,
+                                         reg_, x.up.name));
+        co_return;
+    }
+    // The body, each piece written upstream before the next is taken from the stream.
+    if (has_body) {
+        std::string piece;
+        std::uint64_t sent = 0;
+        const auto limit = route.limits.max_request_bytes;
+        while (co_await client.read_body(piece)) {
+            sent += piece.size();
+            if (limit && sent > *limit) {
+                co_await x.fail(read_failure_problem(bhttp::error::body_limit, "request body")
+                                    .value_or(make_problem(problem_code::bad_request)));
+                co_return;
+            }
+            const bool written =
+                co_await write_piece(conn.stream, conn.dl, x.up.timeout, piece, chunked);
+            if (!written) {
+                co_await x.fail(upstream_failure(upstream::forward_status::reset_after_send, reg_));
+                co_return;
+            }
+        }
+        if (client.body_failed()) {
+            if (client.body_timed_out()) {
+                reg_.counter(metrics::family::client_timeouts, metrics::timeout_phase::body).inc();
+                co_await x.fail(make_problem(problem_code::request_timeout));
+            } else {
+                fwd_.release(route.upstream_index, std::move(x.conn), false);
+                x.finish(499); // reset by the client: nobody to answer
+            }
+            co_return;
+        }
+        if (chunked) {
+            const bool ended =
+                co_await write_piece(conn.stream, conn.dl, x.up.timeout,
+                                     request_tail(client.request_trailers(), in_use), false);
+            if (!ended) {
+                co_await x.fail(upstream_failure(upstream::forward_status::reset_after_send, reg_));
+                co_return;
+            }
+        }
+    }
+
+    // The answer: its head as soon as it is read, then its body piece by piece.
+    std::optional<wire::response_parser> rp;
+    for (;;) {
+        auto& p = rp.emplace();
+        p.header_limit(static_cast<std::uint32_t>(wire::max_header_section));
+        p.trailer_limit(wire::max_header_section);
+        const auto& rl = route.limits.max_response_bytes;
+        p.body_limit(rl ? boost::optional<std::uint64_t>(*rl) : boost::none);
+        p.skip(head_request);
+        p.stream_body(relay_chunk);
+        conn.dl.expires_after(x.up.timeout);
+        auto ec = co_await wire::async_read(conn.stream, conn.buffer, p, wire::read_until::header);
+        if (ec) {
+            co_await x.fail(upstream_failure(read_failure(ec, conn.dl.fired()), reg_, x.up.name));
+            co_return;
+        }
+        const unsigned code = p.get().result_int();
+        if (code == 101) {
+            co_await x.fail(upstream_failure(upstream::forward_status::bad_response, reg_));
+            co_return;
+        }
+        if (code >= 200) {
+            break;
+        }
+    }
+    route_series_[route_index]
+        ->histogram(metrics::family::upstream_duration)
+        .observe(clock::now() - up_start);
+    auto& res = rp->get();
+    const unsigned status = res.result_int();
+    strip_hop_by_hop(res);
+    const bool no_body = head_request || status == 204 || status == 304 || rp->is_done();
+    if (!no_body && stage_buffered(*rp, conn.buffer)) {
+        co_await x.fail(upstream_failure(upstream::forward_status::bad_response, reg_));
+        co_return;
+    }
+    std::string first = std::move(res.body());
+    res.body().clear();
+    const bool whole = rp->is_done();
+    client.write_head(
+        res, no_body || (whole && first.empty() && rp->trailers().begin() == rp->trailers().end()));
+    bool ok = true;
+    if (!no_body) {
+        if (!first.empty()) {
+            ok = co_await client.write_body(first);
+        }
+        if (ok && !whole) {
+            stream_sink sink(client);
+            std::uint64_t relayed = 0;
+            auto failure = upstream::forward_status::ok;
+            const auto end = co_await relay_body(
+                *rp, {conn, x.up.timeout, &fwd_, route.upstream_index}, sink, relayed, failure);
+            ok = end == body_end::complete;
+            if (!ok && failure != upstream::forward_status::ok) {
+                reg_.counter(metrics::family::upstream_errors, metrics::upstream_error::unavailable)
+                    .inc();
+            }
+        } else if (ok && (!first.empty() || rp->trailers().begin() != rp->trailers().end())) {
+            client.end_body(rp->trailers());
+        }
+    }
+    if (!ok) {
+        client.cut();
+    }
+    fwd_.release(route.upstream_index, std::move(x.conn),
+                 ok && rp->keep_alive() && !rp->need_eof());
+    x.finish(status);
+    (void)lim;
+}
+
+} // namespace onceproxy::http
