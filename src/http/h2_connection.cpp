@@ -73,9 +73,19 @@ request to_request(h2::request_head& head) {
     req.target(head.path);
     req.version(11);
     bool has_host = false;
+    std::string cookie;
     for (auto& f : head.fields) {
+        if (f.name == "cookie") {
+            // HTTP/2 may split Cookie into one field per crumb; HTTP/1.1 wants one field,
+            // joined with "; " (RFC 9113 §8.2.3).
+            cookie.append(cookie.empty() ? "" : "; ").append(f.value);
+            continue;
+        }
         has_host = has_host || f.name == "host";
         req.insert(f.name, f.value);
+    }
+    if (!cookie.empty()) {
+        req.set(bhttp::field::cookie, cookie);
     }
     if (!head.authority.empty()) {
         // :authority wins over a Host field that disagrees (§8.3.1).
