@@ -351,6 +351,44 @@ TEST_SUITE("h2 server session") {
         CHECK(f.server->open_streams() == 0);
     }
 
+    TEST_CASE("body bytes of a reset stream do not keep the connection window shut") {
+        h2::limits lim;
+        lim.stream_window = 65535;
+        lim.connection_window = 65535;
+        fixture f(lim);
+        f.ev.auto_consume = false;
+        client c;
+        pump(c, *f.server);
+        const auto first = c.request("POST", "/a", {}, std::string(200000, 'a'));
+        pump(c, *f.server);
+        CHECK(f.ev.requests.at(first).unconsumed == 65535); // taken, never consumed
+        f.server->reset(first, h2::error_code::cancel);
+        pump(c, *f.server);
+        REQUIRE(f.ev.requests.at(first).closed);
+        CHECK(*f.ev.requests.at(first).closed == h2::error_code::cancel);
+
+        f.ev.auto_consume = true;
+        const std::string body(150000, 'b');
+        const auto second = c.request("POST", "/b", {}, body);
+        pump(c, *f.server);
+        CHECK(f.ev.requests.at(second).body == body);
+        CHECK(f.ev.requests.at(second).ended);
+    }
+
+    TEST_CASE("an exception from the caller's events ends the connection and propagates") {
+        struct boom {};
+        fixture f;
+        f.ev.answer = [](std::int32_t, const server_request&) { throw boom{}; };
+        client c;
+        c.request("GET", "/a");
+        const auto up = c.send();
+        CHECK_THROWS_AS(f.server->receive({up.data(), up.size()}, t0), boom);
+        CHECK_FALSE(f.server->wants_read());
+        c.recv(drain(*f.server));
+        REQUIRE(c.goaway);
+        CHECK(*c.goaway == NGHTTP2_INTERNAL_ERROR);
+    }
+
     TEST_CASE("a response body is framed as the peer's window allows (queued, on_send_room)") {
         fixture f;
         client c(4096, false); // the peer opens its window only when it says so
