@@ -160,8 +160,8 @@ public:
             return cfg;
         }
         if (!w_.mapping(root,
-                        {"listen", "tls", "admin", "workers", "limits", "upstreams", "store",
-                         "defaults", "routes", "access_log", "log", "trusted_proxies", "http2"})) {
+                        {"listen", "tls", "http2", "admin", "workers", "limits", "upstreams",
+                         "store", "defaults", "routes", "access_log", "log", "trusted_proxies"})) {
             return cfg;
         }
         if (auto ep = read_endpoint(w_.get(root, "listen"))) {

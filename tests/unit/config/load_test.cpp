@@ -326,8 +326,9 @@ TEST_CASE("all errors are reported at once, in file order") {
         CHECK(errors[i - 1].line <= errors[i].line);
     }
     CHECK(errors[0].to_string() ==
-          file + ":7:1: listn: unknown key 'listn'; allowed keys: listen, tls, admin, workers, "
-                 "limits, upstreams, store, defaults, routes, access_log, log, trusted_proxies");
+          file +
+              ":7:1: listn: unknown key 'listn'; allowed keys: listen, tls, http2, admin, workers, "
+              "limits, upstreams, store, defaults, routes, access_log, log, trusted_proxies");
     try {
         cfg::load_file(file);
         FAIL("expected config_errors");

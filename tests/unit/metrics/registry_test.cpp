@@ -68,6 +68,9 @@ TEST_CASE("metrics: the exposed metric families are stable") {
                                   "# TYPE onceproxy_config_last_reload_success_timestamp_seconds "
                                   "gauge",
                                   "# TYPE onceproxy_upstream_tls_reloads_total counter",
+                                  "# TYPE onceproxy_client_connections_total counter",
+                                  "# TYPE onceproxy_client_requests_total counter",
+                                  "# TYPE onceproxy_http2_goaways_total counter",
                               });
 }
 
