@@ -35,11 +35,13 @@ constexpr std::uint32_t max_window = (1U << 31) - 1;
 
 struct client_session::impl {
     struct stream_state {
-        bool sent = false;                // the request's HEADERS were framed
-        bool head_done = false;           // on_response was called
-        bool in_trailers = false;         // a header block after the final response's is being read
-        bool peer_refused = false;        // the server's RST_STREAM REFUSED_STREAM
-        std::optional<error_code> failed; // we reset it (a bad response): report this code
+        bool sent = false;         // the request's HEADERS were framed
+        bool head_done = false;    // on_response was called
+        bool in_trailers = false;  // a header block after the final response's is being read
+        bool peer_refused = false; // the server's RST_STREAM REFUSED_STREAM
+        // The code the stream closes with, whatever nghttp2 says: we reset it for a bad
+        // response, or the caller reset it before the request left.
+        std::optional<error_code> failed;
         unsigned status = 0;
         std::vector<field> fields; // of the header block being read
         std::size_t block_bytes = 0;
@@ -609,7 +611,10 @@ void client_session::consume(std::int32_t stream, std::size_t n) {
 
 void client_session::reset(std::int32_t stream, error_code code) {
     auto& s = *impl_;
-    if (s.find(stream) != nullptr) {
+    if (auto* st = s.find(stream); st != nullptr) {
+        if (!st->sent && !st->failed) {
+            st->failed = code; // nghttp2 drops the request unsent (on_frame_not_send)
+        }
         nghttp2_submit_rst_stream(s.session, NGHTTP2_FLAG_NONE, stream,
                                   static_cast<std::uint32_t>(code));
     }

@@ -137,7 +137,10 @@ public:
     /// Graceful end: GOAWAY NO_ERROR; the open streams finish, no new one opens, then the
     /// session ends.
     void shutdown();
-    /// Ends the connection now with GOAWAY `code`; the open streams close with `code`.
+    /// Ends the connection now with GOAWAY `code`; the open streams close with `code` (those
+    /// whose request never left, refused). Also what the caller calls when the connection
+    /// breaks (end of stream, a read or write error, a PING unanswered): the session itself
+    /// closes no stream for that, and its destructor tells nothing.
     void terminate(error_code code);
 
 private:

@@ -621,6 +621,54 @@ TEST_SUITE("h2 client session") {
         CHECK(a.client->can_open_stream()); // the connection goes on
     }
 
+    TEST_CASE("a request not sent yet when the GOAWAY arrives is refused") {
+        against_raw a;
+        const auto s1 = a.get("/1");
+        a.pump();
+        REQUIRE(nghttp2_submit_goaway(a.server.s, NGHTTP2_FLAG_NONE, s1, NGHTTP2_NO_ERROR, nullptr,
+                                      0) == 0);
+        const auto goaway = a.server.send();
+        const auto s3 = a.get("/3"); // submitted, not framed yet
+        CHECK(a.client->receive({goaway.data(), goaway.size()}, t0));
+        const auto& r3 = a.cev.responses.at(s3);
+        CHECK(r3.closed == h2::error_code::refused_stream);
+        CHECK(r3.refused);
+        CHECK_FALSE(a.cev.responses.contains(s1));
+        a.pump();
+        CHECK_FALSE(a.server.streams.contains(s3)); // never seen by the server
+    }
+
+    TEST_CASE("a stream reset before its request left closes with the caller's code") {
+        against_raw a;
+        a.pump();
+        const auto s1 = a.get("/1");
+        a.client->reset(s1, h2::error_code::cancel);
+        a.pump();
+        const auto& r = a.cev.responses.at(s1);
+        CHECK(r.closed == h2::error_code::cancel);
+        CHECK(r.refused); // never sent
+        CHECK(a.client->open_streams() == 0);
+        CHECK_FALSE(a.server.streams.contains(s1));
+        const auto s3 = a.get("/3");
+        a.pump();
+        a.server.respond(s3, {{":status", "200"}});
+        a.pump();
+        CHECK(a.cev.responses.at(s3).closed == h2::error_code::no_error);
+    }
+
+    TEST_CASE("a 101 response fails the stream") {
+        against_raw a;
+        const auto s1 = a.get("/1");
+        a.pump();
+        a.server.interim(s1, "101");
+        a.server.respond(s1, {{":status", "200"}}, "body");
+        a.pump();
+        const auto& r = a.cev.responses.at(s1);
+        CHECK_FALSE(r.status);
+        CHECK(r.closed == h2::error_code::protocol_error);
+        CHECK_FALSE(r.refused);
+    }
+
     TEST_CASE("a reset after the response head: the stream fails, not refused") {
         against_raw a;
         const auto s1 = a.get("/1");
