@@ -26,6 +26,11 @@ constexpr std::size_t max_outbound_ack = 256;
 constexpr std::size_t max_settings_entries = 32;
 /// receive() frames output up to this much on its own; take_output() up to this much per call.
 constexpr std::size_t output_batch = 64 * 1024;
+/// Interim (1xx) responses one stream may take before it fails.
+constexpr int max_interim = 16;
+/// WINDOW_UPDATE frames a DATA frame we send may earn the server (its stream's and the
+/// connection's) on top of the control frame budget.
+constexpr std::uint32_t updates_per_data_frame = 2;
 /// The server's SETTINGS_MAX_CONCURRENT_STREAMS until its SETTINGS arrive.
 constexpr std::uint32_t initial_peer_streams = 100;
 
@@ -46,6 +51,7 @@ struct client_session::impl {
         std::vector<field> fields; // of the header block being read
         std::size_t block_bytes = 0;
         bool too_large = false;
+        int interim = 0;            // 1xx responses skipped
         std::size_t unconsumed = 0; // response body bytes given to on_data, not consumed yet
         // Request body.
         std::string body;
@@ -362,7 +368,8 @@ struct client_session::impl {
             }
             return 0;
         }
-        if (st->status / 100 == 1 && st->status != 101 && !end_stream) {
+        if (st->status / 100 == 1 && st->status != 101 && !end_stream &&
+            ++st->interim <= max_interim) {
             return 0; // interim: the final response follows
         }
         if (st->status < 200 || st->status > 999) {
@@ -406,6 +413,9 @@ struct client_session::impl {
 
     static int on_frame_send(nghttp2_session*, const nghttp2_frame* frame, void* user) {
         auto& s = self(user);
+        if (frame->hd.type == NGHTTP2_DATA) {
+            s.budget.earn(updates_per_data_frame);
+        }
         if (frame->hd.type == NGHTTP2_HEADERS) {
             if (auto* st = s.find(frame->hd.stream_id); st != nullptr) {
                 st->sent = true;

@@ -27,8 +27,13 @@ public:
             window_start_ = now;
             resets_ = 0;
             control_frames_ = 0;
+            earned_ = 0;
         }
     }
+
+    /// `n` more control frames are fine this second: the peer answers what we sent (the
+    /// WINDOW_UPDATE frames a fast upload earns).
+    void earn(std::uint32_t n) { earned_ += n; }
 
     /// A frame header was read: end_reason::none while within the budgets, else why the
     /// connection ends.
@@ -59,7 +64,8 @@ public:
 
     /// A frame as empty as an empty DATA frame (padding only, no END_STREAM).
     end_reason count_control() {
-        return ++control_frames_ > max_control_ ? end_reason::control_flood : end_reason::none;
+        return ++control_frames_ > max_control_ + earned_ ? end_reason::control_flood
+                                                          : end_reason::none;
     }
 
 private:
@@ -68,6 +74,7 @@ private:
     std::uint32_t max_control_;
     std::uint32_t resets_ = 0;
     std::uint32_t control_frames_ = 0;
+    std::uint64_t earned_ = 0;
     std::size_t continuations_ = 0; // of the header block being read
 };
 

@@ -18,7 +18,7 @@
 // reset and closed without a response); the control frames and RST_STREAM frames a server
 // sends are counted per second and past their budget the connection ends with GOAWAY
 // ENHANCE_YOUR_CALM (control_flood), as the CONTINUATION frames of one header block are
-// (header_flood).
+// (header_flood); a stream takes at most 16 interim (1xx) responses.
 
 #include "onceproxy/h2/common.hpp"
 
@@ -39,7 +39,8 @@ struct client_limits {
     std::uint32_t stream_window = 256 * 1024;      ///< per-stream receive window we advertise
     std::uint32_t connection_window = 1024 * 1024; ///< connection receive window
     std::uint32_t header_table_size = 4096;        ///< our HPACK decoder's dynamic table bound
-    /// SETTINGS/PING/WINDOW_UPDATE/PRIORITY/RST_STREAM/empty DATA frames received per second.
+    /// SETTINGS/PING/WINDOW_UPDATE/PRIORITY/RST_STREAM/empty DATA frames received per second,
+    /// plus two for each DATA frame sent that second (the WINDOW_UPDATE frames an upload earns).
     std::uint32_t max_control_frames_per_second = 1000;
 };
 

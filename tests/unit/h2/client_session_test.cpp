@@ -752,6 +752,38 @@ TEST_SUITE("h2 client session") {
         CHECK_FALSE(a.client->wants_read());
     }
 
+    TEST_CASE("the WINDOW_UPDATE frames of a fast upload are not a flood") {
+        h2::client_limits cl;
+        cl.max_control_frames_per_second = 20;
+        ours o(cl);
+        const auto id = o.client->submit_request("PUT", "https", "u", "/blob", {}, false);
+        REQUIRE(id);
+        const std::string chunk(64 * 1024, 'u');
+        for (int i = 0; i < 64; ++i) { // 4 MiB within one second
+            o.client->push_body(*id, chunk);
+            o.pump();
+        }
+        o.client->end_body(*id);
+        o.pump();
+        CHECK(o.client->ended() == h2::end_reason::none);
+        const auto& req = o.sev.requests.at(*id);
+        CHECK(req.ended);
+        CHECK(req.body.size() == 64 * chunk.size());
+    }
+
+    TEST_CASE("endless interim responses fail the stream") {
+        against_raw a;
+        const auto s1 = a.get("/1");
+        a.pump();
+        for (int i = 0; i < 20; ++i) {
+            a.server.interim(s1, "103");
+        }
+        a.pump();
+        const auto& r = a.cev.responses.at(s1);
+        CHECK_FALSE(r.status);
+        CHECK(r.closed == h2::error_code::protocol_error);
+    }
+
     TEST_CASE("terminate: open streams close with the code; unsent ones are refused") {
         ours o;
         const auto sent = o.client->submit_request("GET", "https", "u", "/1", {}, true);
