@@ -1,5 +1,8 @@
 #include "onceproxy/h2/server_session.hpp"
 
+#include "h2/frame_budget.hpp"
+#include "h2/nv.hpp"
+
 #include <nghttp2/nghttp2.h>
 
 #include <algorithm>
@@ -15,8 +18,6 @@ namespace onceproxy::h2 {
 
 namespace {
 
-/// CONTINUATION frames one header block may take before the connection ends (header_flood).
-constexpr std::size_t max_continuations = 128;
 /// SETTINGS ACK and PING ACK frames nghttp2 may hold unsent before it calls it a flood.
 constexpr std::size_t max_outbound_ack = 256;
 /// Entries one SETTINGS frame may carry.
@@ -26,48 +27,6 @@ constexpr std::size_t max_settings_entries = 32;
 constexpr std::size_t output_batch = 64 * 1024;
 
 constexpr std::uint32_t max_window = (1U << 31) - 1;
-
-// Fields HTTP/2 forbids in a message (RFC 9113 §8.2.2); dropped from responses.
-bool connection_specific(std::string_view name) {
-    return name == "connection" || name == "keep-alive" || name == "proxy-connection" ||
-           name == "transfer-encoding" || name == "upgrade" || name == "te";
-}
-
-std::string lower(std::string_view s) {
-    std::string out(s);
-    for (auto& c : out) {
-        if (c >= 'A' && c <= 'Z') {
-            c = static_cast<char>(c - 'A' + 'a');
-        }
-    }
-    return out;
-}
-
-nghttp2_nv make_nv(const std::string& name, const std::string& value) {
-    // nghttp2 takes non-const pointers but only reads them (NO_COPY flags are not set).
-    return {reinterpret_cast<std::uint8_t*>(const_cast<char*>(name.data())),
-            reinterpret_cast<std::uint8_t*>(const_cast<char*>(value.data())), name.size(),
-            value.size(), NGHTTP2_NV_FLAG_NONE};
-}
-
-// Response fields as nghttp2 name/value pairs: lower-case names, no pseudo-header or
-// connection-specific field from the caller. `storage` keeps the strings alive.
-std::vector<nghttp2_nv> make_nva(const std::vector<field>& fields, std::vector<field>& storage) {
-    storage.reserve(storage.size() + fields.size());
-    for (const auto& f : fields) {
-        auto name = lower(f.name);
-        if (name.empty() || name.front() == ':' || connection_specific(name)) {
-            continue;
-        }
-        storage.push_back({std::move(name), f.value});
-    }
-    std::vector<nghttp2_nv> nva;
-    nva.reserve(storage.size());
-    for (const auto& f : storage) {
-        nva.push_back(make_nv(f.name, f.value));
-    }
-    return nva;
-}
 
 bool is_defence(end_reason r) {
     return r == end_reason::rapid_reset || r == end_reason::control_flood ||
@@ -113,17 +72,14 @@ struct server_session::impl {
     bool in_recv = false;
     bool local_end = false; // terminate() was called: its GOAWAY is not the peer's fault
 
-    // Per-second budgets.
-    clock::time_point window_start;
-    std::uint32_t resets = 0;
-    std::uint32_t control_frames = 0;
-    std::size_t continuations = 0; // of the header block being read
+    frame_budget budget;
 
     std::size_t connection_debt = 0; // body bytes dropped or left unconsumed: give them back
     std::vector<std::int32_t> room;  // streams whose queue the data provider took bytes from
     std::vector<std::pair<std::int32_t, error_code>> closed; // not told to the caller yet
 
-    impl(events& e, const limits& l, clock::time_point now) : ev(e), lim(l), window_start(now) {}
+    impl(events& e, const limits& l, clock::time_point now)
+        : ev(e), lim(l), budget(now, l.max_resets_per_second, l.max_control_frames_per_second) {}
 
     ~impl() { nghttp2_session_del(session); }
 
@@ -154,19 +110,9 @@ struct server_session::impl {
         return fail(end_reason::none, error_code::internal_error);
     }
 
-    void roll_window(clock::time_point now) {
-        if (now - window_start >= std::chrono::seconds(1) || now < window_start) {
-            window_start = now;
-            resets = 0;
-            control_frames = 0;
-        }
-    }
-
-    int count_control() {
-        if (++control_frames > lim.max_control_frames_per_second) {
-            return fail(end_reason::control_flood, error_code::enhance_your_calm);
-        }
-        return 0;
+    // A defence's verdict (frame_budget), from a receive callback.
+    int check(end_reason r) {
+        return r == end_reason::none ? 0 : fail(r, error_code::enhance_your_calm);
     }
 
     void pay_debt() {
@@ -235,33 +181,7 @@ struct server_session::impl {
         if (s.stop) {
             return NGHTTP2_ERR_CALLBACK_FAILURE;
         }
-        switch (hd->type) {
-        case NGHTTP2_HEADERS:
-            s.continuations = 0;
-            return 0;
-        case NGHTTP2_CONTINUATION:
-            if (++s.continuations > max_continuations) {
-                return s.fail(end_reason::header_flood, error_code::enhance_your_calm);
-            }
-            return 0;
-        case NGHTTP2_RST_STREAM:
-            if (++s.resets > s.lim.max_resets_per_second) {
-                return s.fail(end_reason::rapid_reset, error_code::enhance_your_calm);
-            }
-            return 0;
-        case NGHTTP2_SETTINGS:
-        case NGHTTP2_PING:
-        case NGHTTP2_WINDOW_UPDATE:
-        case NGHTTP2_PRIORITY:
-            return s.count_control();
-        case NGHTTP2_DATA:
-            if (hd->length == 0 && (hd->flags & NGHTTP2_FLAG_END_STREAM) == 0) {
-                return s.count_control();
-            }
-            return 0;
-        default:
-            return 0;
-        }
+        return s.check(s.budget.count(*hd));
     }
 
     static int on_begin_headers(nghttp2_session*, const nghttp2_frame* frame, void* user) {
@@ -342,7 +262,7 @@ struct server_session::impl {
             if (frame->hd.type == NGHTTP2_DATA) {
                 // Padding only, no END_STREAM: as empty as a DATA frame of length 0.
                 if (frame->hd.length > 0 && frame->hd.length <= frame->data.padlen && !end_stream) {
-                    if (const int rv = s.count_control(); rv != 0) {
+                    if (const int rv = s.check(s.budget.count_control()); rv != 0) {
                         return rv;
                     }
                 }
@@ -526,7 +446,7 @@ bool server_session::receive(std::span<const char> bytes, clock::time_point now)
     if (s.recv_broken || is_defence(s.reason) || s.reason == end_reason::protocol_error) {
         return false;
     }
-    s.roll_window(now);
+    s.budget.roll(now);
     s.in_recv = true;
     const auto rv = nghttp2_session_mem_recv(
         s.session, reinterpret_cast<const std::uint8_t*>(bytes.data()), bytes.size());

@@ -18,6 +18,8 @@
 // consume(), never automatically), and a response body is queued only up to what the caller
 // pushed (back-pressure through queued()).
 
+#include "onceproxy/h2/common.hpp"
+
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -29,45 +31,16 @@
 
 namespace onceproxy::h2 {
 
-using clock = std::chrono::steady_clock;
-
-/// HTTP/2 error codes (RFC 9113 §7) the caller uses.
-enum class error_code : std::uint32_t {
-    no_error = 0x0,
-    protocol_error = 0x1,
-    internal_error = 0x2,
-    flow_control_error = 0x3,
-    refused_stream = 0x7,
-    cancel = 0x8,
-    enhance_your_calm = 0xb,
-    http_1_1_required = 0xd,
-};
-
-/// Why the session ended (the connection closes once its last bytes are written).
-enum class end_reason {
-    none,             ///< still open
-    peer_closed,      ///< the peer's GOAWAY, or all done after our GOAWAY (shutdown/terminate)
-    protocol_error,   ///< the peer broke the protocol (GOAWAY PROTOCOL_ERROR and the like)
-    rapid_reset,      ///< too many streams reset by the peer per second (CVE-2023-44487)
-    control_flood,    ///< too many SETTINGS/PING/WINDOW_UPDATE/PRIORITY/empty DATA per second
-    header_flood,     ///< a header block far past max_header_bytes (CONTINUATION flood)
-};
-
 struct limits {
     std::uint32_t max_concurrent_streams = 100;
     /// One request's header block, decoded (name + value + 32 per field, as
     /// SETTINGS_MAX_HEADER_LIST_SIZE counts), across HEADERS and CONTINUATION frames.
     std::size_t max_header_bytes = 64 * 1024;
-    std::uint32_t stream_window = 256 * 1024;     ///< per-stream receive window we advertise
-    std::uint32_t connection_window = 1024 * 1024; ///< connection receive window
-    std::uint32_t header_table_size = 4096;        ///< our HPACK decoder's dynamic table bound
-    std::uint32_t max_resets_per_second = 200;     ///< RST_STREAM frames received
+    std::uint32_t stream_window = 256 * 1024;           ///< per-stream receive window we advertise
+    std::uint32_t connection_window = 1024 * 1024;      ///< connection receive window
+    std::uint32_t header_table_size = 4096;             ///< our HPACK decoder's dynamic table bound
+    std::uint32_t max_resets_per_second = 200;          ///< RST_STREAM frames received
     std::uint32_t max_control_frames_per_second = 1000; ///< see end_reason::control_flood
-};
-
-struct field {
-    std::string name; ///< lower case (HTTP/2 requires it)
-    std::string value;
 };
 
 /// A request's head as it arrived: the pseudo-header fields apart, the others in order.
