@@ -28,9 +28,6 @@ constexpr std::size_t max_settings_entries = 32;
 constexpr std::size_t output_batch = 64 * 1024;
 /// Interim (1xx) responses one stream may take before it fails.
 constexpr int max_interim = 16;
-/// WINDOW_UPDATE frames a DATA frame we send may earn the server (its stream's and the
-/// connection's) on top of the control frame budget.
-constexpr std::uint32_t updates_per_data_frame = 2;
 /// The server's SETTINGS_MAX_CONCURRENT_STREAMS until its SETTINGS arrive.
 constexpr std::uint32_t initial_peer_streams = 100;
 

@@ -16,6 +16,10 @@ namespace onceproxy::h2 {
 /// CONTINUATION frames one header block may take before the connection ends (header_flood).
 constexpr std::size_t max_continuations = 128;
 
+/// WINDOW_UPDATE frames a DATA frame we send may earn the peer (its stream's and the
+/// connection's) on top of the control frame budget: a fast transfer is no flood.
+constexpr std::uint32_t updates_per_data_frame = 2;
+
 class frame_budget {
 public:
     frame_budget(clock::time_point now, std::uint32_t max_resets, std::uint32_t max_control)

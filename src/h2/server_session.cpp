@@ -335,6 +335,9 @@ struct server_session::impl {
 
     static int on_frame_send(nghttp2_session*, const nghttp2_frame* frame, void* user) {
         auto& s = self(user);
+        if (frame->hd.type == NGHTTP2_DATA) {
+            s.budget.earn(updates_per_data_frame); // the client's window updates that follow
+        }
         // A GOAWAY with an error that we did not decide on: nghttp2 found the peer broke the
         // protocol.
         if (frame->hd.type == NGHTTP2_GOAWAY && frame->goaway.error_code != NGHTTP2_NO_ERROR &&

@@ -771,6 +771,26 @@ TEST_SUITE("h2 client session") {
         CHECK(req.body.size() == 64 * chunk.size());
     }
 
+    TEST_CASE("the WINDOW_UPDATE frames of a fast download are not a flood") {
+        h2::limits sl;
+        sl.max_control_frames_per_second = 20;
+        ours o({}, sl);
+        const auto id = o.client->submit_request("GET", "https", "u", "/blob", {}, true);
+        REQUIRE(id);
+        o.pump();
+        o.server->submit_response(*id, 200, {}, false);
+        const std::string chunk(64 * 1024, 'd');
+        for (int i = 0; i < 64; ++i) { // 4 MiB within one second
+            o.server->push_body(*id, chunk);
+            o.pump();
+        }
+        o.server->end_body(*id);
+        o.pump();
+        CHECK(o.server->ended() == h2::end_reason::none);
+        const auto& r = o.cev.responses.at(*id);
+        CHECK(r.body.size() == 64 * chunk.size());
+    }
+
     TEST_CASE("endless interim responses fail the stream") {
         against_raw a;
         const auto s1 = a.get("/1");
