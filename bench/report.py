@@ -4,7 +4,8 @@ prints the table and the SPEC §7 ratios, and writes summary.json next to the in
 
   report.py RESULTS_DIR
 
-RESULTS_DIR holds r<round>-<scenario>.txt (wrk --latency output), meta.json (run parameters)
+RESULTS_DIR holds r<round>-<scenario>.txt (wrk --latency output, or h2load's for the HTTP/2
+rows), meta.json (run parameters)
 and, optionally, engine.txt (first line "available" or the reason the idempotency scenarios
 were not measured), engine-cluster<N>.txt and metrics-cluster<N>.txt (the same for the
 onceproxy of the Redis Cluster of N masters, whose loads are r<round>-first_cluster<N>.txt and
@@ -25,6 +26,10 @@ SCENARIOS = [
     ("proxy", "onceproxy plain route, GET"),
     ("nginx_tls", "nginx terminating TLS, GET"),
     ("proxy_tls", "onceproxy terminating TLS, GET"),
+    ("nginx_h2c", "nginx, h2c in, HTTP/1.1 out, GET"),
+    ("proxy_h2c", "onceproxy, h2c in, HTTP/1.1 out, GET"),
+    ("nginx_h2", "nginx, h2 (TLS) in, HTTP/1.1 out, GET"),
+    ("proxy_h2", "onceproxy, h2 (TLS) in, HTTP/1.1 out, GET"),
     ("proxy_post", "onceproxy plain route, POST+key (Lua)"),
     ("replay", "onceproxy guarded, replay"),
     ("first", "onceproxy guarded, first execution"),
@@ -60,6 +65,31 @@ def parse_wrk(text: str) -> dict:
     m = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", text)
     out["errors"] = sum(int(g) for g in m.groups()) if m else 0
     return out
+
+
+def parse_h2load(text: str) -> dict:
+    """The same figures from h2load's summary: it prints no percentiles, so p50/p99 are NaN
+    and mean_ms is its mean time per request."""
+    m = re.search(r"^finished in [0-9.]+\w+, ([0-9.]+) req/s", text, re.M)
+    if not m:
+        raise ValueError("no 'finished in ... req/s' line")
+    out = {"rps": float(m.group(1)), "p50": float("nan"), "p99": float("nan")}
+    m = re.search(r"^requests: \d+ total, \d+ started, (\d+) done, \d+ succeeded, (\d+) failed",
+                  text, re.M)
+    out["requests"] = int(m.group(1)) if m else 0
+    out["errors"] = int(m.group(2)) if m else 0
+    m = re.search(r"^status codes: \d+ 2xx, \d+ 3xx, (\d+) 4xx, (\d+) 5xx", text, re.M)
+    out["non2xx"] = int(m.group(1)) + int(m.group(2)) if m else 0
+    m = re.search(r"^time for request:\s+\S+\s+\S+\s+(\S+)", text, re.M)
+    out["mean_ms"] = to_ms(m.group(1)) if m else float("nan")
+    return out
+
+
+def parse_load(text: str) -> dict:
+    """A wrk or an h2load output."""
+    if re.search(r"^finished in ", text, re.M):
+        return parse_h2load(text)
+    return parse_wrk(text)
 
 
 # Commands that are not part of a request: connection set-up, health checks, this script's own.
@@ -312,6 +342,10 @@ def fmt(v: float, unit: str = "") -> str:
     return f"{v:.2f}{unit}" if unit else f"{v:,.0f}"
 
 
+def fmt_ms(v: float) -> str:
+    return "n/a" if v != v else f"{v:.2f}"
+
+
 def no_nan(v):
     """NaN (a figure not measured, e.g. Redis CPU with the memory store) as null: valid JSON."""
     if isinstance(v, float) and math.isnan(v):
@@ -337,7 +371,7 @@ def main() -> int:
         if not m:
             continue
         try:
-            parsed = parse_wrk(f.read_text())
+            parsed = parse_load(f.read_text())
             cpu_file = f.with_name(f.name + ".cpu")
             parsed["cpu_us"] = float("nan")
             if cpu_file.exists() and parsed["requests"] > 0:
@@ -359,6 +393,8 @@ def main() -> int:
         med[name] = {k: statistics.median(r[k] for r in rs)
                      for k in ("rps", "p50", "p99", "cpu_us", "redis_us", "upstream_us", "wrk_us",
                                "idle")}
+        if "mean_ms" in rs[0]:
+            med[name]["mean_ms"] = statistics.median(r["mean_ms"] for r in rs)
         med[name]["non2xx"] = sum(r["non2xx"] for r in rs)
         med[name]["errors"] = sum(r["errors"] for r in rs)
         med[name]["rounds_rps"] = [r["rps"] for r in rs]
@@ -370,6 +406,10 @@ def main() -> int:
           f"onceproxy workers={meta['workers']}, nginx worker_processes={meta['nginx_workers']}, "
           f"upstream threads={meta['upstream_threads']}, store={meta['store']}, "
           f"{meta['cpus']} CPUs shared by everything")
+    if any(n.endswith(("_h2", "_h2c")) for n in med):
+        print(f"HTTP/2 rows: h2load -t1 -c{meta.get('h2_connections', '?')} "
+              f"-m{meta.get('h2_streams', '?')} (streams per connection) -D{meta['duration']}; "
+              "h2load gives no percentiles (p50/p99 n/a)")
     if meta.get("load_start"):
         print(f"load average (1, 5, 15 min) at the start of the load {meta['load_start']}, "
               f"at the end {meta.get('load_end', '?')}")
@@ -379,8 +419,8 @@ def main() -> int:
         if name in med:
             r = med[name]
             per_round = " ".join(fmt(x) for x in r["rounds_rps"])
-            print(f"{label:<40} {fmt(r['rps']):>10} {r['p50']:>8.2f} "
-                  f"{r['p99']:>8.2f} {r['cpu_us']:>10.1f} {r['redis_us']:>12.1f} {r['non2xx']:>8} "
+            print(f"{label:<40} {fmt(r['rps']):>10} {fmt_ms(r['p50']):>8} "
+                  f"{fmt_ms(r['p99']):>8} {r['cpu_us']:>10.1f} {r['redis_us']:>12.1f} {r['non2xx']:>8} "
                   f"{r['errors']:>7}  "
                   f"{per_round}")
         elif name in ("replay", "first", "observe") and not engine_ok and name in meta["scenarios"]:
@@ -413,6 +453,22 @@ def main() -> int:
     if r is not None:
         fig["tls_cpu_per_request_vs_nginx"] = r
         print(f"  TLS termination CPU time per request onceproxy/nginx {r:5.2f}x  (lower is better)")
+    for name, what in (("h2c", "h2c in, HTTP/1.1 out"), ("h2", "h2 (TLS) in, HTTP/1.1 out")):
+        # CPU time per request first: req/s moves with the shared machine's noise.
+        cpu = ratio(f"proxy_{name}", f"nginx_{name}", "cpu_us")
+        rps = ratio(f"proxy_{name}", f"nginx_{name}", "rps")
+        if cpu is None or rps is None:
+            continue
+        fig[f"{name}_cpu_per_request_vs_nginx"] = cpu
+        fig[f"{name}_rps_vs_nginx"] = rps
+        p, n = med[f"proxy_{name}"], med[f"nginx_{name}"]
+        bad = p["non2xx"] + p["errors"] + n["non2xx"] + n["errors"]
+        warn = f"  WARNING: {bad} non-2xx/errors" if bad else ""
+        print(f"  HTTP/2, {what}: CPU time per request onceproxy/nginx {cpu:5.2f}x "
+              f"({p['cpu_us']:.1f} vs {n['cpu_us']:.1f} us; lower is better), throughput "
+              f"{rps:5.2f}x ({p['rps']:,.0f} vs {n['rps']:,.0f} req/s) [>= 1.0x, target 1.2x]; "
+              f"mean time per request {p.get('mean_ms', float('nan')):.2f} vs "
+              f"{n.get('mean_ms', float('nan')):.2f} ms{warn}")
     r = ratio("proxy", "nginx", "p99")
     if r is not None:
         fig["plain_p99_vs_nginx"] = r

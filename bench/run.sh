@@ -5,19 +5,22 @@
 #   bench/run.sh [--duration 10s] [--connections 64] [--rounds 2] [--workers 1]
 #                [--upstream-threads 1] [--store redis|memory] [--keys 1000]
 #                [--scenarios direct,nginx,proxy,nginx_tls,proxy_tls,proxy_post,replay,first,
-#                             observe,first_cluster,replay_cluster,half,upload,download]
-#                [--cluster-masters 1,3]
+#                             observe,first_cluster,replay_cluster,half,upload,download,
+#                             nginx_h2c,proxy_h2c,nginx_h2,proxy_h2 | default | h2]
+#                [--cluster-masters 1,3] [--h2-connections 2] [--h2-streams 100]
 #                [--bulk-bytes 1073741824] [--commandstats] [--commandstats-requests 1000]
 #                [--warmup 1] [--encrypt]
 #                [--build-dir build/rel] [--out DIR]
 #
 # Every option also reads an environment variable (BENCH_DURATION, BENCH_CONNECTIONS,
 # BENCH_ROUNDS, BENCH_WORKERS, BENCH_UPSTREAM_THREADS, BENCH_STORE, BENCH_KEYS, BENCH_SCENARIOS,
-# BENCH_BULK_BYTES, BENCH_CLUSTER_MASTERS, BENCH_BUILD_DIR, BENCH_ENCRYPT=1). --encrypt turns on
-# store.encryption (one AES-256-GCM key) to compare against a run without it. first_cluster and
-# replay_cluster (with --store redis) run first/replay against a local Redis Cluster of each
-# size in --cluster-masters, through a second onceproxy. Exits non-zero when a component fails
-# to start or dies during the run.
+# BENCH_BULK_BYTES, BENCH_CLUSTER_MASTERS, BENCH_H2_CONNECTIONS, BENCH_H2_STREAMS,
+# BENCH_BUILD_DIR, BENCH_ENCRYPT=1). In --scenarios, `default` stands for the default list and
+# `h2` for the HTTP/2 rows (h2load; not in the default list, `make bench` adds them). --encrypt
+# turns on store.encryption (one AES-256-GCM key) to compare against a run without it.
+# first_cluster and replay_cluster (with --store redis) run first/replay against a local Redis
+# Cluster of each size in --cluster-masters, through a second onceproxy. Exits non-zero when a
+# component fails to start or dies during the run.
 set -euo pipefail
 # shellcheck source=bench/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -29,8 +32,12 @@ workers=${BENCH_WORKERS:-1}
 upstream_threads=${BENCH_UPSTREAM_THREADS:-1}
 store=${BENCH_STORE:-redis}
 keys=${BENCH_KEYS:-1000}
-scenarios=${BENCH_SCENARIOS:-direct,nginx,proxy,nginx_tls,proxy_tls,proxy_post,replay,first,observe,first_cluster,replay_cluster,half,upload,download}
+default_scenarios=direct,nginx,proxy,nginx_tls,proxy_tls,proxy_post,replay,first,observe,first_cluster,replay_cluster,half,upload,download
+h2_scenarios=nginx_h2c,proxy_h2c,nginx_h2,proxy_h2
+scenarios=${BENCH_SCENARIOS:-default}
 cluster_masters=${BENCH_CLUSTER_MASTERS:-1,3}
+h2_connections=${BENCH_H2_CONNECTIONS:-2}
+h2_streams=${BENCH_H2_STREAMS:-100}
 bulk_bytes=${BENCH_BULK_BYTES:-1073741824}
 build_dir=${BENCH_BUILD_DIR:-$repo_dir/build/rel}
 commandstats=0
@@ -38,7 +45,7 @@ commandstats_requests=1000
 warmup=1
 out_dir=""
 
-usage() { sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
+usage() { sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
 while [ $# -gt 0 ]; do
     case "$1" in
     --duration) duration=$2; shift 2 ;;
@@ -51,6 +58,8 @@ while [ $# -gt 0 ]; do
     --scenarios) scenarios=$2; shift 2 ;;
     --bulk-bytes) bulk_bytes=$2; shift 2 ;;
     --cluster-masters) cluster_masters=$2; shift 2 ;;
+    --h2-connections) h2_connections=$2; shift 2 ;;
+    --h2-streams) h2_streams=$2; shift 2 ;;
     --commandstats) commandstats=1; shift ;;
     --commandstats-requests) commandstats_requests=$2; shift 2 ;;
     --warmup) warmup=$2; shift 2 ;;
@@ -72,6 +81,8 @@ require_int upstream-threads "$upstream_threads" 1
 require_int commandstats-requests "$commandstats_requests" 1
 require_int warmup "$warmup" 0
 require_int bulk-bytes "$bulk_bytes" 1
+require_int h2-connections "$h2_connections" 1
+require_int h2-streams "$h2_streams" 1
 [[ "$workers" == auto || "$workers" =~ ^[1-9][0-9]*$ ]] || die "--workers must be auto or N >= 1"
 case "$store" in memory | redis) ;; *) die "--store must be memory or redis" ;; esac
 [[ "$cluster_masters" =~ ^[1-9][0-9]*(,[1-9][0-9]*)*$ ]] ||
@@ -85,18 +96,21 @@ for tool in wrk nginx curl python3 openssl; do
 done
 find_binaries "$build_dir"
 
+scenarios=$(sed -e "s/\bdefault\b/$default_scenarios/" -e "s/\bh2\b/$h2_scenarios/" <<<"$scenarios")
 IFS=, read -r -a scenario_list <<<"$scenarios"
 kept=()
 for s in "${scenario_list[@]}"; do
     case "$s" in
     direct | nginx | proxy | nginx_tls | proxy_tls | proxy_post | replay | first | observe | half | upload | download) ;;
+    nginx_h2c | proxy_h2c | nginx_h2 | proxy_h2)
+        command -v h2load >/dev/null || die "h2load is not installed (nghttp2-client; scripts/install-deps.sh)" ;;
     first_cluster | replay_cluster)
         # Cluster / single-node ratios: the single node is the run's own Redis store.
         if [ "$store" != redis ]; then
             log "skipping $s: the Cluster scenarios compare against --store redis"
             continue
         fi ;;
-    *) die "unknown scenario '$s' (direct,nginx,proxy,nginx_tls,proxy_tls,proxy_post,replay,first,observe,first_cluster,replay_cluster,half,upload,download)" ;;
+    *) die "unknown scenario '$s' ($default_scenarios,$h2_scenarios; default; h2)" ;;
     esac
     kept+=("$s")
 done
@@ -150,12 +164,15 @@ load_start=$(cut -d' ' -f1-3 /proc/loadavg)
 
 nginx_port=$(free_port)
 nginx_tls_port=$(free_port)
+nginx_h2_port=$(free_port)
+nginx_h2c_port=$(free_port)
 user_line=""
 # As root, nginx workers would switch to `nobody`, which cannot enter the private work dir.
 [ "$(id -u)" -eq 0 ] && user_line="user root root;"
 sed -e "s|@USER@|$user_line|" -e "s|@WORKERS@|$nginx_workers|" -e "s|@DIR@|$work_dir|g" \
     -e "s|@UPSTREAM_PORT@|$upstream_port|" -e "s|@PORT@|$nginx_port|" \
-    -e "s|@TLS_PORT@|$nginx_tls_port|" \
+    -e "s|@TLS_PORT@|$nginx_tls_port|" -e "s|@H2_PORT@|$nginx_h2_port|" \
+    -e "s|@H2C_PORT@|$nginx_h2c_port|" \
     "$bench_dir/nginx.conf.in" >"$work_dir/nginx.conf"
 nginx -c "$work_dir/nginx.conf" -p "$work_dir" -e "$work_dir/nginx-error.log" \
     >"$work_dir/nginx.log" 2>&1 &
@@ -173,6 +190,24 @@ proxy_tls_url="https://127.0.0.1:$proxy_tls_port/bench"
 for url in "$direct_url" "$nginx_url" "$proxy_url" "$nginx_tls_url" "$proxy_tls_url"; do
     code=$(curl -s -o /dev/null -w '%{http_code}' --cacert "$work_dir/tls.crt" --max-time 5 "$url" || true)
     [ "$code" = 200 ] || die "GET $url answered '$code', expected 200"
+done
+# The HTTP/2 rows: h2c with prior knowledge on the plain listeners, ALPN h2 over TLS.
+nginx_h2c_url="http://127.0.0.1:$nginx_h2c_port/bench"
+proxy_h2c_url=$proxy_url
+nginx_h2_url="https://127.0.0.1:$nginx_h2_port/bench"
+proxy_h2_url=$proxy_tls_url
+h2_urls=()
+for s in nginx_h2c proxy_h2c nginx_h2 proxy_h2; do
+    want "$s" || continue
+    url_var="${s}_url"
+    h2_urls+=("${!url_var}")
+done
+for url in "${h2_urls[@]}"; do
+    flag=--http2
+    [[ "$url" == http:* ]] && flag=--http2-prior-knowledge
+    answer=$(curl -s -o /dev/null -w '%{http_code} HTTP/%{http_version}' "$flag" \
+        --cacert "$work_dir/tls.crt" --max-time 5 "$url" || true)
+    [ "$answer" = "200 HTTP/2" ] || die "GET $url ($flag) answered '$answer', expected '200 HTTP/2'"
 done
 
 # ---- idempotency engine check -----------------------------------------------------------
@@ -249,7 +284,7 @@ machine_ticks() {
 }
 measured_pids() {
     case "$1" in
-    nginx | nginx_tls | half_nginx) echo "$nginx_pid" $(pgrep -P "$nginx_pid" || true) ;;
+    nginx | nginx_tls | nginx_h2c | nginx_h2 | half_nginx) echo "$nginx_pid" $(pgrep -P "$nginx_pid" || true) ;;
     direct | half_direct) echo "$upstream_pid" ;;
     first_cluster* | replay_cluster*) echo "${cluster_proxy_pid[${1##*_cluster}]}" ;;
     *) echo "$proxy_pid" ;;
@@ -272,6 +307,24 @@ run_wrk() {
     [ -n "$script" ] && cmd+=(-s "$bench_dir/lua/$script")
     cmd+=("$url")
     [ $# -gt 0 ] && cmd+=(-- "$@")
+    run_load "$round" "$name" "${cmd[@]}"
+}
+
+# run_h2load ROUND NAME URL: one bounded h2load run (one thread, --h2-connections connections
+# of --h2-streams concurrent streams each; h2c with prior knowledge for http://, ALPN h2 for
+# https://) into the results, measured as run_wrk's loads are.
+run_h2load() {
+    local round=$1 name=$2 url=$3
+    run_load "$round" "$name" h2load -t1 "-c$h2_connections" "-m$h2_streams" "-D$seconds" "$url"
+}
+
+# run_load ROUND NAME COMMAND...: runs the load generator COMMAND, bounded in time, with the
+# CPU time of the processes under test (measured_pids NAME), of Redis, of the upstream and of
+# the load generator itself taken around it.
+run_load() {
+    local round=$1 name=$2
+    shift 2
+    local cmd=("$@")
     check_alive "before the $name load"
     local out="$results/r$round-$name.txt"
     [ "$round" = warmup ] && out="$work_dir/warmup-$name.txt"
@@ -289,7 +342,7 @@ run_wrk() {
     # In a subshell whose `times` reports wrk's own CPU time (the load generator's share of
     # the cores).
     if ! (timeout $((seconds + 30)) "${cmd[@]}" >"$out" 2>&1 && times >"$out.wrk-times"); then
-        log "wrk failed for $name (round $round): $(tail -n1 "$out")"
+        log "${cmd[0]} failed for $name (round $round): $(tail -n1 "$out")"
     fi
     # shellcheck disable=SC2086
     after=$(cpu_ticks $pids)
@@ -303,7 +356,7 @@ run_wrk() {
     fi
     check_alive "during the $name load"
     if [ "$round" != warmup ]; then
-        log "round $round $name: $(grep -E 'Requests/sec' "$out" | tr -s ' ' || echo 'no result')"
+        log "round $round $name: $(grep -E 'Requests/sec|^finished in' "$out" | tr -s ' ' || echo 'no result')"
     fi
 }
 
@@ -340,6 +393,10 @@ run_scenario() {
     proxy) run_wrk "$round" proxy "$connections" "$proxy_url" ;;
     nginx_tls) run_wrk "$round" nginx_tls "$connections" "$nginx_tls_url" ;;
     proxy_tls) run_wrk "$round" proxy_tls "$connections" "$proxy_tls_url" ;;
+    nginx_h2c) run_h2load "$round" nginx_h2c "$nginx_h2c_url" ;;
+    proxy_h2c) run_h2load "$round" proxy_h2c "$proxy_h2c_url" ;;
+    nginx_h2) run_h2load "$round" nginx_h2 "$nginx_h2_url" ;;
+    proxy_h2) run_h2load "$round" proxy_h2 "$proxy_h2_url" ;;
     proxy_post)
         run_wrk "$round" proxy_post "$connections" "http://127.0.0.1:$proxy_port/plain" \
             fresh.lua "pp-$run_id-$round" ;;
@@ -413,6 +470,10 @@ if [ "$warmup" -gt 0 ]; then
     for url in "$direct_url" "$nginx_url" "$proxy_url" "$nginx_tls_url" "$proxy_tls_url"; do
         run_wrk warmup "w$((++n_warm))" "$connections" "$url"
     done
+    for url in "${h2_urls[@]}"; do
+        run_load warmup "w$((++n_warm))" h2load -t1 "-c$h2_connections" "-m$h2_streams" \
+            "-D$seconds" "$url"
+    done
     seconds=$saved
 fi
 
@@ -476,6 +537,7 @@ cat >"$results/meta.json" <<JSON
  "upstream_threads": $upstream_threads, "store": "$store", "keys": $keys, "cpus": $cpus,
  "scenarios": "$scenarios", "commandstats_requests": $commandstats_requests,
  "bulk_bytes": $bulk_bytes, "cluster_masters": [$cluster_masters],
+ "h2_connections": $h2_connections, "h2_streams": $h2_streams,
  "load_start": "$load_start", "load_end": "$load_end"}
 JSON
 status=0
