@@ -521,6 +521,24 @@ private:
                             "deadline");
     }
 
+    /// protocol: h2 needs TLS (https://), h2c plain TCP (http://).
+    void read_upstream_protocol(const yaml_field& f, bool url_ok, upstream_config& up) {
+        const auto p = w_.enumeration<upstream_protocol>(f, {{"http1", upstream_protocol::http1},
+                                                             {"h2", upstream_protocol::h2},
+                                                             {"h2c", upstream_protocol::h2c}});
+        if (!p) {
+            return;
+        }
+        up.protocol = *p;
+        if (url_ok && *p == upstream_protocol::h2 && !up.tls) {
+            w_.error(f, "protocol h2 needs an https:// url (HTTP/2 over TLS); use h2c for "
+                        "HTTP/2 over plain TCP");
+        } else if (url_ok && *p == upstream_protocol::h2c && up.tls) {
+            w_.error(f, "protocol h2c is HTTP/2 over plain TCP and needs an http:// url; use h2 "
+                        "for HTTP/2 over TLS");
+        }
+    }
+
     void read_upstreams(const yaml_field& f, config& cfg) {
         if (!f.present() || !w_.named_mapping(f)) {
             return;
@@ -537,14 +555,16 @@ private:
                                  "'; expected up to 64 letters, digits, '-', '_' or '.', "
                                  "starting with a letter or digit");
             }
-            if (w_.mapping(uf, {"url", "connect_timeout", "timeout", "late_answer_timeout",
-                                "max_connections", "max_tunnels", "idle_timeout", "tls"})) {
+            if (w_.mapping(uf, {"url", "protocol", "connect_timeout", "timeout",
+                                "late_answer_timeout", "max_connections", "max_tunnels",
+                                "idle_timeout", "tls"})) {
                 const yaml_field url = w_.require(uf, "url");
                 bool url_ok = false;
                 if (auto text = w_.string(url)) {
                     url_ok = parse_upstream_url(url, *text, up);
                 }
                 read_upstream_tls(w_.get(uf, "tls"), url_ok, up);
+                read_upstream_protocol(w_.get(uf, "protocol"), url_ok, up);
                 set(up.connect_timeout, w_.positive_duration(w_.get(uf, "connect_timeout")));
                 upstream_timeout_marks_.back() = w_.get(uf, "timeout");
                 set(up.timeout, w_.positive_duration(upstream_timeout_marks_.back()));

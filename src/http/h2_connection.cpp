@@ -450,7 +450,7 @@ net::awaitable<void> h2_connection::impl::serve(std::shared_ptr<impl> /*self: ke
         co_await answer(*st, std::move(*a.refusal), head_request);
         co_return;
     }
-    if (a.route != nullptr && h->streams(*a.route, req.method_string())) {
+    if (a.route != nullptr && !h->guards(*a.route, req.method_string())) {
         co_await h->async_relay_h2(*st, req, !st->end_stream, *a.route, a.route_index, rc);
         co_return;
     }

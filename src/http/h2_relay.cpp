@@ -11,12 +11,17 @@
 #include "onceproxy/asio/use_tuple.hpp"
 #include "onceproxy/http/headers.hpp"
 #include "onceproxy/http/problem.hpp"
+#include "onceproxy/upstream/h2_upstream.hpp"
 #include "onceproxy/wire/head_writer.hpp"
 #include "onceproxy/wire/message_reader.hpp"
 
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/http/field.hpp>
+
+#include <algorithm>
 
 namespace onceproxy::http {
 
@@ -80,6 +85,105 @@ struct plain_relay::h2_exchange {
         }
     }
 
+    /// To an HTTP/2 upstream: both bodies stream at once, each way at the pace of the other
+    /// side's window (a gRPC stream goes both ways while it lasts).
+    net::awaitable<void> relay_to_h2(upstream::h2_pool& pool, bool has_body,
+                                     std::span<const std::string_view> in_use) {
+        const auto up_start = clock::now();
+        auto opened = co_await pool.async_open(req, !has_body);
+        if (!opened.req) {
+            co_await fail(upstream_failure(opened.failure, relay.reg_, up.name));
+            co_return;
+        }
+        auto& upq = *opened.req;
+        auto ex = co_await net::this_coro::executor;
+        net::steady_timer pump_done(ex, clock::time_point::max());
+        bool pumping = has_body;
+        if (has_body) {
+            net::co_spawn(ex, pump_body(upq, in_use), [&](std::exception_ptr) {
+                pumping = false;
+                pump_done.cancel();
+            });
+        }
+        response head;
+        const auto st = co_await upq.read_head(head, clock::now() + up.timeout);
+        bool ok = st == upstream::forward_status::ok;
+        if (!ok) {
+            upq.reset();
+            while (pumping) {
+                co_await pump_done.async_wait(use_tuple);
+            }
+            co_await fail(upstream_failure(st, relay.reg_, up.name));
+            co_return;
+        }
+        relay.route_series_[route_index]
+            ->histogram(metrics::family::upstream_duration)
+            .observe(clock::now() - up_start);
+        strip_hop_by_hop(head);
+        const unsigned status = head.result_int();
+        client.write_head(head, false);
+        std::string piece;
+        for (;;) {
+            const bool more = co_await upq.read_body(piece, up.timeout);
+            if (!more) {
+                break;
+            }
+            const bool sent = co_await client.write_body(piece);
+            if (!sent) {
+                upq.reset();
+                ok = false;
+                break;
+            }
+        }
+        if (ok && upq.failure() == upstream::forward_status::ok) {
+            client.end_body(upq.trailers());
+        } else if (ok) {
+            relay.reg_
+                .counter(metrics::family::upstream_errors, metrics::upstream_error::unavailable)
+                .inc();
+            client.cut();
+        }
+        if (pumping) {
+            // The answer is complete while the client still sends: the rest is not wanted.
+            client.cut();
+            upq.reset();
+        }
+        while (pumping) {
+            co_await pump_done.async_wait(use_tuple);
+        }
+        finish(status);
+    }
+
+    /// The request body from the client's stream to the upstream's, then its trailers (those
+    /// that may travel to an upstream).
+    net::awaitable<void> pump_body(upstream::h2_request& upq,
+                                   std::span<const std::string_view> in_use) {
+        std::string piece;
+        for (;;) {
+            const bool more = co_await client.read_body(piece);
+            if (!more) {
+                break;
+            }
+            const bool sent = co_await upq.send_body(piece, up.timeout);
+            if (!sent) {
+                co_return;
+            }
+        }
+        if (client.body_failed()) {
+            upq.reset();
+            co_return;
+        }
+        bhttp::fields allowed;
+        for (const auto& f : client.request_trailers()) {
+            const auto name = f.name_string();
+            if (trailer_may_travel(name, trailer_side::to_upstream) &&
+                std::find(in_use.begin(), in_use.end(), name) == in_use.end()) {
+                allowed.insert(name, f.value());
+            }
+        }
+        upq.end_body(allowed);
+    }
+
     /// Nothing of an answer went out yet: `res` (a problem) is the answer.
     net::awaitable<void> fail(response res) {
         if (conn) {
@@ -123,6 +227,10 @@ net::awaitable<void> plain_relay::async_relay_h2(h2_stream& client, request& req
         req.set(bhttp::field::transfer_encoding, "chunked");
     }
 
+    if (auto* pool = fwd_.h2(route.upstream_index)) {
+        co_await x.relay_to_h2(*pool, has_body, in_use);
+        co_return;
+    }
     const auto up_start = clock::now();
     auto lent = co_await fwd_.async_acquire(route.upstream_index);
     if (!lent.conn) {

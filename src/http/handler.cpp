@@ -7,6 +7,7 @@
 #include "onceproxy/http/headers.hpp"
 #include "onceproxy/http/problem.hpp"
 #include "onceproxy/http/request_target.hpp"
+#include "onceproxy/upstream/h2_upstream.hpp"
 
 #include <boost/beast/http/field.hpp>
 
@@ -108,8 +109,13 @@ admission handler::admit(request& head, std::optional<std::uint64_t> declared_le
     return a;
 }
 
+bool handler::guards(const config::route_config& route, std::string_view method) const {
+    return impl_->env->st && is_guarded(route, method);
+}
+
 bool handler::streams(const config::route_config& route, std::string_view method) const {
-    return !(impl_->env->st && is_guarded(route, method));
+    // An HTTP/2 upstream's plain requests from HTTP/1.1 clients are forwarded whole.
+    return !guards(route, method) && impl_->env->fwd->h2(route.upstream_index) == nullptr;
 }
 
 net::awaitable<bool> handler::async_relay(client_side client, wire::request_parser& parser,
@@ -165,10 +171,26 @@ net::awaitable<handled> handler::async_handle(request& req, const config::route_
     req.keep_alive(true);
     req.prepare_payload();
 
-    // The caller streams every request it may (handler::streams); what arrives here is guarded.
     exchange_report report;
-    auto res =
-        co_await async_run_exchange(m.env, *route, route_index, req, report, sink, std::move(held));
+    response res;
+    if (!guards(*route, method)) {
+        // A plain request the caller could not stream (an HTTP/2 upstream): forwarded whole.
+        const auto& lim = route->limits.max_response_bytes;
+        auto r = co_await m.env->fwd->async_forward(
+            route->upstream_index, req,
+            lim ? lim : std::optional<std::size_t>(m.cfg->limits.max_response_bytes));
+        if (r.status == upstream::forward_status::ok) {
+            strip_hop_by_hop(r.res);
+            res = std::move(r.res);
+        } else {
+            res =
+                upstream_failure(r.status, m.reg, m.env->fwd->upstream(route->upstream_index).name);
+        }
+        rm.counter(metrics::family::requests, metrics::outcome::passthrough).inc();
+    } else {
+        res = co_await async_run_exchange(m.env, *route, route_index, req, report, sink,
+                                          std::move(held));
+    }
     rm.histogram(metrics::family::request_duration).observe(clock::now() - ctx.received);
     if (m.cfg->access_log) {
         log.status = report.streamed ? report.streamed_status : res.result_int();

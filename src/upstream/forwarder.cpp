@@ -1,5 +1,6 @@
 #include "onceproxy/upstream/forwarder.hpp"
 
+#include "onceproxy/upstream/h2_upstream.hpp"
 #include "upstream/tls_client.hpp"
 
 #include "onceproxy/config/upstream_tls.hpp"
@@ -90,7 +91,24 @@ struct forwarder::impl {
         };
         std::list<waiter*> waiters;
         tcp::resolver::results_type endpoints;
+        /// protocol h2 or h2c: the multiplexed connections (the fields above stay unused).
+        std::unique_ptr<h2_pool> h2;
     };
+
+    /// The pool of `u`, on this worker.
+    std::shared_ptr<pool> make_pool(const config::upstream_config& u) {
+        auto p = std::make_shared<pool>(u);
+        if (u.protocol != config::upstream_protocol::http1) {
+            // The pool outlives none of its connections' users but owns h2: a raw pointer.
+            p->h2 =
+                std::make_unique<h2_pool>(executor, u,
+                                          [raw = p.get(), ex = executor, &w = watch](
+                                              clock::time_point deadline, forward_status& failure) {
+                                              return connect_to(*raw, ex, w, deadline, failure);
+                                          });
+        }
+        return p;
+    }
 
     impl(net::any_io_executor ex, std::shared_ptr<const config::config> c, wire::deadline_watch& w,
          const impl* previous)
@@ -108,7 +126,7 @@ struct forwarder::impl {
             if (same && u.tls && same->tls_stamps != config::upstream_tls_stamps(u.tls_settings)) {
                 // Rotated TLS files: new connections use them once they load; files that do not
                 // (yet) load leave the pool in use as it is, and the next forwarder tries again.
-                auto rotated = std::make_shared<pool>(u);
+                auto rotated = make_pool(u);
                 if (rotated->tls->loaded()) {
                     same = std::move(rotated);
                 } else {
@@ -117,7 +135,7 @@ struct forwarder::impl {
                               {{"upstream", u.name}});
                 }
             }
-            pools.push_back(same ? std::move(same) : std::make_shared<pool>(u));
+            pools.push_back(same ? std::move(same) : make_pool(u));
         }
     }
 
@@ -259,10 +277,16 @@ struct forwarder::impl {
         co_return acquired{std::move(c), false, forward_status::ok};
     }
 
-    /// A new connection, TLS handshake included for https://; null on failure, with
-    /// `failure` set to connect_failed or tls_failed.
     net::awaitable<std::unique_ptr<connection>> connect(pool& p, clock::time_point deadline,
                                                         forward_status& failure) {
+        return connect_to(p, executor, watch, deadline, failure);
+    }
+
+    /// A new connection, TLS handshake included for https://; null on failure, with
+    /// `failure` set to connect_failed or tls_failed.
+    static net::awaitable<std::unique_ptr<connection>>
+    connect_to(pool& p, net::any_io_executor executor, wire::deadline_watch& watch,
+               clock::time_point deadline, forward_status& failure) {
         if (p.endpoints.empty()) {
             tcp::resolver resolver(executor);
             auto [ec, results] =
@@ -324,8 +348,15 @@ forwarder::forwarder(net::any_io_executor ex, std::shared_ptr<const config::conf
 
 forwarder::~forwarder() = default;
 
+h2_pool* forwarder::h2(std::size_t upstream_index) const {
+    return impl_->pools.at(upstream_index)->h2.get();
+}
+
 void forwarder::close_idle() {
     for (auto& p : impl_->pools) {
+        if (p->h2) {
+            p->h2->close_idle();
+        }
         p->open -= p->idle.size();
         p->idle.clear();
     }
@@ -336,6 +367,10 @@ forwarder::async_forward(std::size_t upstream_index, request& req,
                          std::optional<std::size_t> max_response, std::optional<std::size_t> hold,
                          std::optional<std::chrono::milliseconds> deadline) {
     auto& p = *impl_->pools.at(upstream_index);
+    if (p.h2) {
+        co_return co_await p.h2->async_forward(req, max_response,
+                                               clock::now() + deadline.value_or(p.cfg.timeout));
+    }
     const bool head = req.method() == http::verb::head;
     for (int attempt = 0;; ++attempt) {
         auto a = co_await impl_->acquire(p);

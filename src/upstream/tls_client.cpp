@@ -115,7 +115,17 @@ net::awaitable<std::string> tls_client::handshake(connection& c) {
     if (s_->session != nullptr) {
         SSL_set_session(ssl, s_->session);
     }
+    const bool h2 = s_->cfg.protocol == config::upstream_protocol::h2;
+    if (h2) {
+        static constexpr unsigned char alpn_h2[] = {2, 'h', '2'};
+        SSL_set_alpn_protos(ssl, alpn_h2, sizeof alpn_h2);
+    }
     const auto ec = co_await c.stream.async_handshake(wire::stream::role::client);
+    if (!ec && h2 && c.stream.alpn() != "h2") {
+        std::string reason = "the upstream did not agree to HTTP/2 (ALPN h2)";
+        log_failure(reason);
+        co_return reason;
+    }
     if (!ec) {
         log::debug("upstream", "TLS handshake",
                    {{"upstream", s_->cfg.name},

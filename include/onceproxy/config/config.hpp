@@ -160,6 +160,13 @@ struct upstream_tls_config {
     }
 };
 
+/// How the proxy speaks to an upstream (docs/http2.md).
+enum class upstream_protocol {
+    http1, ///< HTTP/1.1, plain or TLS (https://)
+    h2,    ///< HTTP/2 over TLS (https://, ALPN h2)
+    h2c,   ///< HTTP/2 over plain TCP, prior knowledge (http://)
+};
+
 struct upstream_config {
     std::string name;
     std::string url;  ///< as written, e.g. http://127.0.0.1:3000
@@ -178,6 +185,7 @@ struct upstream_config {
     std::size_t max_tunnels = 256;
     duration idle_timeout{60'000};    ///< pooled connection kept this long unused
     upstream_tls_config tls_settings; ///< used when `tls`
+    upstream_protocol protocol = upstream_protocol::http1;
 
     friend bool operator==(const upstream_config&, const upstream_config&) = default;
 };

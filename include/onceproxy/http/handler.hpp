@@ -64,8 +64,12 @@ public:
     /// is normalised in place (README "Path normalisation"); then its route.
     admission admit(request& head, std::optional<std::uint64_t> declared_length) const;
 
-    /// True when requests with `method` on `route` take the streaming plain path: no store
-    /// round trip, nothing buffered (the route does not guard the method).
+    /// True when `route` guards `method` (and a store is configured): the exchange runs.
+    bool guards(const config::route_config& route, std::string_view method) const;
+
+    /// True when HTTP/1.1 requests with `method` on `route` take the streaming plain path: no
+    /// store round trip, nothing buffered (the route does not guard the method and its upstream
+    /// speaks HTTP/1.1; a plain request to an HTTP/2 upstream is forwarded whole).
     bool streams(const config::route_config& route, std::string_view method) const;
 
     /// Streams one plain request (its header read by `parser`, its body not yet) to the

@@ -45,6 +45,7 @@ constexpr bool nothing_sent(forward_status s) noexcept {
 }
 
 class tls_client;
+class h2_pool;
 
 /// One upstream connection of a worker's pool. While lent out (streaming) it belongs to the
 /// borrower, who hands it back with forwarder::release. Read and write it through `stream`
@@ -169,6 +170,10 @@ public:
 
     /// The settings of upstream `upstream_index`.
     const config::upstream_config& upstream(std::size_t upstream_index) const;
+
+    /// Upstream `upstream_index`'s HTTP/2 connections (protocol h2 or h2c), else null (HTTP/1.1:
+    /// async_acquire lends its connections). async_forward serves both.
+    h2_pool* h2(std::size_t upstream_index) const;
 
     /// Closes idle pooled connections (drain).
     void close_idle();
