@@ -245,7 +245,7 @@ TEST_CASE("TLS connections end with close_notify, so a client can tell the end f
     }
 }
 
-TEST_CASE("TLS on the listener: curl verifies the chain, speaks HTTP/1.1 over TLS 1.3") {
+TEST_CASE("TLS on the listener: curl verifies the chain, speaks HTTP/2 or HTTP/1.1 over TLS 1.3") {
     pki_fixture f;
     auto c = config_for(f.upstream.port);
     c.top = tls_block(f.server.cert_file, f.server.key_file);
@@ -255,14 +255,21 @@ TEST_CASE("TLS on the listener: curl verifies the chain, speaks HTTP/1.1 over TL
     const auto ok = curl(p.tls_port, "/hello", f.ca.ca_file(),
                          {"-w", "|%{http_code}|%{http_version}|%{ssl_verify_result}"});
     CHECK(ok.status == 0);
-    CHECK(ok.output.find("|200|1.1|0") != std::string::npos);
+    CHECK(ok.output.find("|200|2|0") != std::string::npos); // ALPN h2 (http2.tls)
+    const auto h1 = curl(p.tls_port, "/hello", f.ca.ca_file(),
+                         {"--http1.1", "-w", "|%{http_code}|%{http_version}|%{ssl_verify_result}"});
+    CHECK(h1.output.find("|200|1.1|0") != std::string::npos);
 
-    // ALPN http/1.1, TLS 1.3 by default, TLS 1.2 accepted.
+    // ALPN h2 first, then http/1.1; TLS 1.3 by default, TLS 1.2 accepted.
     const auto s13 =
         run({"openssl", "s_client", "-connect", "127.0.0.1:" + std::to_string(p.tls_port), "-alpn",
              "h2,http/1.1", "-CAfile", f.ca.ca_file()});
     CHECK(s13.output.find("New, TLSv1.3") != std::string::npos);
-    CHECK(s13.output.find("ALPN protocol: http/1.1") != std::string::npos);
+    CHECK(s13.output.find("ALPN protocol: h2") != std::string::npos);
+    const auto s11 =
+        run({"openssl", "s_client", "-connect", "127.0.0.1:" + std::to_string(p.tls_port), "-alpn",
+             "http/1.1", "-CAfile", f.ca.ca_file()});
+    CHECK(s11.output.find("ALPN protocol: http/1.1") != std::string::npos);
     const auto s12 =
         run({"openssl", "s_client", "-connect", "127.0.0.1:" + std::to_string(p.tls_port),
              "-tls1_2", "-CAfile", f.ca.ca_file(), "-brief"});
@@ -372,8 +379,8 @@ TEST_CASE("principal: client_cert scopes keys by the verified client certificate
     const std::string key = "tls-principal-key";
     const auto post = [&](const cert_pair& who) {
         return curl(p.tls_port, "/v1/payments", f.ca.ca_file(),
-                    {"--cert", who.cert_file, "--key", who.key_file, "-X", "POST", "-H",
-                     "Idempotency-Key: " + key, "-H", "Content-Type: application/json", "-d",
+                    {"--http1.1", "--cert", who.cert_file, "--key", who.key_file, "-X", "POST",
+                     "-H", "Idempotency-Key: " + key, "-H", "Content-Type: application/json", "-d",
                      "{\"amount\":1}", "-D", "-"});
     };
     const auto a1 = post(alice);
@@ -409,8 +416,8 @@ TEST_CASE("principal: client_cert: the keys API finds and purges a record made o
     const std::string key = "tls-admin-key";
     const auto post = [&] {
         return curl(p.tls_port, "/v1/payments", f.ca.ca_file(),
-                    {"--cert", alice.cert_file, "--key", alice.key_file, "-X", "POST", "-H",
-                     "Idempotency-Key: " + key, "-H", "Content-Type: application/json", "-d",
+                    {"--http1.1", "--cert", alice.cert_file, "--key", alice.key_file, "-X", "POST",
+                     "-H", "Idempotency-Key: " + key, "-H", "Content-Type: application/json", "-d",
                      "{\"amount\":1}", "-D", "-"});
     };
     const auto keys = [&](const std::string& method, const std::string& query) {

@@ -1,0 +1,211 @@
+// HTTP/2 upstreams (docs/http2.md "Upstreams"): onceproxy speaks h2c and h2 (TLS, ALPN) to a
+// real nginx with `http2` on, which proxies to the test upstream over HTTP/1.1, so the test
+// upstream counts executions and nginx's access log says which protocol onceproxy spoke.
+
+#include "support/proxy_fixture.hpp"
+#include "support/test_pki.hpp"
+#include "support/wait.hpp"
+
+#include <doctest/doctest.h>
+
+#include <array>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+using namespace onceproxy::test;
+using namespace std::chrono_literals;
+
+namespace {
+
+/// Runs `argv` through sh (bounded by `timeout`), stdout and stderr together.
+std::string run(const std::vector<std::string>& argv) {
+    std::string cmd = "timeout 60";
+    for (const auto& a : argv) {
+        cmd += " " + shell_quote(a);
+    }
+    cmd += " 2>&1 </dev/null";
+    std::string out;
+    if (FILE* f = ::popen(cmd.c_str(), "r")) {
+        std::array<char, 4096> buf{};
+        std::size_t n = 0;
+        while ((n = std::fread(buf.data(), 1, buf.size(), f)) > 0) {
+            out.append(buf.data(), n);
+        }
+        ::pclose(f);
+    }
+    return out;
+}
+
+/// nginx with an h2c server (prior knowledge) and an h2 server (TLS), both proxying to the test
+/// upstream; each request's protocol goes to its access log.
+struct nginx_h2 {
+    temp_dir dir;
+    test_pki pki{dir.path()};
+    cert_pair server = pki.issue("nginx");
+    unsigned short h2c_port = free_port();
+    unsigned short h2_port = free_port();
+    process proc;
+
+    nginx_h2(unsigned short upstream_port, int max_streams) {
+        const auto conf =
+            dir.write("nginx.conf",
+                      "worker_processes 1;\npid " + dir.file("nginx.pid") + ";\nerror_log " +
+                          dir.file("error.log") +
+                          ";\nevents { worker_connections 1024; }\nhttp {\n"
+                          "  log_format p '$server_protocol $request_uri';\n"
+                          "  access_log " +
+                          dir.file("access.log") +
+                          " p;\n"
+                          "  client_body_temp_path " +
+                          dir.path() +
+                          ";\n"
+                          "  proxy_temp_path " +
+                          dir.path() +
+                          ";\n"
+                          "  http2_max_concurrent_streams " +
+                          std::to_string(max_streams) +
+                          ";\n"
+                          "  upstream app { server 127.0.0.1:" +
+                          std::to_string(upstream_port) +
+                          "; keepalive 16; }\n"
+                          "  server {\n    listen 127.0.0.1:" +
+                          std::to_string(h2c_port) +
+                          " http2;\n    location / { proxy_pass http://app; proxy_http_version 1.1;"
+                          " proxy_set_header Connection \"\"; proxy_request_buffering off;"
+                          " proxy_buffering off; client_max_body_size 0; }\n  }\n"
+                          "  server {\n    listen 127.0.0.1:" +
+                          std::to_string(h2_port) + " ssl http2;\n    ssl_certificate " +
+                          server.cert_file + ";\n    ssl_certificate_key " + server.key_file +
+                          ";\n    location / { proxy_pass http://app; proxy_http_version 1.1;"
+                          " proxy_set_header Connection \"\"; }\n  }\n}\n");
+        proc = process({"nginx", "-c", conf, "-p", dir.path(), "-g", "daemon off;"},
+                       dir.file("nginx.out"));
+        wait_until(
+            [&] {
+                return run({"curl", "-s", "-o", "/dev/null", "-w", "%{http_code}",
+                            "--http2-prior-knowledge",
+                            "http://127.0.0.1:" + std::to_string(h2c_port) + "/__health"}) == "200";
+            },
+            10s, "nginx answers over h2c");
+    }
+    std::string access_log() const { return read_file(dir.file("access.log")); }
+};
+
+std::string front_config(const std::string& url, const std::string& extra_upstream = "") {
+    proxy_config c;
+    c.upstream_settings = {"protocol: " + std::string(url.rfind("https", 0) == 0 ? "h2" : "h2c")};
+    if (!extra_upstream.empty()) {
+        c.upstream_settings.push_back(extra_upstream);
+    }
+    c.routes = "  - name: payments\n"
+               "    match: { methods: [POST], path: /v1/payments }\n"
+               "    upstream: app\n"
+               "    idempotency: { mode: required }\n";
+    c.limits = {"max_request_bytes: 64MiB"};
+    auto yaml = c.yaml();
+    const auto at = yaml.find("http://127.0.0.1:{UPSTREAM_PORT}");
+    REQUIRE(at != std::string::npos);
+    yaml.replace(at, std::string("http://127.0.0.1:{UPSTREAM_PORT}").size(), url);
+    return yaml;
+}
+
+std::string curl(const std::vector<std::string>& args) {
+    std::vector<std::string> argv{"curl", "-sS", "-m", "30"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return run(argv);
+}
+
+} // namespace
+
+TEST_SUITE("http2 upstreams") {
+    TEST_CASE("h2c upstream: plain and guarded requests from HTTP/1.1 and HTTP/2 clients") {
+        upstream_process upstream;
+        nginx_h2 nginx(upstream.port, 100);
+        proxy_process proxy(front_config("http://127.0.0.1:" + std::to_string(nginx.h2c_port)));
+        const auto base = "http://127.0.0.1:" + std::to_string(proxy.port);
+
+        for (const char* client : {"--http1.1", "--http2-prior-knowledge"}) {
+            INFO(client);
+            const auto plain =
+                curl({client, "-w", "|%{http_code}|%{http_version}", base + "/hello?x=1"});
+            CHECK(plain.find("\"path\":\"/hello?x=1\"") != std::string::npos);
+            CHECK(plain.find("|200|") != std::string::npos);
+        }
+        // Every request reached nginx over HTTP/2.
+        CHECK(nginx.access_log().find("HTTP/2.0 /hello?x=1") != std::string::npos);
+        CHECK(nginx.access_log().find("HTTP/1.1") == std::string::npos);
+
+        // Guarded: stored over HTTP/2 to the upstream, replayed to both client protocols.
+        const auto key = unique_key("h2up", "pay");
+        const std::vector<std::string> post{"-X", "POST",
+                                            "-H", "Idempotency-Key: " + key,
+                                            "-H", "Content-Type: application/json",
+                                            "-d", "{\"amount\":1}",
+                                            "-D", "-"};
+        auto first = post;
+        first.insert(first.begin(), "--http2-prior-knowledge");
+        first.push_back(base + "/v1/payments");
+        const auto a = curl(first);
+        CHECK(a.find("idempotency-status: stored") != std::string::npos);
+        auto second = post;
+        second.insert(second.begin(), "--http1.1");
+        second.push_back(base + "/v1/payments");
+        const auto b = curl(second);
+        CHECK(b.find("Idempotency-Status: replayed") != std::string::npos);
+        CHECK(upstream.count(key) == 1);
+    }
+
+    TEST_CASE("h2c upstream: large bodies stream both ways for an HTTP/2 client") {
+        upstream_process upstream;
+        nginx_h2 nginx(upstream.port, 100);
+        proxy_process proxy(front_config("http://127.0.0.1:" + std::to_string(nginx.h2c_port)));
+        const auto base = "http://127.0.0.1:" + std::to_string(proxy.port);
+        const auto down =
+            curl({"--http2-prior-knowledge", "-H", "X-Test-Body-Bytes: 30000000", "-o", "/dev/null",
+                  "-w", "%{http_code} %{size_download}", base + "/big"});
+        CHECK(down == "200 30000000");
+        temp_dir d;
+        const auto file = d.write("up.bin", std::string(8 * 1024 * 1024, 'u'));
+        const auto up = curl({"--http2-prior-knowledge", "-X", "POST", "--data-binary", "@" + file,
+                              base + "/upload"});
+        CHECK(up.find("\"body_bytes\":8388608") != std::string::npos);
+        // Response trailers come through (an SSE answer that ends with one).
+        const auto events = curl({"--http2-prior-knowledge", "-H", "X-Test-Events: 3", "-H",
+                                  "X-Test-Trailer-Bytes: 4", "-D", "-", base + "/events"});
+        CHECK(events.find("data: event-3") != std::string::npos);
+        CHECK(events.find("x-test-trailer: tttt") != std::string::npos);
+    }
+
+    TEST_CASE("h2c upstream: more concurrent requests than the upstream's streams") {
+        upstream_process upstream;
+        nginx_h2 nginx(upstream.port, 2);
+        proxy_process proxy(front_config("http://127.0.0.1:" + std::to_string(nginx.h2c_port)));
+        const auto base = "http://127.0.0.1:" + std::to_string(proxy.port);
+        // 40 streams at once on one client connection; nginx takes 2 per connection, so the
+        // pool opens connections (or waits for a stream) for the rest.
+        const auto out = run({"h2load", "-n", "40", "-c", "1", "-m", "40", base + "/many"});
+        INFO(out);
+        CHECK(out.find("40 total, 40 started, 40 done, 40 succeeded") != std::string::npos);
+        CHECK(out.find("status codes: 40 2xx") != std::string::npos);
+    }
+
+    TEST_CASE("h2 upstream over TLS: ALPN h2, the chain verified") {
+        upstream_process upstream;
+        nginx_h2 nginx(upstream.port, 100);
+        proxy_process proxy(front_config("https://127.0.0.1:" + std::to_string(nginx.h2_port),
+                                         "tls: { ca_file: " + nginx.pki.ca_file() + " }"));
+        const auto base = "http://127.0.0.1:" + std::to_string(proxy.port);
+        const auto r = curl({"-w", "|%{http_code}", base + "/tls?y=2"});
+        CHECK(r.find("|200") != std::string::npos);
+        CHECK(nginx.access_log().find("HTTP/2.0 /tls?y=2") != std::string::npos);
+    }
+
+    TEST_CASE("h2c upstream down: 502 upstream.unavailable, nothing sent") {
+        proxy_process proxy(front_config("http://127.0.0.1:" + std::to_string(free_port())));
+        const auto r = curl({"--http2-prior-knowledge", "-w", "|%{http_code}",
+                             "http://127.0.0.1:" + std::to_string(proxy.port) + "/x"});
+        CHECK(r.find("upstream.unavailable") != std::string::npos);
+        CHECK(r.find("|502") != std::string::npos);
+    }
+}
