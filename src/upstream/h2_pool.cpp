@@ -74,7 +74,8 @@ struct h2_conn : h2::client_events, std::enable_shared_from_this<h2_conn> {
     std::unordered_map<std::int32_t, std::shared_ptr<h2_request::state>> streams;
     net::steady_timer write_wake;
     std::string out;
-    bool ended = false;
+    bool ended = false;  ///< no new streams; the connection is closing
+    bool closed = false; ///< end() ran: the socket is closed
     clock::time_point idle_since = clock::now();
     clock::time_point last_read = clock::now();
 
@@ -263,24 +264,27 @@ net::awaitable<void> h2_conn::keepalive(std::shared_ptr<h2_conn> /*self: kept al
 }
 
 void h2_conn::end() {
-    if (ended && streams.empty()) {
-        pool->forget(this);
-        return;
-    }
+    // Once: by the reader (the upstream closed, or the session ended) or the writer (after its
+    // last bytes, a GOAWAY of ours included). The socket closes here in every case, so the other
+    // loop ends too and a drain's event loop runs out of work.
+    const bool first = !closed;
+    closed = true;
     ended = true;
-    session.terminate(h2::error_code::no_error); // open streams close (refused when unsent)
+    if (first) {
+        session.terminate(h2::error_code::no_error); // open streams close (refused when unsent)
+        for (auto& [id, st] : streams) {
+            if (!st->closed) {
+                st->closed = true;
+                if (st->failure == forward_status::ok && !st->body_done) {
+                    st->failure = forward_status::reset_after_send;
+                }
+            }
+            st->notify();
+        }
+        streams.clear();
+    }
     boost::system::error_code ignored;
     conn->stream.socket().close(ignored);
-    for (auto& [id, st] : streams) {
-        if (!st->closed) {
-            st->closed = true;
-            if (st->failure == forward_status::ok && !st->body_done) {
-                st->failure = forward_status::reset_after_send;
-            }
-        }
-        st->notify();
-    }
-    streams.clear();
     write_wake.cancel();
     pool->forget(this);
 }
