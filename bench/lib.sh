@@ -93,6 +93,22 @@ start_upstream() {
     wait_tcp "$upstream_port" $! "test upstream"
 }
 
+# start_h2c_upstream PORT WORKERS: starts the h2c upstream nginx (nginx-h2c-upstream.conf.in)
+# on 127.0.0.1:PORT with WORKERS worker processes; sets h2c_upstream_pid.
+start_h2c_upstream() {
+    local port=$1 workers=$2 user_line=""
+    # As root, nginx workers would switch to `nobody`, which cannot enter the private work dir.
+    [ "$(id -u)" -eq 0 ] && user_line="user root root;"
+    sed -e "s|@USER@|$user_line|" -e "s|@WORKERS@|$workers|" -e "s|@DIR@|$work_dir|g" \
+        -e "s|@PORT@|$port|" "$bench_dir/nginx-h2c-upstream.conf.in" >"$work_dir/nginx-h2c-upstream.conf"
+    nginx -c "$work_dir/nginx-h2c-upstream.conf" -p "$work_dir" \
+        -e "$work_dir/nginx-h2c-upstream-error.log" >"$work_dir/nginx-h2c-upstream.log" 2>&1 &
+    h2c_upstream_pid=$!
+    started_pids+=("$h2c_upstream_pid")
+    started_names[$h2c_upstream_pid]="the h2c upstream nginx"
+    wait_tcp "$port" $h2c_upstream_pid "the h2c upstream nginx"
+}
+
 # start_redis: starts a private, non-persistent redis-server; sets redis_port and redis_pid.
 start_redis() {
     command -v redis-server >/dev/null || die "redis-server is not installed (scripts/install-deps.sh)"
@@ -190,7 +206,10 @@ write_proxy_config() {
         printf '%064d\n' 0 | tr 0 7 >"$work_dir/bench.key"
         store_block="${store_block%\}}, encryption: { keys: [ { id: bench, file: $work_dir/bench.key } ] } }"
     fi
+    # The h2c route's upstream: the h2c upstream nginx where run.sh starts one, else a port
+    # nobody listens on (the route is not used then).
     sed -e "s|@WORKERS@|$workers|" -e "s|@UPSTREAM_PORT@|$upstream_port|" \
+        -e "s|@H2C_UPSTREAM_PORT@|${h2c_upstream_port:-$(free_port)}|" \
         -e "s|@STORE@|$store_block|" -e "s|@DIR@|$work_dir|g" \
         "$bench_dir/onceproxy.yaml.in" >"$work_dir/$name.yaml"
 }

@@ -6,7 +6,8 @@
 #                [--upstream-threads 1] [--store redis|memory] [--keys 1000]
 #                [--scenarios direct,nginx,proxy,nginx_tls,proxy_tls,proxy_post,replay,first,
 #                             observe,first_cluster,replay_cluster,half,upload,download,
-#                             nginx_h2c,proxy_h2c,nginx_h2,proxy_h2 | default | h2]
+#                             nginx_h2c,proxy_h2c,nginx_h2,proxy_h2,nginx_h2c_h2c,
+#                             proxy_h2c_h2c | default | h2]
 #                [--cluster-masters 1,3] [--h2-connections 2] [--h2-streams 100]
 #                [--bulk-bytes 1073741824] [--commandstats] [--commandstats-requests 1000]
 #                [--warmup 1] [--encrypt]
@@ -33,7 +34,7 @@ upstream_threads=${BENCH_UPSTREAM_THREADS:-1}
 store=${BENCH_STORE:-redis}
 keys=${BENCH_KEYS:-1000}
 default_scenarios=direct,nginx,proxy,nginx_tls,proxy_tls,proxy_post,replay,first,observe,first_cluster,replay_cluster,half,upload,download
-h2_scenarios=nginx_h2c,proxy_h2c,nginx_h2,proxy_h2
+h2_scenarios=nginx_h2c,proxy_h2c,nginx_h2,proxy_h2,nginx_h2c_h2c,proxy_h2c_h2c
 scenarios=${BENCH_SCENARIOS:-default}
 cluster_masters=${BENCH_CLUSTER_MASTERS:-1,3}
 h2_connections=${BENCH_H2_CONNECTIONS:-2}
@@ -45,7 +46,7 @@ commandstats_requests=1000
 warmup=1
 out_dir=""
 
-usage() { sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
+usage() { sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
 while [ $# -gt 0 ]; do
     case "$1" in
     --duration) duration=$2; shift 2 ;;
@@ -102,7 +103,7 @@ kept=()
 for s in "${scenario_list[@]}"; do
     case "$s" in
     direct | nginx | proxy | nginx_tls | proxy_tls | proxy_post | replay | first | observe | half | upload | download) ;;
-    nginx_h2c | proxy_h2c | nginx_h2 | proxy_h2)
+    nginx_h2c | proxy_h2c | nginx_h2 | proxy_h2 | nginx_h2c_h2c | proxy_h2c_h2c)
         command -v h2load >/dev/null || die "h2load is not installed (nghttp2-client; scripts/install-deps.sh)" ;;
     first_cluster | replay_cluster)
         # Cluster / single-node ratios: the single node is the run's own Redis store.
@@ -135,6 +136,13 @@ mkdir -p "$results"
 # ---- components -------------------------------------------------------------------------
 start_upstream "$upstream_threads"
 log "test upstream on 127.0.0.1:$upstream_port ($upstream_threads thread(s))"
+# The h2c upstream of the h2c-in, h2c-out rows: an nginx of its own (its CPU time is the
+# upstream's, never the front nginx's), one worker per test upstream thread.
+h2c_upstream_port=$(free_port)
+if want nginx_h2c_h2c || want proxy_h2c_h2c; then
+    start_h2c_upstream "$h2c_upstream_port" "$upstream_threads"
+    log "h2c upstream nginx on 127.0.0.1:$h2c_upstream_port ($upstream_threads worker(s))"
+fi
 if [ "$store" = redis ]; then
     start_redis
     log "redis-server on 127.0.0.1:$redis_port"
@@ -172,7 +180,7 @@ user_line=""
 sed -e "s|@USER@|$user_line|" -e "s|@WORKERS@|$nginx_workers|" -e "s|@DIR@|$work_dir|g" \
     -e "s|@UPSTREAM_PORT@|$upstream_port|" -e "s|@PORT@|$nginx_port|" \
     -e "s|@TLS_PORT@|$nginx_tls_port|" -e "s|@H2_PORT@|$nginx_h2_port|" \
-    -e "s|@H2C_PORT@|$nginx_h2c_port|" \
+    -e "s|@H2C_PORT@|$nginx_h2c_port|" -e "s|@H2C_UPSTREAM_PORT@|$h2c_upstream_port|" \
     "$bench_dir/nginx.conf.in" >"$work_dir/nginx.conf"
 nginx -c "$work_dir/nginx.conf" -p "$work_dir" -e "$work_dir/nginx-error.log" \
     >"$work_dir/nginx.log" 2>&1 &
@@ -191,13 +199,16 @@ for url in "$direct_url" "$nginx_url" "$proxy_url" "$nginx_tls_url" "$proxy_tls_
     code=$(curl -s -o /dev/null -w '%{http_code}' --cacert "$work_dir/tls.crt" --max-time 5 "$url" || true)
     [ "$code" = 200 ] || die "GET $url answered '$code', expected 200"
 done
-# The HTTP/2 rows: h2c with prior knowledge on the plain listeners, ALPN h2 over TLS.
+# The HTTP/2 rows: h2c with prior knowledge on the plain listeners, ALPN h2 over TLS; /h2c/
+# goes on to the h2c upstream nginx over h2c.
 nginx_h2c_url="http://127.0.0.1:$nginx_h2c_port/bench"
 proxy_h2c_url=$proxy_url
 nginx_h2_url="https://127.0.0.1:$nginx_h2_port/bench"
 proxy_h2_url=$proxy_tls_url
+nginx_h2c_h2c_url="http://127.0.0.1:$nginx_h2c_port/h2c/bench"
+proxy_h2c_h2c_url="http://127.0.0.1:$proxy_port/h2c/bench"
 h2_urls=()
-for s in nginx_h2c proxy_h2c nginx_h2 proxy_h2; do
+for s in nginx_h2c proxy_h2c nginx_h2 proxy_h2 nginx_h2c_h2c proxy_h2c_h2c; do
     want "$s" || continue
     url_var="${s}_url"
     h2_urls+=("${!url_var}")
@@ -284,10 +295,18 @@ machine_ticks() {
 }
 measured_pids() {
     case "$1" in
-    nginx | nginx_tls | nginx_h2c | nginx_h2 | half_nginx) echo "$nginx_pid" $(pgrep -P "$nginx_pid" || true) ;;
+    nginx | nginx_tls | nginx_h2c | nginx_h2 | nginx_h2c_h2c | half_nginx) echo "$nginx_pid" $(pgrep -P "$nginx_pid" || true) ;;
     direct | half_direct) echo "$upstream_pid" ;;
     first_cluster* | replay_cluster*) echo "${cluster_proxy_pid[${1##*_cluster}]}" ;;
     *) echo "$proxy_pid" ;;
+    esac
+}
+# The upstream a scenario's proxy forwards to: the h2c upstream nginx (master and workers)
+# for the h2c-out rows, else the test upstream.
+upstream_pids_of() {
+    case "$1" in
+    *_h2c_h2c) echo "$h2c_upstream_pid" $(pgrep -P "$h2c_upstream_pid" || true) ;;
+    *) echo "$upstream_pid" ;;
     esac
 }
 # The Redis servers a scenario's proxy uses (none with the memory store).
@@ -319,8 +338,8 @@ run_h2load() {
 }
 
 # run_load ROUND NAME COMMAND...: runs the load generator COMMAND, bounded in time, with the
-# CPU time of the processes under test (measured_pids NAME), of Redis, of the upstream and of
-# the load generator itself taken around it.
+# CPU time of the processes under test (measured_pids NAME), of Redis, of the upstream
+# (upstream_pids_of NAME) and of the load generator itself taken around it.
 run_load() {
     local round=$1 name=$2
     shift 2
@@ -336,8 +355,10 @@ run_load() {
     before=$(cpu_ticks $pids)
     # shellcheck disable=SC2086
     [ -n "$redis_pids" ] && redis_before=$(cpu_ticks $redis_pids)
-    local up_before machine_before
-    up_before=$(cpu_ticks "$upstream_pid")
+    local up_before machine_before up_pids
+    up_pids=$(upstream_pids_of "$name")
+    # shellcheck disable=SC2086
+    up_before=$(cpu_ticks $up_pids)
     machine_before=$(machine_ticks)
     # In a subshell whose `times` reports wrk's own CPU time (the load generator's share of
     # the cores).
@@ -347,7 +368,8 @@ run_load() {
     # shellcheck disable=SC2086
     after=$(cpu_ticks $pids)
     echo "$((after - before)) $(getconf CLK_TCK)" >"$out.cpu"
-    echo "$(($(cpu_ticks "$upstream_pid") - up_before)) $(getconf CLK_TCK)" >"$out.upstream-cpu"
+    # shellcheck disable=SC2086
+    echo "$(($(cpu_ticks $up_pids) - up_before)) $(getconf CLK_TCK)" >"$out.upstream-cpu"
     echo "$machine_before $(machine_ticks)" >"$out.machine"
     # The Redis server's CPU time too: on this machine it shares the cores with the proxy.
     if [ -n "$redis_pids" ]; then
@@ -397,6 +419,8 @@ run_scenario() {
     proxy_h2c) run_h2load "$round" proxy_h2c "$proxy_h2c_url" ;;
     nginx_h2) run_h2load "$round" nginx_h2 "$nginx_h2_url" ;;
     proxy_h2) run_h2load "$round" proxy_h2 "$proxy_h2_url" ;;
+    nginx_h2c_h2c) run_h2load "$round" nginx_h2c_h2c "$nginx_h2c_h2c_url" ;;
+    proxy_h2c_h2c) run_h2load "$round" proxy_h2c_h2c "$proxy_h2c_h2c_url" ;;
     proxy_post)
         run_wrk "$round" proxy_post "$connections" "http://127.0.0.1:$proxy_port/plain" \
             fresh.lua "pp-$run_id-$round" ;;
