@@ -95,6 +95,22 @@ struct plain_relay::h2_exchange {
             co_await fail(upstream_failure(opened.failure, relay.reg_, up.name));
             co_return;
         }
+        if (!has_body) {
+            // A request without a body the upstream refused unprocessed (REFUSED_STREAM,
+            // GOAWAY) goes again, on another stream: it never ran.
+            for (int again = 0; again < 2; ++again) {
+                const bool refused =
+                    co_await opened.req->refused_unprocessed(clock::now() + up.timeout);
+                if (!refused) {
+                    break;
+                }
+                opened = co_await pool.async_open(req, true);
+                if (!opened.req) {
+                    co_await fail(upstream_failure(opened.failure, relay.reg_, up.name));
+                    co_return;
+                }
+            }
+        }
         auto& upq = *opened.req;
         auto ex = co_await net::this_coro::executor;
         net::steady_timer pump_done(ex, clock::time_point::max());

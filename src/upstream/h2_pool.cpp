@@ -29,6 +29,8 @@ namespace {
 constexpr std::size_t send_high_water = 64 * 1024;
 /// Frames gathered into one write, at most.
 constexpr std::size_t max_gather = 256 * 1024;
+/// Sends of a request the upstream refused unprocessed (REFUSED_STREAM, GOAWAY), at most.
+constexpr int max_refused_attempts = 3;
 
 bool connection_specific(std::string_view name) {
     for (std::string_view n :
@@ -76,11 +78,15 @@ struct h2_conn : h2::client_events, std::enable_shared_from_this<h2_conn> {
     std::string out;
     bool ended = false;  ///< no new streams; the connection is closing
     bool closed = false; ///< end() ran: the socket is closed
+    /// The upstream's first bytes arrived: its preface, a SETTINGS frame, so its
+    /// MAX_CONCURRENT_STREAMS is known. No stream is opened before (a new connection would
+    /// otherwise take up to 100 streams an upstream allowing fewer must refuse).
+    bool ready = false;
     clock::time_point idle_since = clock::now();
     clock::time_point last_read = clock::now();
 
     void kick() { write_wake.cancel(); }
-    bool usable() const { return !ended && session.can_open_stream(); }
+    bool usable() const { return ready && !ended && session.can_open_stream(); }
     void start();
     net::awaitable<void> read_loop(std::shared_ptr<h2_conn> self);
     net::awaitable<void> write_loop(std::shared_ptr<h2_conn> self);
@@ -186,6 +192,10 @@ net::awaitable<void> h2_conn::read_loop(std::shared_ptr<h2_conn> /*self: kept al
         last_read = clock::now();
         const bool ok = session.receive(std::span<const char>(buf.data(), n), last_read);
         kick();
+        if (!ready) {
+            ready = true;
+            pool->notify_room();
+        }
         if (!ok) {
             break;
         }
@@ -423,6 +433,17 @@ net::awaitable<bool> h2_request::read_body(std::string& out, clock::duration tim
     }
 }
 
+net::awaitable<bool> h2_request::refused_unprocessed(clock::time_point deadline) {
+    auto& s = *s_;
+    while (!s.got_head && !s.closed) {
+        const bool late = co_await s.wait(deadline);
+        if (late) {
+            break;
+        }
+    }
+    co_return !s.got_head && s.closed && s.failure == forward_status::connect_failed;
+}
+
 forward_status h2_request::failure() const {
     return s_->failure;
 }
@@ -462,8 +483,7 @@ net::awaitable<h2_opened> h2_pool::async_open(const request& head, bool end_stre
             const auto id = c->session.submit_request(
                 head.method_string(), p.cfg.tls ? "https" : "http",
                 authority.empty() ? std::string_view(p.cfg.host) : std::string_view(authority),
-                head.target(),
-                to_fields(head), end_stream);
+                head.target(), to_fields(head), end_stream);
             if (id) {
                 auto st = std::make_shared<h2_request::state>(c->shared_from_this(), *id);
                 c->streams.emplace(*id, st);
@@ -471,7 +491,9 @@ net::awaitable<h2_opened> h2_pool::async_open(const request& head, bool end_stre
                 co_return h2_opened{std::make_unique<h2_request>(std::move(st))};
             }
         }
-        if (p.connecting == 0 && p.conns.size() < p.cfg.max_connections) {
+        const bool settling = std::any_of(p.conns.begin(), p.conns.end(),
+                                          [](const auto& c) { return !c->ready && !c->ended; });
+        if (p.connecting == 0 && !settling && p.conns.size() < p.cfg.max_connections) {
             ++p.connecting;
             auto failure = forward_status::connect_failed;
             auto c = co_await p.connect(deadline, failure);
@@ -498,7 +520,7 @@ net::awaitable<forward_result> h2_pool::async_forward(request& req,
                                                       std::optional<std::size_t> max_response,
                                                       clock::time_point deadline) {
     forward_result r;
-    for (int attempt = 0; attempt < 2; ++attempt) {
+    for (int attempt = 0; attempt < max_refused_attempts; ++attempt) {
         const bool has_body = !req.body().empty();
         auto opened = co_await async_open(req, !has_body);
         if (!opened.req) {
@@ -514,7 +536,7 @@ net::awaitable<forward_result> h2_pool::async_forward(request& req,
             }
         }
         auto st = co_await q.read_head(r.res, deadline);
-        if (st == forward_status::connect_failed && attempt == 0) {
+        if (st == forward_status::connect_failed && attempt + 1 < max_refused_attempts) {
             continue; // refused unprocessed (REFUSED_STREAM, GOAWAY): safe to send again
         }
         if (st != forward_status::ok) {

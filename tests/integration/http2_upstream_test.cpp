@@ -9,6 +9,7 @@
 #include <doctest/doctest.h>
 
 #include <array>
+#include <csignal>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -79,7 +80,7 @@ struct nginx_h2 {
                           server.cert_file + ";\n    ssl_certificate_key " + server.key_file +
                           ";\n    location / { proxy_pass http://app; proxy_http_version 1.1;"
                           " proxy_set_header Connection \"\"; }\n  }\n}\n");
-        proc = process({"nginx", "-c", conf, "-p", dir.path(), "-g", "daemon off;"},
+        proc = process({"/usr/sbin/nginx", "-c", conf, "-p", dir.path(), "-g", "daemon off;"},
                        dir.file("nginx.out"));
         wait_until(
             [&] {
@@ -170,11 +171,11 @@ TEST_SUITE("http2 upstreams") {
         const auto up = curl({"--http2-prior-knowledge", "-X", "POST", "--data-binary", "@" + file,
                               base + "/upload"});
         CHECK(up.find("\"body_bytes\":8388608") != std::string::npos);
-        // Response trailers come through (an SSE answer that ends with one).
-        const auto events = curl({"--http2-prior-knowledge", "-H", "X-Test-Events: 3", "-H",
-                                  "X-Test-Trailer-Bytes: 4", "-D", "-", base + "/events"});
+        // An event stream arrives whole (nginx's proxy_pass drops the upstream's trailers, so
+        // trailers are checked in http2_test against onceproxy's own h2 paths).
+        const auto events = curl(
+            {"--http2-prior-knowledge", "-H", "X-Test-Events: 3", "-D", "-", base + "/events"});
         CHECK(events.find("data: event-3") != std::string::npos);
-        CHECK(events.find("x-test-trailer: tttt") != std::string::npos);
     }
 
     TEST_CASE("h2c upstream: more concurrent requests than the upstream's streams") {
@@ -188,6 +189,20 @@ TEST_SUITE("http2 upstreams") {
         INFO(out);
         CHECK(out.find("40 total, 40 started, 40 done, 40 succeeded") != std::string::npos);
         CHECK(out.find("status codes: 40 2xx") != std::string::npos);
+    }
+
+    TEST_CASE("SIGTERM with pooled h2c upstream connections: the drain ends, not its deadline") {
+        upstream_process upstream;
+        nginx_h2 nginx(upstream.port, 100);
+        proxy_process proxy(front_config("http://127.0.0.1:" + std::to_string(nginx.h2c_port)));
+        const auto base = "http://127.0.0.1:" + std::to_string(proxy.port);
+        const auto out = run({"h2load", "-n", "200", "-c", "2", "-m", "20", base + "/pooled"});
+        REQUIRE(out.find("200 succeeded") != std::string::npos);
+        proxy.proc.signal(SIGTERM);
+        // limits.drain_timeout is 30 s by default: an upstream connection left open would hold
+        // the worker until then (and the log would say the drain overran).
+        CHECK(proxy.proc.wait(25s) == 0);
+        CHECK(proxy.proc.log().find("overran the drain deadline") == std::string::npos);
     }
 
     TEST_CASE("h2 upstream over TLS: ALPN h2, the chain verified") {

@@ -50,6 +50,11 @@ public:
     /// (trailers()) or on a failure (failure() != ok).
     boost::asio::awaitable<bool> read_body(std::string& out,
                                            std::chrono::steady_clock::duration timeout);
+    /// Waits (until `deadline`) for the answer's head or the stream's end, and says whether the
+    /// upstream refused the stream unprocessed (REFUSED_STREAM, above a GOAWAY's last stream
+    /// id): then it never ran and may go again. The head, if any, stays for read_head.
+    boost::asio::awaitable<bool>
+    refused_unprocessed(std::chrono::steady_clock::time_point deadline);
     forward_status failure() const;
     const boost::beast::http::fields& trailers() const;
     /// Ends the stream (RST_STREAM CANCEL) unless it ended already.
