@@ -240,16 +240,18 @@ struct server::impl::connection {
         }
     }
 
-    /// The client speaks HTTP/2: ALPN chose h2 (TLS), or the connection starts with the
-    /// HTTP/2 preface (plain; read here, it stays in `buffer` for the session). Per listener
-    /// (http2.tls, http2.cleartext); HTTP/1.1 otherwise.
-    net::awaitable<bool> speaks_h2() {
+    /// What the client speaks: HTTP/2 when ALPN chose h2 (TLS) or the connection starts with
+    /// the HTTP/2 preface (plain; read here, it stays in `buffer` for the session), per listener
+    /// (http2.tls, http2.cleartext); else HTTP/1.1. `nothing`: the client went away (or stayed
+    /// silent past header_timeout) before its first bytes.
+    enum class speaks { http1, h2, nothing };
+    net::awaitable<speaks> protocol() {
         const auto& h2cfg = srv.cfg->http2;
         if (stream.is_tls()) {
-            co_return h2cfg.tls&& stream.alpn() == "h2";
+            co_return h2cfg.tls&& stream.alpn() == "h2" ? speaks::h2 : speaks::http1;
         }
         if (!h2cfg.cleartext) {
-            co_return false;
+            co_return speaks::http1;
         }
         dl.expires_after(limits().header_timeout);
         for (;;) {
@@ -257,11 +259,13 @@ struct server::impl::connection {
             const auto m =
                 match_preface(std::string_view(static_cast<const char*>(d.data()), d.size()));
             if (m != preface_match::partial) {
-                co_return m == preface_match::yes;
+                co_return m == preface_match::yes ? speaks::h2 : speaks::http1;
             }
             auto [ec, n] = co_await stream.async_read_some(buffer.prepare(4096), use_tuple);
             if (ec) {
-                co_return false; // the read step sees the connection is gone
+                // Gone before a whole request: nothing to answer. (And no second read: after
+                // an end of file, it would wait for an event the socket already gave.)
+                co_return speaks::nothing;
             }
             buffer.commit(n);
         }
@@ -464,7 +468,11 @@ net::awaitable<void> server::impl::session(tcp::socket sock,
         }
         c.ctx.client_cert_subject = c.stream.verified_peer_subject();
     }
-    if (co_await c.speaks_h2()) {
+    const auto spoken = co_await c.protocol();
+    if (spoken == connection::speaks::nothing) {
+        co_return;
+    }
+    if (spoken == connection::speaks::h2) {
         reg.counter(metrics::family::client_connections, metrics::protocol::h2).inc();
         h2_connection h2c(h, reg, draining, c.stream, c.dl, c.buffer, c.ctx);
         c.h2 = &h2c;
