@@ -37,7 +37,8 @@ def say(*words):
 class Conn:
     """A client connection: the preface and our SETTINGS, then raw frames both ways."""
 
-    def __init__(self, port, settings=None, window=None):
+    def __init__(self, port, settings=None, window=None, ack=True):
+        self.ack = ack  # acknowledge the server's SETTINGS (else they stay pending)
         self.sock = socket.create_connection(("127.0.0.1", port), timeout=5)
         self.enc = hpack.Encoder()
         self.dec = hpack.Decoder()
@@ -72,8 +73,9 @@ class Conn:
         return f.serialize()
 
     def read_frame(self, deadline):
-        """The next frame (SETTINGS are recorded and acknowledged), or None on close or
-        deadline."""
+        """The next frame, or None on close or deadline. SETTINGS are recorded (and
+        acknowledged unless told not to); every header block is decoded into `fields`, so the
+        HPACK table stays in step."""
         while True:
             if len(self.buf) >= 9:
                 f, length = Frame.parse_frame_header(memoryview(self.buf[:9]))
@@ -82,9 +84,12 @@ class Conn:
                     self.buf = self.buf[9 + length:]
                     if isinstance(f, SettingsFrame) and "ACK" not in f.flags:
                         self.remote_settings.update(f.settings)
-                        ack = SettingsFrame(0)
-                        ack.flags.add("ACK")
-                        self.send(ack.serialize())
+                        if self.ack:
+                            ack = SettingsFrame(0)
+                            ack.flags.add("ACK")
+                            self.send(ack.serialize())
+                    if isinstance(f, HeadersFrame):
+                        f.fields = dict(self.dec.decode(f.data))
                     return f
             left = deadline - time.monotonic()
             if left <= 0:
@@ -100,8 +105,18 @@ class Conn:
                 return None
             self.buf += chunk
 
-    def headers(self, f):
-        return dict(self.dec.decode(f.data))
+    def ping(self):
+        """Prints "pong" when the connection still answers a PING (bounded: 5 s)."""
+        self.send(PingFrame(0, opaque_data=b"stillok!").serialize())
+        deadline = time.monotonic() + 5
+        while True:
+            f = self.read_frame(deadline)
+            if f is None:
+                say("no pong")
+                return
+            if isinstance(f, PingFrame) and "ACK" in f.flags:
+                say("pong")
+                return
 
     def until_goaway(self, seconds=5):
         """Reads until a GOAWAY ("goaway 0x..") or the end ("closed" / "timeout")."""
@@ -175,7 +190,7 @@ def big_headers(port, n="16384"):
             say("closed")
             return
         if isinstance(f, HeadersFrame) and f.stream_id == 1:
-            say("status", c.headers(f)[":status"])
+            say("status", f.fields[":status"])
             return
         if isinstance(f, (GoAwayFrame, RstStreamFrame)):
             say(type(f).__name__, hex(f.error_code))
@@ -196,30 +211,22 @@ def zero_window(port, path, size):
             say("no reset")
             return
         if isinstance(f, HeadersFrame) and f.stream_id == 1:
-            say("status", c.headers(f)[":status"])
+            say("status", f.fields[":status"])
         elif isinstance(f, RstStreamFrame) and f.stream_id == 1:
             say("rst", hex(f.error_code), "after %.1f" % (time.monotonic() - start))
             break
         elif isinstance(f, GoAwayFrame):
             say("goaway", hex(f.error_code))
             return
-    c.send(PingFrame(0, opaque_data=b"stillok!").serialize())
-    deadline = time.monotonic() + 5
-    while True:
-        f = c.read_frame(deadline)
-        if f is None:
-            say("no pong")
-            return
-        if isinstance(f, PingFrame) and "ACK" in f.flags:
-            say("pong")
-            return
+    c.ping()
 
 
-def max_streams(port):
+def max_streams(port, ack="ack"):
     """Prints the proxy's SETTINGS_MAX_CONCURRENT_STREAMS, opens that many streams and keeps
     them open (request bodies that never end), then one more: prints how that one was
-    answered."""
-    c = Conn(port)
+    answered. With "noack" the client has not acknowledged the proxy's SETTINGS yet (as when
+    it sends its first requests right after its preface)."""
+    c = Conn(port, ack=ack == "ack")
     deadline = time.monotonic() + 5
     while SettingsFrame.MAX_CONCURRENT_STREAMS not in c.remote_settings:
         if c.read_frame(deadline) is None:
@@ -239,9 +246,10 @@ def max_streams(port):
             return
         if isinstance(f, RstStreamFrame) and f.stream_id == last:
             say("rst", hex(f.error_code))
+            c.ping()
             return
         if isinstance(f, HeadersFrame) and f.stream_id == last:
-            say("status", c.headers(f)[":status"])
+            say("status", f.fields[":status"])
             return
         if isinstance(f, GoAwayFrame):
             say("goaway", hex(f.error_code), "last_stream", f.last_stream_id)
@@ -265,7 +273,7 @@ def drain(port, path, stream_id):
             say("cut after", got)
             return
         if isinstance(f, HeadersFrame) and f.stream_id == 1:
-            say("head", c.headers(f)[":status"])
+            say("head", f.fields[":status"])
         elif isinstance(f, GoAwayFrame):
             say("goaway", hex(f.error_code), "last_stream", f.last_stream_id)
         elif isinstance(f, RstStreamFrame):
