@@ -342,6 +342,20 @@ TEST_SUITE("http2") {
             CHECK(r.version == (h2 ? "2" : "1.1"));
             CHECK(json_member(r.response.body, "path") == "/tls");
             CHECK(r.response.header("X-Echo-Forwarded-Proto") == "https");
+            // A body larger than every window, across TLS records and DATA frames.
+            constexpr std::size_t size = std::size_t{5} << 20;
+            const auto big =
+                curl("https://127.0.0.1:" + std::to_string(p.proxy.tls_port) + "/tls-download",
+                     {"--http2", "--cacert", ca.ca_file(), "-H",
+                      "X-Test-Body-Bytes: " + std::to_string(size)});
+            CHECK(big.version == (h2 ? "2" : "1.1"));
+            CHECK(big.response.status == 200);
+            REQUIRE(big.response.body.size() == size);
+            bool pattern_ok = true;
+            for (std::size_t i = 0; pattern_ok && i < size; i += 4099) {
+                pattern_ok = big.response.body[i] == static_cast<char>('a' + i % 26);
+            }
+            CHECK(pattern_ok);
         }
     }
 
@@ -410,6 +424,25 @@ TEST_SUITE("http2") {
         CHECK(json_member(missing2.response.body, "title") ==
               json_member(missing1.response.body, "title"));
         CHECK(s.upstream.total() == before);
+    }
+
+    TEST_CASE("a guarded route: one key on two streams of one connection runs once") {
+        auto& s = shared();
+        const auto key = unique_key("http2", "two-streams");
+        temp_dir dir;
+        const auto body = dir.write("body.json", json_body);
+        // nghttp sends both requests at once; the upstream takes 1 s to answer the first, so
+        // the second finds the key in progress.
+        const auto r = run({"nghttp", "-v", "-t", "10", "-m", "2", "-d", body, "-H",
+                            "content-type: application/json", "-H", "idempotency-key: " + key, "-H",
+                            "x-test-delay-ms: 1000", h2c_url(s.proxy.port, "/v1/payments")});
+        INFO(r.output);
+        CHECK(r.status == 0);
+        CHECK(r.output.find(":status: 200") != std::string::npos);
+        CHECK(r.output.find("idempotency-status: stored") != std::string::npos);
+        CHECK(r.output.find(":status: 409") != std::string::npos);
+        CHECK(r.output.find("\"code\":\"idempotency.in_progress\"") != std::string::npos);
+        CHECK(s.upstream.count(key) == 1);
     }
 
     TEST_CASE("a 100 MiB download over h2 to a slow reader, with bounded proxy memory") {
@@ -529,9 +562,13 @@ TEST_SUITE("http2") {
     TEST_CASE("rapid reset: GOAWAY ENHANCE_YOUR_CALM, counted, other clients still served") {
         auto& s = shared();
         const auto before = goaways(s.proxy, "rapid_reset");
-        const auto out = probe("rapid_reset", s.proxy.port);
+        const auto executions = s.upstream.total();
+        const auto out = probe("rapid_reset", s.proxy.port, {"2000"});
         CHECK(has_line(out, "goaway 0xb"));
         CHECK(goaways(s.proxy, "rapid_reset") >= before + 1);
+        // The 2000 streams cost the upstream at most about the reset budget (200 a second),
+        // not one request each.
+        CHECK(s.upstream.total() - executions <= 400);
         CHECK(h2c(s.proxy.port, "/after-rapid-reset").response.status == 200);
     }
 
@@ -549,6 +586,7 @@ TEST_SUITE("http2") {
         const auto before = s.upstream.total();
         const auto out = probe("big_headers", s.proxy.port, {"16384"});
         CHECK(has_line(out, "status 431"));
+        CHECK(has_line(out, "pong")); // the stream is answered, the connection goes on
         CHECK(s.upstream.total() == before);
     }
 

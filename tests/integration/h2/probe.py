@@ -168,7 +168,8 @@ def continuation_flood(port, n="1000"):
 
 def big_headers(port, n="16384"):
     """A request whose header list exceeds max_header_bytes (split over CONTINUATION frames as
-    the frame size requires): prints the status of the answer."""
+    the frame size requires): prints the status of the answer, then whether the connection
+    still answers a PING."""
     c = Conn(port)
     extra = [("x-big-%d" % i, "b" * 200) for i in range(int(n) // 232 + 1)]
     block = c.block("/big", extra=extra)
@@ -191,6 +192,7 @@ def big_headers(port, n="16384"):
             return
         if isinstance(f, HeadersFrame) and f.stream_id == 1:
             say("status", f.fields[":status"])
+            c.ping()
             return
         if isinstance(f, (GoAwayFrame, RstStreamFrame)):
             say(type(f).__name__, hex(f.error_code))
