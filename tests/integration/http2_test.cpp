@@ -445,6 +445,27 @@ TEST_SUITE("http2") {
         CHECK(s.upstream.count(key) == 1);
     }
 
+    TEST_CASE("a guarded request whose h2 stream is cancelled still completes, once") {
+        auto& s = shared();
+        const auto key = unique_key("http2", "cancelled");
+        const auto out = probe("cancel_guarded", s.proxy.port,
+                               {std::to_string(s.upstream.port), "/v1/payments", key});
+        CHECK(has_line(out, "cancelled"));
+        CHECK(has_line(out, "pong"));
+        // As when an HTTP/1.1 client hangs up: the exchange runs to its end and is recorded;
+        // the retry gets it replayed (409 in_progress until the upstream has answered).
+        curl_result retry;
+        wait_until(
+            [&] {
+                retry = h1(s.proxy.port, "/v1/payments", post_args(key));
+                return retry.response.status != 409;
+            },
+            10s, "the cancelled exchange ends");
+        CHECK(retry.response.status == 200);
+        CHECK(retry.response.header("Idempotency-Status") == "replayed");
+        CHECK(s.upstream.count(key) == 1);
+    }
+
     TEST_CASE("a 100 MiB download over h2 to a slow reader, with bounded proxy memory") {
         auto& s = shared();
         constexpr std::uint64_t size = std::uint64_t{100} << 20;

@@ -8,14 +8,17 @@ they are; every read is bounded in time.
 usage: probe.py SCENARIO PORT [ARGS...]
 """
 
+import json
 import socket
 import struct
 import sys
 import time
+import urllib.request
 
 import hpack
 from hyperframe.frame import (
     ContinuationFrame,
+    DataFrame,
     Frame,
     GoAwayFrame,
     HeadersFrame,
@@ -288,8 +291,33 @@ def drain(port, path, stream_id):
                 return
 
 
+def cancel_guarded(port, upstream_port, path, key):
+    """A guarded POST the upstream answers after 1 s; once the upstream has it (its /__count
+    for the key, polled for at most 5 s), the client cancels the stream (RST_STREAM CANCEL).
+    Prints "cancelled", then "pong" when the connection goes on."""
+    c = Conn(port)
+    body = b'{"amount":1000,"currency":"eur"}'
+    out = c.request(1, path, method="POST", end_stream=False,
+                    extra=[("idempotency-key", key), ("content-type", "application/json"),
+                           ("content-length", str(len(body))), ("x-test-delay-ms", "1000")])
+    d = DataFrame(1)
+    d.data = body
+    d.flags.add("END_STREAM")
+    c.send(out + d.serialize())
+    url = "http://127.0.0.1:%s/__count?key=%s" % (upstream_port, key)
+    deadline = time.monotonic() + 5
+    while json.load(urllib.request.urlopen(url, timeout=5))["count"] < 1:
+        if time.monotonic() > deadline:
+            say("the upstream never had the request")
+            return
+        time.sleep(0.01)  # a poll of the upstream's counter, bounded above
+    c.send(RstStreamFrame(1, error_code=0x8).serialize())
+    say("cancelled")
+    c.ping()
+
+
 SCENARIOS = {f.__name__: f for f in (rapid_reset, ping_flood, continuation_flood, big_headers,
-                                      zero_window, max_streams, drain)}
+                                      zero_window, max_streams, drain, cancel_guarded)}
 
 if __name__ == "__main__":
     SCENARIOS[sys.argv[1]](int(sys.argv[2]), *sys.argv[3:])
