@@ -323,6 +323,25 @@ TEST_SUITE("http2") {
         CHECK(p.upstream.total() == 1);
     }
 
+    TEST_CASE("Upgrade: h2c is ignored: served as HTTP/1.1, never passed to the upstream") {
+        auto& s = shared();
+        // curl --http2 on http:// asks for the HTTP/1.1 upgrade to h2c (RFC 7540 section 3.2).
+        const auto r = curl(h2c_url(s.proxy.port, "/h2c-upgrade"), {"--http2"});
+        INFO(r.output);
+        CHECK(r.exit == 0);
+        CHECK(r.version == "1.1");
+        CHECK(r.response.status == 200);
+        CHECK_FALSE(r.response.has_header("X-Echo-Hop"));        // no Upgrade upstream
+        CHECK_FALSE(r.response.has_header("X-Echo-Connection")); // no Connection: upgrade
+        // An upstream that would switch anyway (101) gets no tunnel to the client: one would
+        // carry later requests to the upstream past the routes and the guards.
+        const auto switched =
+            h1(s.proxy.port, "/h2c-upgrade",
+               {"-H", "Connection: Upgrade, HTTP2-Settings", "-H", "Upgrade: h2c", "-H",
+                "HTTP2-Settings: AAMAAABkAAQAAP__", "-H", "X-Test-Status: 101"});
+        check_problem(switched.response, 502, "upstream.bad_response");
+    }
+
     TEST_CASE("TLS: ALPN negotiates h2 unless http2.tls is false") {
         temp_dir dir;
         test_pki ca(dir.path(), "h2-test-ca");
