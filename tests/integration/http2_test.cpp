@@ -651,6 +651,18 @@ TEST_SUITE("http2") {
         CHECK(h2c(p.proxy.port, "/after-stall").response.status == 200);
     }
 
+    TEST_CASE("an idle connection is closed after idle_timeout with GOAWAY NO_ERROR first") {
+        proxy_config c;
+        c.limits.push_back("idle_timeout: 1s");
+        own_proxy p(c);
+        const auto out = probe("idle", p.proxy.port);
+        // The last stream id tells a client whose next request crossed the GOAWAY that the
+        // proxy never took it, so it may send it again on a new connection.
+        CHECK(has_line(out, "goaway 0x0 last_stream 1"));
+        CHECK(has_line(out, "closed"));
+        CHECK(goaways(p.proxy, "protocol_error") == 0);
+    }
+
     TEST_CASE("max_concurrent_streams is advertised and a stream beyond it is refused") {
         proxy_config c;
         c.top = "http2:\n  max_concurrent_streams: 4\n";

@@ -316,8 +316,23 @@ def cancel_guarded(port, upstream_port, path, key):
     c.ping()
 
 
+def idle(port):
+    """One request, answered, then nothing: prints how the proxy ends the idle connection
+    ("goaway 0x0 last_stream 1", then "closed")."""
+    c = Conn(port)
+    c.send(c.request(1, "/idle"))
+    deadline = time.monotonic() + 10
+    while True:
+        f = c.read_frame(deadline)
+        if f is None:
+            say("timeout" if time.monotonic() >= deadline else "closed")
+            return
+        if isinstance(f, GoAwayFrame):
+            say("goaway", hex(f.error_code), "last_stream", f.last_stream_id)
+
+
 SCENARIOS = {f.__name__: f for f in (rapid_reset, ping_flood, continuation_flood, big_headers,
-                                      zero_window, max_streams, drain, cancel_guarded)}
+                                      zero_window, max_streams, drain, cancel_guarded, idle)}
 
 if __name__ == "__main__":
     SCENARIOS[sys.argv[1]](int(sys.argv[2]), *sys.argv[3:])
