@@ -1,8 +1,8 @@
 // HTTP/2 inbound (issue 28) with real HTTP/2 clients against the real binary: curl (prior
 // knowledge on the plain listener, ALPN on the TLS one), nghttp (many streams on one
-// connection) and small python3-h2 scripts (tests/integration/h2/probe.py) that send raw
-// frames, hostile ones included. Every assertion is something a client, the upstream, the access
-// log or /metrics shows.
+// connection) and a small Python client (tests/integration/h2/probe.py, on hyperframe and hpack
+// from python3-h2) that sends raw frames, hostile ones included, and prints what it observed.
+// Every assertion is something a client, the upstream, the access log or /metrics shows.
 //
 // One proxy serves most cases (starting binaries under the sanitizers is the slow part); the
 // cases that need another config (http2 switched off, TLS, small limits) start their own.
@@ -110,8 +110,8 @@ bool has_line(const std::string& output, const std::string& line) {
     return false;
 }
 
-/// What curl saw: the protocol (%{http_version}: "2", "1.1"), the last response head and body,
-/// and the trailer fields (header lines after the body, when curl reports them).
+/// What curl saw: the protocol (%{http_version}: "2", "1.1"), the last response head (with any
+/// trailer fields, which curl writes after it) and the body.
 struct curl_result {
     int exit = -1;
     std::string version;
