@@ -353,6 +353,11 @@ net::awaitable<void> h2_connection::impl::read_loop(std::shared_ptr<impl> /*self
         const auto room = std::min<std::size_t>(16 * 1024, in.max_size() - in.size());
         auto [ec, n] = co_await stream.async_read_some(in.prepare(room), use_tuple);
         if (ec) {
+            if (dl.fired() && streams.empty() && tasks == 0) {
+                // Idle past its deadline: GOAWAY first (RFC 9113 §9.1), whose last stream id
+                // tells a client whose request crossed it that it was not processed.
+                session->terminate(h2::error_code::no_error);
+            }
             break;
         }
         in.commit(n);

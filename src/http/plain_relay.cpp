@@ -57,9 +57,20 @@ private:
 };
 
 /// RFC 9110 §7.8: the client asks to switch protocols (`Connection: upgrade` + `Upgrade`).
+/// Never to h2c (RFC 9113 §3.1 deprecates that upgrade): such a request is served as HTTP/1.1
+/// with its Upgrade stripped, so a client cannot open an HTTP/2 tunnel to the upstream that
+/// would carry further requests past the routes ("h2c smuggling").
 bool wants_upgrade(const request& req) {
-    if (req.find(bhttp::field::upgrade) == req.end()) {
+    const auto upgrade = req.find(bhttp::field::upgrade);
+    if (upgrade == req.end()) {
         return false;
+    }
+    for (auto it = upgrade; it != req.end() && it->name() == bhttp::field::upgrade; ++it) {
+        for (auto token : bhttp::token_list{it->value()}) {
+            if (beast::iequals(token, "h2c")) {
+                return false;
+            }
+        }
     }
     for (auto it = req.find(bhttp::field::connection);
          it != req.end() && it->name() == bhttp::field::connection; ++it) {
