@@ -555,9 +555,9 @@ private:
                                  "'; expected up to 64 letters, digits, '-', '_' or '.', "
                                  "starting with a letter or digit");
             }
-            if (w_.mapping(uf, {"url", "protocol", "connect_timeout", "timeout",
-                                "late_answer_timeout", "max_connections", "max_tunnels",
-                                "idle_timeout", "tls"})) {
+            if (w_.mapping(uf,
+                           {"url", "protocol", "connect_timeout", "timeout", "late_answer_timeout",
+                            "max_connections", "max_tunnels", "idle_timeout", "tls"})) {
                 const yaml_field url = w_.require(uf, "url");
                 bool url_ok = false;
                 if (auto text = w_.string(url)) {
