@@ -11,10 +11,12 @@
 
 namespace onceproxy::h2 {
 
-// Fields HTTP/2 forbids in a message (RFC 9113 §8.2.2); dropped from what we send.
-inline bool connection_specific(std::string_view name) {
+// Fields HTTP/2 forbids in a message (RFC 9113 §8.2.2); dropped from what we send. `name` is
+// lower case. TE may travel only as "te: trailers".
+inline bool connection_specific(std::string_view name, std::string_view value) {
     return name == "connection" || name == "keep-alive" || name == "proxy-connection" ||
-           name == "transfer-encoding" || name == "upgrade" || name == "te";
+           name == "transfer-encoding" || name == "upgrade" ||
+           (name == "te" && value != "trailers");
 }
 
 inline std::string lower(std::string_view s) {
@@ -42,7 +44,7 @@ inline std::vector<nghttp2_nv> make_nva(const std::vector<field>& fields,
     storage.reserve(storage.size() + fields.size());
     for (const auto& f : fields) {
         auto name = lower(f.name);
-        if (name.empty() || name.front() == ':' || connection_specific(name)) {
+        if (name.empty() || name.front() == ':' || connection_specific(name, f.value)) {
             continue;
         }
         storage.push_back({std::move(name), f.value});

@@ -7,6 +7,7 @@
 #include "onceproxy/http/handler.hpp"
 #include "onceproxy/http/loop_guard.hpp"
 #include "onceproxy/http/problem.hpp"
+#include "onceproxy/upstream/h2_upstream.hpp"
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -15,7 +16,6 @@
 #include <boost/beast/core/string.hpp>
 #include <boost/beast/http/field.hpp>
 
-#include <cctype>
 #include <charconv>
 #include <span>
 #include <string>
@@ -36,34 +36,6 @@ constexpr std::string_view preface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 constexpr std::size_t send_high_water = 64 * 1024;
 /// Frames gathered into one write, at most.
 constexpr std::size_t max_gather = 256 * 1024;
-
-/// RFC 9113 §8.2.2: fields that are specific to an HTTP/1.1 connection never travel in an
-/// HTTP/2 message.
-bool connection_specific(std::string_view name) {
-    for (std::string_view n :
-         {"connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade"}) {
-        if (beast::iequals(name, n)) {
-            return true;
-        }
-    }
-    return false;
-}
-
-std::vector<h2::field> to_fields(const bhttp::fields& f) {
-    std::vector<h2::field> out;
-    for (const auto& field : f) {
-        const auto name = field.name_string();
-        if (connection_specific(name)) {
-            continue;
-        }
-        std::string lower(name);
-        for (auto& c : lower) {
-            c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-        }
-        out.push_back({std::move(lower), std::string(field.value())});
-    }
-    return out;
-}
 
 /// The request an HTTP/2 stream carries, as the request paths read one: the pseudo-header
 /// fields become the request line, :authority the Host field (RFC 9113 §8.3.1).
@@ -246,7 +218,7 @@ struct h2_connection::impl::stream_state final : h2_stream {
         if (closed) {
             return;
         }
-        conn.session->submit_response(id, res.result_int(), to_fields(res.base()), end);
+        conn.session->submit_response(id, res.result_int(), upstream::h2_fields(res.base()), end);
         conn.kick();
     }
     net::awaitable<bool> write_body(std::string_view piece) override {
@@ -269,7 +241,7 @@ struct h2_connection::impl::stream_state final : h2_stream {
         if (closed) {
             return;
         }
-        conn.session->end_body(id, to_fields(t));
+        conn.session->end_body(id, upstream::h2_fields(t));
         conn.kick();
     }
     void cut() override { reset(h2::error_code::internal_error); }

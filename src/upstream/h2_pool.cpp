@@ -12,7 +12,6 @@
 #include <boost/beast/http/field.hpp>
 
 #include <algorithm>
-#include <cctype>
 #include <list>
 #include <unordered_map>
 
@@ -31,38 +30,6 @@ constexpr std::size_t send_high_water = 64 * 1024;
 constexpr std::size_t max_gather = 256 * 1024;
 /// Sends of a request the upstream refused unprocessed (REFUSED_STREAM, GOAWAY), at most.
 constexpr int max_refused_attempts = 3;
-
-bool connection_specific(std::string_view name) {
-    for (std::string_view n :
-         {"connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade", "host"}) {
-        if (beast::iequals(name, n)) {
-            return true;
-        }
-    }
-    return false;
-}
-
-std::string lower(std::string_view s) {
-    std::string out(s);
-    for (auto& c : out) {
-        c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    }
-    return out;
-}
-
-std::vector<h2::field> to_fields(const bhttp::fields& f) {
-    std::vector<h2::field> out;
-    for (const auto& field : f) {
-        if (connection_specific(field.name_string())) {
-            continue;
-        }
-        if (field.name() == bhttp::field::te && !beast::iequals(field.value(), "trailers")) {
-            continue; // only "te: trailers" may travel (RFC 9113 §8.2.2)
-        }
-        out.push_back({lower(field.name_string()), std::string(field.value())});
-    }
-    return out;
-}
 
 } // namespace
 
@@ -136,6 +103,16 @@ struct h2_request::state {
         }
     }
 };
+
+std::vector<h2::field> h2_fields(const bhttp::fields& f, bool drop_host) {
+    std::vector<h2::field> out;
+    for (const auto& field : f) {
+        if (!(drop_host && field.name() == bhttp::field::host)) {
+            out.push_back({std::string(field.name_string()), std::string(field.value())});
+        }
+    }
+    return out;
+}
 
 struct h2_pool::impl : std::enable_shared_from_this<impl> {
     impl(net::any_io_executor e, const config::upstream_config& c, connector cn)
@@ -384,7 +361,7 @@ net::awaitable<bool> h2_request::send_body(std::string_view piece, clock::durati
 void h2_request::end_body(const bhttp::fields& trailers) {
     auto& s = *s_;
     if (!s.closed) {
-        s.conn->session.end_body(s.id, to_fields(trailers));
+        s.conn->session.end_body(s.id, h2_fields(trailers));
         s.conn->kick();
     }
 }
@@ -483,7 +460,7 @@ net::awaitable<h2_opened> h2_pool::async_open(const request& head, bool end_stre
             const auto id = c->session.submit_request(
                 head.method_string(), p.cfg.tls ? "https" : "http",
                 authority.empty() ? std::string_view(p.cfg.host) : std::string_view(authority),
-                head.target(), to_fields(head), end_stream);
+                head.target(), h2_fields(head, true), end_stream);
             if (id) {
                 auto st = std::make_shared<h2_request::state>(c->shared_from_this(), *id);
                 c->streams.emplace(*id, st);

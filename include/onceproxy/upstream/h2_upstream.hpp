@@ -11,6 +11,7 @@
 // is PINGed, and cut when the PING is not answered.
 
 #include "onceproxy/config/config.hpp"
+#include "onceproxy/h2/common.hpp"
 #include "onceproxy/upstream/forwarder.hpp"
 
 #include <boost/asio/any_io_executor.hpp>
@@ -22,10 +23,16 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace onceproxy::upstream {
 
 class h2_pool;
+
+/// `f` as HTTP/2 fields, as they are: the h2 sessions lower-case the names and leave out the
+/// fields HTTP/2 forbids (RFC 9113 §8.2.2). `drop_host`: without Host (a request's
+/// `:authority` carries it).
+std::vector<h2::field> h2_fields(const boost::beast::http::fields& f, bool drop_host = false);
 
 /// One request on an HTTP/2 upstream connection. Destroyed unfinished: the stream is reset.
 class h2_request {

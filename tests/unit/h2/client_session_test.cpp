@@ -519,6 +519,7 @@ TEST_SUITE("h2 client session") {
         CHECK(req.body == "payload");
         REQUIRE(req.ended);
         CHECK(find_field(req.trailers, "x-checksum") == "abc");
+        CHECK(find_field(req.head.fields, "te") == "trailers"); // the one TE HTTP/2 allows
 
         o.server->submit_response(*id, 200, {{"content-type", "application/grpc"}}, false);
         o.server->push_body(*id, "reply");
