@@ -32,6 +32,12 @@ using clock = std::chrono::steady_clock;
 
 namespace {
 
+using upstream::max_refused_attempts;
+
+/// Request body bytes kept to send again when an HTTP/2 upstream refuses the stream
+/// unprocessed; a longer body is not sent again (the refusal is the client's 502).
+constexpr std::size_t resend_limit = 64 * 1024;
+
 /// An HTTP/2 stream as the sink of a relayed body.
 class stream_sink final : public body_sink {
 public:
@@ -68,6 +74,11 @@ struct plain_relay::h2_exchange {
     std::string request_id;
     std::string method;
     std::string target;
+    /// The request body read so far, kept while it is at most resend_limit bytes: a stream the
+    /// upstream refused unprocessed is sent again with it.
+    std::string sent_body = {};
+    bool body_resendable = true;
+    bool body_read = false; ///< the client's body ended (failed or with its trailers)
 
     void finish(unsigned status) {
         auto& rm = *relay.route_series_[route_index];
@@ -91,45 +102,46 @@ struct plain_relay::h2_exchange {
     net::awaitable<void> relay_to_h2(upstream::h2_pool& pool, bool has_body,
                                      std::span<const std::string_view> in_use) {
         const auto up_start = clock::now();
-        auto opened = co_await pool.async_open(req, !has_body);
-        if (!opened.req) {
-            co_await fail(upstream_failure(opened.failure, relay.reg_, up.name));
-            co_return;
-        }
-        if (!has_body) {
-            // A request without a body the upstream refused unprocessed (REFUSED_STREAM,
-            // GOAWAY) goes again, on another stream: it never ran.
-            for (int again = 0; again < 2; ++again) {
-                const bool refused =
-                    co_await opened.req->refused_unprocessed(clock::now() + up.timeout);
-                if (!refused) {
-                    break;
-                }
-                opened = co_await pool.async_open(req, true);
-                if (!opened.req) {
-                    co_await fail(upstream_failure(opened.failure, relay.reg_, up.name));
-                    co_return;
-                }
-            }
-        }
-        auto& upq = *opened.req;
         auto ex = co_await net::this_coro::executor;
         net::steady_timer pump_done(ex, clock::time_point::max());
-        bool pumping = has_body;
-        if (has_body) {
-            net::co_spawn(ex, pump_body(upq, in_use), [&](std::exception_ptr) {
-                pumping = false;
-                pump_done.cancel();
-            });
-        }
+        bool pumping = false;
+        std::unique_ptr<upstream::h2_request> opened_req;
         response head;
-        const auto st = co_await upq.read_head(head, clock::now() + up.timeout);
-        bool ok = st == upstream::forward_status::ok;
-        if (!ok) {
-            upq.reset();
+        auto st = upstream::forward_status::connect_failed;
+        // A request the upstream refused unprocessed (REFUSED_STREAM, or above the last stream
+        // id of its GOAWAY: nginx sends one every 1000 requests) never ran: it goes again on
+        // another stream, with the body bytes it was given when they were few enough to keep.
+        for (int attempt = 0; attempt < max_refused_attempts; ++attempt) {
+            auto opened = co_await pool.async_open(req, !has_body);
+            if (!opened.req) {
+                co_await fail(upstream_failure(opened.failure, relay.reg_, up.name));
+                co_return;
+            }
+            opened_req = std::move(opened.req);
+            if (has_body) {
+                pumping = true;
+                net::co_spawn(ex, pump_body(*opened_req, in_use), [&](std::exception_ptr) {
+                    pumping = false;
+                    pump_done.cancel();
+                });
+            }
+            st = co_await opened_req->read_head(head, clock::now() + up.timeout);
+            if (st == upstream::forward_status::ok) {
+                break;
+            }
+            opened_req->reset();
             while (pumping) {
                 co_await pump_done.async_wait(use_tuple);
             }
+            const bool again = st == upstream::forward_status::connect_failed &&
+                               (!has_body || body_resendable) && !client.body_failed();
+            if (!again) {
+                break;
+            }
+        }
+        auto& upq = *opened_req;
+        bool ok = st == upstream::forward_status::ok;
+        if (!ok) {
             co_await fail(upstream_failure(st, relay.reg_, up.name));
             co_return;
         }
@@ -175,11 +187,25 @@ struct plain_relay::h2_exchange {
     /// that may travel to an upstream).
     net::awaitable<void> pump_body(upstream::h2_request& upq,
                                    std::span<const std::string_view> in_use) {
+        if (!sent_body.empty()) {
+            // Again, on a new stream: what the refused one was given first.
+            const bool sent = co_await upq.send_body(sent_body, up.timeout);
+            if (!sent) {
+                co_return;
+            }
+        }
         std::string piece;
-        for (;;) {
+        while (!body_read) {
             const bool more = co_await client.read_body(piece);
             if (!more) {
+                body_read = true;
                 break;
+            }
+            if (body_resendable && sent_body.size() + piece.size() <= resend_limit) {
+                sent_body += piece;
+            } else if (body_resendable) {
+                body_resendable = false;
+                sent_body = std::string();
             }
             const bool sent = co_await upq.send_body(piece, up.timeout);
             if (!sent) {

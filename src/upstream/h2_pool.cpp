@@ -28,8 +28,6 @@ namespace {
 constexpr std::size_t send_high_water = 64 * 1024;
 /// Frames gathered into one write, at most.
 constexpr std::size_t max_gather = 256 * 1024;
-/// Sends of a request the upstream refused unprocessed (REFUSED_STREAM, GOAWAY), at most.
-constexpr int max_refused_attempts = 3;
 
 } // namespace
 

@@ -48,7 +48,8 @@ struct nginx_h2 {
     unsigned short h2_port = free_port();
     process proc;
 
-    nginx_h2(unsigned short upstream_port, int max_streams) {
+    /// `requests_per_connection`: nginx's keepalive_requests, after which it sends GOAWAY.
+    nginx_h2(unsigned short upstream_port, int max_streams, int requests_per_connection = 1000) {
         const auto conf =
             dir.write("nginx.conf",
                       "worker_processes 1;\npid " + dir.file("nginx.pid") + ";\nerror_log " +
@@ -65,7 +66,8 @@ struct nginx_h2 {
                           dir.path() +
                           ";\n"
                           "  http2_max_concurrent_streams " +
-                          std::to_string(max_streams) +
+                          std::to_string(max_streams) + ";\n  keepalive_requests " +
+                          std::to_string(requests_per_connection) +
                           ";\n"
                           "  upstream app { server 127.0.0.1:" +
                           std::to_string(upstream_port) +
@@ -189,6 +191,23 @@ TEST_SUITE("http2 upstreams") {
         INFO(out);
         CHECK(out.find("40 total, 40 started, 40 done, 40 succeeded") != std::string::npos);
         CHECK(out.find("status codes: 40 2xx") != std::string::npos);
+    }
+
+    TEST_CASE("h2c upstream sending GOAWAY every 50 requests: requests with bodies the upstream "
+              "refused unprocessed go again, none fails") {
+        upstream_process upstream;
+        nginx_h2 nginx(upstream.port, 100, 50);
+        proxy_process proxy(front_config("http://127.0.0.1:" + std::to_string(nginx.h2c_port)));
+        const auto base = "http://127.0.0.1:" + std::to_string(proxy.port);
+        temp_dir d;
+        const auto body = d.write("body.bin", std::string(200, 'b'));
+        // Streams opened while a GOAWAY is on its way are above its last stream id: nginx never
+        // processed them, so they are sent again on a new connection, body included.
+        const auto out =
+            run({"h2load", "-n", "300", "-c", "2", "-m", "10", "-d", body, base + "/posts"});
+        INFO(out);
+        CHECK(out.find("300 total, 300 started, 300 done, 300 succeeded") != std::string::npos);
+        CHECK(out.find("status codes: 300 2xx") != std::string::npos);
     }
 
     TEST_CASE("SIGTERM with pooled h2c upstream connections: the drain ends, not its deadline") {

@@ -27,6 +27,9 @@
 
 namespace onceproxy::upstream {
 
+/// Sends of a request the upstream refused unprocessed (REFUSED_STREAM, GOAWAY), at most.
+inline constexpr int max_refused_attempts = 5;
+
 class h2_pool;
 
 /// `f` as HTTP/2 fields, as they are: the h2 sessions lower-case the names and leave out the
