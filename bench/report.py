@@ -4,8 +4,9 @@ prints the table and the SPEC §7 ratios, and writes summary.json next to the in
 
   report.py RESULTS_DIR
 
-RESULTS_DIR holds r<round>-<scenario>.txt (wrk --latency output, or h2load's for the HTTP/2
-rows), meta.json (run parameters)
+RESULTS_DIR holds r<round>-<scenario>.txt (wrk --latency output, h2load's for the HTTP/2
+rows and the gRPC rows but grpc_first, whose output is onceproxy_grpc_load's JSON line),
+meta.json (run parameters), engine-grpc.txt (as engine.txt, for the guarded gRPC route)
 and, optionally, engine.txt (first line "available" or the reason the idempotency scenarios
 were not measured), engine-cluster<N>.txt and metrics-cluster<N>.txt (the same for the
 onceproxy of the Redis Cluster of N masters, whose loads are r<round>-first_cluster<N>.txt and
@@ -32,6 +33,10 @@ SCENARIOS = [
     ("proxy_h2", "onceproxy, h2 (TLS) in, HTTP/1.1 out, GET"),
     ("nginx_h2c_h2c", "nginx, h2c in, h2c out (grpc_pass), GET"),
     ("proxy_h2c_h2c", "onceproxy, h2c in, h2c out, GET"),
+    ("nginx_grpc", "nginx grpc_pass, unary gRPC"),
+    ("proxy_grpc", "onceproxy plain gRPC route, unary"),
+    ("grpc_replay", "onceproxy guarded gRPC, replay"),
+    ("grpc_first", "onceproxy guarded gRPC, first execution"),
     ("proxy_post", "onceproxy plain route, POST+key (Lua)"),
     ("replay", "onceproxy guarded, replay"),
     ("first", "onceproxy guarded, first execution"),
@@ -87,8 +92,21 @@ def parse_h2load(text: str) -> dict:
     return out
 
 
+def parse_grpc_load(text: str) -> dict:
+    """onceproxy_grpc_load's JSON line: calls completed, calls/s, p50/p99 in ms; HTTP statuses
+    other than 200 and grpc-status other than 0 count as non-2xx (a call can be both)."""
+    r = json.loads(text.strip().splitlines()[-1])
+    bad_http = sum(n for status, n in r["http_status"].items() if status != "200")
+    bad_grpc = sum(n for status, n in r["grpc_status"].items() if status != "0")
+    return {"rps": float(r["rps"]), "p50": float(r["p50_ms"]), "p99": float(r["p99_ms"]),
+            "requests": int(r["calls"]), "errors": int(r["errors"]),
+            "non2xx": max(bad_http, bad_grpc), "grpc_status": r["grpc_status"]}
+
+
 def parse_load(text: str) -> dict:
-    """A wrk or an h2load output."""
+    """A wrk, an h2load or an onceproxy_grpc_load output."""
+    if text.lstrip().startswith("{"):
+        return parse_grpc_load(text)
     if re.search(r"^finished in ", text, re.M):
         return parse_h2load(text)
     return parse_wrk(text)
@@ -338,6 +356,79 @@ def budget(meta: dict, med: dict, fig: dict) -> None:
               f"at most {bound:.2f}x with every CPU busy")
 
 
+GRPC_ROWS = ("nginx_grpc", "proxy_grpc", "grpc_replay", "grpc_first")
+
+
+def grpc_figures(d: pathlib.Path, meta: dict, med: dict, fig: dict) -> None:
+    """The unary gRPC rows: CPU time per request of every process first (the proxy under test,
+    the gRPC upstream nginx, Redis, the load generator), then throughput and latency; the
+    onceproxy/nginx ratios of plain calls and the guarded paths against plain calls."""
+    wanted = [n for n in GRPC_ROWS if n in meta["scenarios"].split(",")]
+    if not wanted:
+        return
+    engine_file = d / "engine-grpc.txt"
+    engine = engine_file.read_text().strip() if engine_file.exists() else ""
+    labels = dict(SCENARIOS)
+    print()
+    print(f"gRPC unary calls: POST /bench.(Guarded)Payments/Charge, one {meta.get('grpc_message_bytes', '?')}"
+          f"-byte message each way of about that size, h2c in and out; "
+          f"{meta.get('h2_connections', '?')} connections x {meta.get('h2_streams', '?')} streams "
+          f"(h2load -t1; grpc_first: onceproxy_grpc_load, a new idempotency-key per call)")
+    print("CPU time per request, us (median over rounds): the proxy (nginx: master + workers), "
+          "the gRPC upstream nginx, redis-server, the load generator; then throughput")
+    print(f"{'scenario':<42} {'proxy':>7} {'upstream':>8} {'Redis':>7} {'loadgen':>7} "
+          f"{'req/s':>9} {'p50 ms':>7} {'p99 ms':>7} {'not OK':>7} {'errors':>6}")
+    for name in wanted:
+        if name not in med:
+            if name in ("grpc_first", "grpc_replay") and engine and not engine.startswith("available"):
+                why = engine.splitlines()[0]
+                why = why if len(why) <= 160 else why[:157] + "..."
+                print(f"{labels[name]:<42} engine not available ({why}; see engine-grpc.txt)")
+            else:
+                print(f"{labels[name]:<42} not measured")
+            continue
+        r = med[name]
+        print(f"{labels[name]:<42} {r['cpu_us']:>7.1f} {r['upstream_us']:>8.1f} "
+              f"{r['redis_us']:>7.1f} {r['wrk_us']:>7.1f} {fmt(r['rps']):>9} "
+              f"{fmt_ms(r['p50']):>7} {fmt_ms(r['p99']):>7} {r['non2xx']:>7} {r['errors']:>6}")
+    print("  h2load counts HTTP statuses only (every gRPC answer is HTTP 200): run.sh checked one "
+          "call per target with grpcio first (grpc-status OK; stored then replayed on the "
+          "guarded route); onceproxy_grpc_load counts grpc-status itself")
+
+    def warn(*names: str) -> str:
+        bad = sum(med[n]["non2xx"] + med[n]["errors"] for n in names)
+        return f"  WARNING: {bad} not-OK answers/errors" if bad else ""
+
+    p, n = med.get("proxy_grpc"), med.get("nginx_grpc")
+    if p and n and n["cpu_us"] > 0 and n["rps"] > 0:
+        cpu, rps = p["cpu_us"] / n["cpu_us"], p["rps"] / n["rps"]
+        fig["grpc_cpu_per_request_vs_nginx"] = cpu
+        fig["grpc_rps_vs_nginx"] = rps
+        mine, theirs = p["rps_by_round"], n["rps_by_round"]
+        per_round = [mine[k] / theirs[k] for k in sorted(mine) if theirs.get(k, 0) > 0]
+        extra = ""
+        if len(per_round) > 1:
+            fig["grpc_rps_vs_nginx_per_round"] = per_round
+            extra = "; per round " + " ".join(f"{x:.2f}" for x in per_round)
+        print(f"  plain unary gRPC onceproxy/nginx: CPU time per request {cpu:5.2f}x "
+              f"({p['cpu_us']:.1f} vs {n['cpu_us']:.1f} us; lower is better), throughput "
+              f"{rps:5.2f}x ({p['rps']:,.0f} vs {n['rps']:,.0f} req/s) [>= 1.0x]{extra}"
+              f"{warn('proxy_grpc', 'nginx_grpc')}")
+    for name in ("grpc_replay", "grpc_first"):
+        g = med.get(name)
+        if not g or not p or p["rps"] <= 0 or g["cpu_us"] <= 0:
+            continue
+        what = name.split("_")[1]
+        rps = g["rps"] / p["rps"]
+        cpu = p["cpu_us"] / g["cpu_us"]
+        fig[f"grpc_{what}_vs_plain"] = rps
+        fig[f"grpc_{what}_vs_plain_cpu"] = cpu
+        redis = 0.0 if math.isnan(g["redis_us"]) else g["redis_us"]
+        print(f"  guarded gRPC {what} / plain gRPC call: throughput {rps:5.2f}x, by onceproxy CPU "
+              f"time per request {cpu:5.2f}x ({g['cpu_us']:.1f} vs {p['cpu_us']:.1f} us; "
+              f"+ Redis {redis:.1f} us), store {meta['store']}{warn(name)}")
+
+
 def fmt(v: float, unit: str = "") -> str:
     if v != v:  # NaN
         return "n/a"
@@ -549,6 +640,7 @@ def main() -> int:
             fig["half_load_p99_added_ms_nginx"] = ref
             print(f"    nginx at the same pacing: {med['half_nginx']['p99']:.2f} ms, "
                   f"added {ref:.2f} ms (the cost of any extra hop on this machine)")
+    grpc_figures(d, meta, med, fig)
     budget(meta, med, fig)
     cluster_figures(d, meta, med, runs, summary)
     proxy_round_trips(d, summary)

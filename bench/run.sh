@@ -7,8 +7,10 @@
 #                [--scenarios direct,nginx,proxy,nginx_tls,proxy_tls,proxy_post,replay,first,
 #                             observe,first_cluster,replay_cluster,half,upload,download,
 #                             nginx_h2c,proxy_h2c,nginx_h2,proxy_h2,nginx_h2c_h2c,
-#                             proxy_h2c_h2c | default | h2]
+#                             proxy_h2c_h2c,nginx_grpc,proxy_grpc,grpc_first,grpc_replay |
+#                             default | h2 | grpc]
 #                [--cluster-masters 1,3] [--h2-connections 2] [--h2-streams 100]
+#                [--grpc-message-bytes 64]
 #                [--bulk-bytes 1073741824] [--commandstats] [--commandstats-requests 1000]
 #                [--warmup 1] [--encrypt]
 #                [--build-dir build/rel] [--out DIR]
@@ -16,8 +18,10 @@
 # Every option also reads an environment variable (BENCH_DURATION, BENCH_CONNECTIONS,
 # BENCH_ROUNDS, BENCH_WORKERS, BENCH_UPSTREAM_THREADS, BENCH_STORE, BENCH_KEYS, BENCH_SCENARIOS,
 # BENCH_BULK_BYTES, BENCH_CLUSTER_MASTERS, BENCH_H2_CONNECTIONS, BENCH_H2_STREAMS,
-# BENCH_BUILD_DIR, BENCH_ENCRYPT=1). In --scenarios, `default` stands for the default list and
-# `h2` for the HTTP/2 rows (h2load; not in the default list, `make bench` adds them). --encrypt
+# BENCH_GRPC_MESSAGE_BYTES, BENCH_BUILD_DIR, BENCH_ENCRYPT=1). In --scenarios, `default` stands
+# for the default list, `h2` for the HTTP/2 rows (h2load) and `grpc` for the unary gRPC rows
+# (h2load, and the build's bench/onceproxy_grpc_load for grpc_first); neither is in the default
+# list, `make bench` adds both. --encrypt
 # turns on store.encryption (one AES-256-GCM key) to compare against a run without it.
 # first_cluster and replay_cluster (with --store redis) run first/replay against a local Redis
 # Cluster of each size in --cluster-masters, through a second onceproxy. Exits non-zero when a
@@ -35,10 +39,12 @@ store=${BENCH_STORE:-redis}
 keys=${BENCH_KEYS:-1000}
 default_scenarios=direct,nginx,proxy,nginx_tls,proxy_tls,proxy_post,replay,first,observe,first_cluster,replay_cluster,half,upload,download
 h2_scenarios=nginx_h2c,proxy_h2c,nginx_h2,proxy_h2,nginx_h2c_h2c,proxy_h2c_h2c
+grpc_scenarios=nginx_grpc,proxy_grpc,grpc_first,grpc_replay
 scenarios=${BENCH_SCENARIOS:-default}
 cluster_masters=${BENCH_CLUSTER_MASTERS:-1,3}
 h2_connections=${BENCH_H2_CONNECTIONS:-2}
 h2_streams=${BENCH_H2_STREAMS:-100}
+grpc_message_bytes=${BENCH_GRPC_MESSAGE_BYTES:-64}
 bulk_bytes=${BENCH_BULK_BYTES:-1073741824}
 build_dir=${BENCH_BUILD_DIR:-$repo_dir/build/rel}
 commandstats=0
@@ -46,7 +52,7 @@ commandstats_requests=1000
 warmup=1
 out_dir=""
 
-usage() { sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
+usage() { sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
 while [ $# -gt 0 ]; do
     case "$1" in
     --duration) duration=$2; shift 2 ;;
@@ -61,6 +67,7 @@ while [ $# -gt 0 ]; do
     --cluster-masters) cluster_masters=$2; shift 2 ;;
     --h2-connections) h2_connections=$2; shift 2 ;;
     --h2-streams) h2_streams=$2; shift 2 ;;
+    --grpc-message-bytes) grpc_message_bytes=$2; shift 2 ;;
     --commandstats) commandstats=1; shift ;;
     --commandstats-requests) commandstats_requests=$2; shift 2 ;;
     --warmup) warmup=$2; shift 2 ;;
@@ -84,6 +91,7 @@ require_int warmup "$warmup" 0
 require_int bulk-bytes "$bulk_bytes" 1
 require_int h2-connections "$h2_connections" 1
 require_int h2-streams "$h2_streams" 1
+require_int grpc-message-bytes "$grpc_message_bytes" 0
 [[ "$workers" == auto || "$workers" =~ ^[1-9][0-9]*$ ]] || die "--workers must be auto or N >= 1"
 case "$store" in memory | redis) ;; *) die "--store must be memory or redis" ;; esac
 [[ "$cluster_masters" =~ ^[1-9][0-9]*(,[1-9][0-9]*)*$ ]] ||
@@ -97,7 +105,8 @@ for tool in wrk nginx curl python3 openssl; do
 done
 find_binaries "$build_dir"
 
-scenarios=$(sed -e "s/\bdefault\b/$default_scenarios/" -e "s/\bh2\b/$h2_scenarios/" <<<"$scenarios")
+scenarios=$(sed -e "s/\bdefault\b/$default_scenarios/" -e "s/\bh2\b/$h2_scenarios/" \
+    -e "s/\bgrpc\b/$grpc_scenarios/" <<<"$scenarios")
 IFS=, read -r -a scenario_list <<<"$scenarios"
 kept=()
 for s in "${scenario_list[@]}"; do
@@ -105,13 +114,20 @@ for s in "${scenario_list[@]}"; do
     direct | nginx | proxy | nginx_tls | proxy_tls | proxy_post | replay | first | observe | half | upload | download) ;;
     nginx_h2c | proxy_h2c | nginx_h2 | proxy_h2 | nginx_h2c_h2c | proxy_h2c_h2c)
         command -v h2load >/dev/null || die "h2load is not installed (nghttp2-client; scripts/install-deps.sh)" ;;
+    nginx_grpc | proxy_grpc | grpc_replay | grpc_first)
+        command -v h2load >/dev/null || die "h2load is not installed (nghttp2-client; scripts/install-deps.sh)"
+        /usr/bin/python3 -c 'import grpc' 2>/dev/null ||
+            die "python3-grpcio is not installed (the gRPC rows' answer check; scripts/install-deps.sh)"
+        if [ "$s" = grpc_first ] && [ ! -x "$grpc_load_bin" ]; then
+            die "no $grpc_load_bin (grpc_first's load generator): build the release preset (bench/README.md)"
+        fi ;;
     first_cluster | replay_cluster)
         # Cluster / single-node ratios: the single node is the run's own Redis store.
         if [ "$store" != redis ]; then
             log "skipping $s: the Cluster scenarios compare against --store redis"
             continue
         fi ;;
-    *) die "unknown scenario '$s' ($default_scenarios,$h2_scenarios; default; h2)" ;;
+    *) die "unknown scenario '$s' ($default_scenarios,$h2_scenarios,$grpc_scenarios; default; h2; grpc)" ;;
     esac
     kept+=("$s")
 done
@@ -119,6 +135,7 @@ scenario_list=("${kept[@]}")
 scenarios=$(IFS=,; echo "${scenario_list[*]}")
 want() { [[ ",$scenarios," == *",$1,"* ]]; }
 want_cluster() { want first_cluster || want replay_cluster; }
+want_grpc() { want nginx_grpc || want proxy_grpc || want grpc_first || want grpc_replay; }
 half_connections=$((connections / 2))
 cpus=$(nproc)
 nginx_workers=$workers
@@ -139,7 +156,8 @@ log "test upstream on 127.0.0.1:$upstream_port ($upstream_threads thread(s))"
 # The h2c upstream of the h2c-in, h2c-out rows: an nginx of its own (its CPU time is the
 # upstream's, never the front nginx's), one worker per test upstream thread.
 h2c_upstream_port=$(free_port)
-if want nginx_h2c_h2c || want proxy_h2c_h2c; then
+if want nginx_h2c_h2c || want proxy_h2c_h2c || want_grpc; then
+    write_grpc_files
     start_h2c_upstream "$h2c_upstream_port" "$upstream_threads"
     log "h2c upstream nginx on 127.0.0.1:$h2c_upstream_port ($upstream_threads worker(s))"
 fi
@@ -213,6 +231,18 @@ for s in nginx_h2c proxy_h2c nginx_h2 proxy_h2 nginx_h2c_h2c proxy_h2c_h2c; do
     url_var="${s}_url"
     h2_urls+=("${!url_var}")
 done
+# The gRPC rows: unary calls of bench.Payments (plain route) and bench.GuardedPayments (guarded
+# route) on the h2c listeners; one call each through grpcio proves a real gRPC OK answer (h2load
+# counts HTTP statuses only).
+grpc_method=/bench.Payments/Charge
+grpc_guarded_method=/bench.GuardedPayments/Charge
+grpc_targets=()
+want nginx_grpc && grpc_targets+=("127.0.0.1:$nginx_h2c_port")
+want proxy_grpc && grpc_targets+=("127.0.0.1:$proxy_port")
+for target in "${grpc_targets[@]}"; do
+    answer=$(timeout 20 /usr/bin/python3 "$bench_dir/grpc_check.py" "$target" "$grpc_method" \
+        "$grpc_message_bytes" 2>&1) || die "gRPC call $grpc_method on $target failed: $answer"
+done
 for url in "${h2_urls[@]}"; do
     flag=--http2
     [[ "$url" == http:* ]] && flag=--http2-prior-knowledge
@@ -273,6 +303,27 @@ if want_cluster; then
     check_alive "while checking the idempotency engine on the Cluster"
 fi
 printf '%s\n' "$engine" >"$results/engine.txt"
+# The same proof for the guarded gRPC route, with grpcio: a key stored, then replayed. That key
+# is grpc_replay's: every one of its calls replays it.
+grpc_replay_key="grpc-replay-$run_id"
+if want grpc_first || want grpc_replay; then
+    grpc_check() {
+        timeout 20 /usr/bin/python3 "$bench_dir/grpc_check.py" "127.0.0.1:$proxy_port" \
+            "$grpc_guarded_method" "$grpc_message_bytes" "$grpc_replay_key" 2>&1
+    }
+    first_answer=$(grpc_check || true)
+    second_answer=$(grpc_check || true)
+    if [[ "$first_answer" == "OK stored "* && "$second_answer" == "OK replayed "* ]]; then
+        grpc_engine=available
+    else
+        grpc_engine="not available: a repeated gRPC call was not replayed (first answer: '$first_answer'; second: '$second_answer')"
+    fi
+    log "idempotency engine for gRPC: $grpc_engine"
+    printf '%s\n' "$grpc_engine" >"$results/engine-grpc.txt"
+    check_alive "while checking the idempotency engine for gRPC"
+fi
+grpc_engine_ok=0
+[ "${grpc_engine:-}" = available ] && grpc_engine_ok=1
 engine_ok=0
 [ "$engine" = available ] && engine_ok=1
 
@@ -295,7 +346,7 @@ machine_ticks() {
 }
 measured_pids() {
     case "$1" in
-    nginx | nginx_tls | nginx_h2c | nginx_h2 | nginx_h2c_h2c | half_nginx) echo "$nginx_pid" $(pgrep -P "$nginx_pid" || true) ;;
+    nginx | nginx_tls | nginx_h2c | nginx_h2 | nginx_h2c_h2c | nginx_grpc | half_nginx) echo "$nginx_pid" $(pgrep -P "$nginx_pid" || true) ;;
     direct | half_direct) echo "$upstream_pid" ;;
     first_cluster* | replay_cluster*) echo "${cluster_proxy_pid[${1##*_cluster}]}" ;;
     *) echo "$proxy_pid" ;;
@@ -305,7 +356,7 @@ measured_pids() {
 # for the h2c-out rows, else the test upstream.
 upstream_pids_of() {
     case "$1" in
-    *_h2c_h2c) echo "$h2c_upstream_pid" $(pgrep -P "$h2c_upstream_pid" || true) ;;
+    *_h2c_h2c | *_grpc | grpc_*) echo "$h2c_upstream_pid" $(pgrep -P "$h2c_upstream_pid" || true) ;;
     *) echo "$upstream_pid" ;;
     esac
 }
@@ -335,6 +386,18 @@ run_wrk() {
 run_h2load() {
     local round=$1 name=$2 url=$3
     run_load "$round" "$name" h2load -t1 "-c$h2_connections" "-m$h2_streams" "-D$seconds" "$url"
+}
+
+# run_grpc_h2load ROUND NAME PORT METHOD [HEADER...]: unary gRPC calls with h2load (as
+# run_h2load: POST of grpc-request.bin, content-type application/grpc, te: trailers, and any
+# further -H HEADERs).
+run_grpc_h2load() {
+    local round=$1 name=$2 port=$3 method=$4 h
+    shift 4
+    local cmd=(h2load -t1 "-c$h2_connections" "-m$h2_streams" "-D$seconds"
+        -d "$work_dir/grpc-request.bin" -H 'content-type: application/grpc' -H 'te: trailers')
+    for h in "$@"; do cmd+=(-H "$h"); done
+    run_load "$round" "$name" "${cmd[@]}" "http://127.0.0.1:$port$method"
 }
 
 # run_load ROUND NAME COMMAND...: runs the load generator COMMAND, bounded in time, with the
@@ -378,7 +441,7 @@ run_load() {
     fi
     check_alive "during the $name load"
     if [ "$round" != warmup ]; then
-        log "round $round $name: $(grep -E 'Requests/sec|^finished in' "$out" | tr -s ' ' || echo 'no result')"
+        log "round $round $name: $(grep -E 'Requests/sec|^finished in|^\{' "$out" | tr -s ' ' || echo 'no result')"
     fi
 }
 
@@ -421,6 +484,21 @@ run_scenario() {
     proxy_h2) run_h2load "$round" proxy_h2 "$proxy_h2_url" ;;
     nginx_h2c_h2c) run_h2load "$round" nginx_h2c_h2c "$nginx_h2c_h2c_url" ;;
     proxy_h2c_h2c) run_h2load "$round" proxy_h2c_h2c "$proxy_h2c_h2c_url" ;;
+    nginx_grpc) run_grpc_h2load "$round" nginx_grpc "$nginx_h2c_port" "$grpc_method" ;;
+    proxy_grpc) run_grpc_h2load "$round" proxy_grpc "$proxy_port" "$grpc_method" ;;
+    grpc_replay)
+        # Every call with the key the engine check stored: each one is a replay.
+        [ "$grpc_engine_ok" -eq 1 ] || return 0
+        run_grpc_h2load "$round" grpc_replay "$proxy_port" "$grpc_guarded_method" \
+            "idempotency-key: $grpc_replay_key" ;;
+    grpc_first)
+        # Every call with a new key (h2load cannot vary a header): each one is executed and
+        # stored. Same connections, streams and message as the h2load rows.
+        [ "$grpc_engine_ok" -eq 1 ] || return 0
+        run_load "$round" grpc_first "$grpc_load_bin" --port "$proxy_port" \
+            --path "$grpc_guarded_method" --connections "$h2_connections" \
+            --streams "$h2_streams" --duration "$seconds" --message-bytes "$grpc_message_bytes" \
+            --key-prefix "gf-$run_id-$round-" ;;
     proxy_post)
         run_wrk "$round" proxy_post "$connections" "http://127.0.0.1:$proxy_port/plain" \
             fresh.lua "pp-$run_id-$round" ;;
@@ -494,6 +572,8 @@ if [ "$warmup" -gt 0 ]; then
     for url in "$direct_url" "$nginx_url" "$proxy_url" "$nginx_tls_url" "$proxy_tls_url"; do
         run_wrk warmup "w$((++n_warm))" "$connections" "$url"
     done
+    want nginx_grpc && run_grpc_h2load warmup "w$((++n_warm))" "$nginx_h2c_port" "$grpc_method"
+    want proxy_grpc && run_grpc_h2load warmup "w$((++n_warm))" "$proxy_port" "$grpc_method"
     for url in "${h2_urls[@]}"; do
         run_load warmup "w$((++n_warm))" h2load -t1 "-c$h2_connections" "-m$h2_streams" \
             "-D$seconds" "$url"
@@ -562,6 +642,7 @@ cat >"$results/meta.json" <<JSON
  "scenarios": "$scenarios", "commandstats_requests": $commandstats_requests,
  "bulk_bytes": $bulk_bytes, "cluster_masters": [$cluster_masters],
  "h2_connections": $h2_connections, "h2_streams": $h2_streams,
+ "grpc_message_bytes": $grpc_message_bytes,
  "load_start": "$load_start", "load_end": "$load_end"}
 JSON
 status=0
