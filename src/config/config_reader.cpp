@@ -1167,12 +1167,51 @@ private:
         return set;
     }
 
+    /// A list of gRPC status codes: names (any case) or numbers 0..16.
+    std::optional<grpc_status_set> read_grpc_statuses(const yaml_field& f) {
+        if (!f.present() || !w_.sequence(f)) {
+            return std::nullopt;
+        }
+        grpc_status_set set;
+        for (std::size_t i = 0; i < f.node.size(); ++i) {
+            const yaml_field item = w_.item(f, i);
+            const auto text = w_.scalar(item, "a gRPC status name like UNAVAILABLE or a number");
+            if (!text) {
+                continue;
+            }
+            std::string upper = *text;
+            std::transform(upper.begin(), upper.end(), upper.begin(), [](char c) {
+                return static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+            });
+            std::optional<std::size_t> code;
+            for (std::size_t c = 0; c < grpc_status_names.size(); ++c) {
+                if (upper == grpc_status_names[c]) {
+                    code = c;
+                }
+            }
+            std::size_t n = 0;
+            const auto [ptr, ec] = std::from_chars(text->data(), text->data() + text->size(), n);
+            if (!code && ec == std::errc{} && ptr == text->data() + text->size() &&
+                n < grpc_status_names.size()) {
+                code = n;
+            }
+            if (!code) {
+                w_.error(item, "invalid gRPC status '" + *text +
+                                   "'; expected a name like OK, UNAVAILABLE or "
+                                   "DEADLINE_EXCEEDED, or a number from 0 to 16");
+                continue;
+            }
+            set.set(*code);
+        }
+        return set;
+    }
+
     idempotency_block read_idempotency(const yaml_field& f, block_marks& marks) {
         idempotency_block b;
         if (!w_.mapping(f, {"mode", "methods", "key", "scope", "fingerprint", "ttl", "lease",
                             "concurrent", "wait_timeout", "mismatch_status", "record", "release",
                             "on_upstream_uncertain", "on_store_error", "max_record_bytes",
-                            "stripe_compat", "exclude_headers", "record_set_cookie"})) {
+                            "stripe_compat", "exclude_headers", "record_set_cookie", "grpc"})) {
             return b;
         }
         b.mode = w_.enumeration<idempotency_mode>(w_.get(f, "mode"),
@@ -1213,6 +1252,11 @@ private:
         }
         b.record = read_statuses(w_.get(f, "record"));
         b.release = read_statuses(w_.get(f, "release"));
+        const yaml_field grpc = w_.get(f, "grpc");
+        if (grpc.present() && w_.mapping(grpc, {"record", "release"})) {
+            b.grpc_record = read_grpc_statuses(w_.get(grpc, "record"));
+            b.grpc_release = read_grpc_statuses(w_.get(grpc, "release"));
+        }
         b.on_upstream_uncertain = w_.enumeration<uncertain_policy>(
             w_.get(f, "on_upstream_uncertain"), {{"hold", uncertain_policy::hold},
                                                  {"release", uncertain_policy::release},
@@ -1332,6 +1376,7 @@ private:
                 check_lease(route, *up, marks, defaults_marks, upstream);
             }
             check_principal(route, cfg, marks, defaults_marks);
+            check_grpc_route(route, up, upstream);
             cfg.routes.push_back(std::move(route));
         }
     }
@@ -1428,8 +1473,15 @@ private:
 
     void read_match(const yaml_field& f, route_match& match) {
         if (!f.present() || !w_.mapping(f, {"methods", "path", "prefix", "template", "path_params",
-                                            "trailing_slash", "case"})) {
+                                            "trailing_slash", "case", "grpc", "streaming"})) {
             return;
+        }
+        if (const yaml_field grpc = w_.get(f, "grpc"); grpc.present()) {
+            read_grpc_match(f, grpc, match);
+            return;
+        }
+        if (const yaml_field streaming = w_.get(f, "streaming"); streaming.present()) {
+            w_.error(streaming, "streaming names gRPC methods: it needs a grpc match");
         }
         set(match.methods, read_methods(w_.get(f, "methods"), false));
         set(match.path_params,
@@ -1474,6 +1526,89 @@ private:
         }
     }
 
+    /// `grpc: "pkg.Service/Method"` or `"pkg.Service/*"`, read as the path it stands for:
+    /// POST only, compared byte for byte (gRPC paths are case-sensitive), no path parameters.
+    void read_grpc_match(const yaml_field& f, const yaml_field& grpc, route_match& match) {
+        for (const char* other :
+             {"methods", "path", "prefix", "template", "path_params", "trailing_slash", "case"}) {
+            if (const yaml_field o = w_.get(f, other); o.present()) {
+                w_.error(o, std::string("a grpc match takes no '") + other +
+                                "': a gRPC call is POST /package.Service/Method");
+            }
+        }
+        const auto text = w_.string(grpc);
+        if (!text) {
+            return;
+        }
+        const auto slash = text->find('/');
+        const auto service = std::string_view(*text).substr(0, slash);
+        const auto method = slash == std::string::npos ? std::string_view()
+                                                       : std::string_view(*text).substr(slash + 1);
+        const auto valid_name = [](std::string_view n, bool dots) {
+            return !n.empty() && std::all_of(n.begin(), n.end(), [&](char c) {
+                return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '_' ||
+                       (dots && c == '.');
+            });
+        };
+        if (!valid_name(service, true) || (method != "*" && !valid_name(method, false))) {
+            w_.error(grpc, "invalid grpc match '" + *text +
+                               "'; expected \"package.Service/Method\" or \"package.Service/*\"");
+            return;
+        }
+        match.grpc = *text;
+        match.methods = {"POST"};
+        match.path_params = path_params_match::literal;
+        match.trailing_slash = trailing_slash_match::exact;
+        match.letter_case = case_match::exact;
+        if (method == "*") {
+            match.kind = path_match_kind::prefix;
+            match.path = "/" + std::string(service) + "/";
+        } else {
+            match.kind = path_match_kind::exact;
+            match.path = "/" + *text;
+        }
+        const yaml_field streaming = w_.get(f, "streaming");
+        if (streaming.present() && w_.sequence(streaming)) {
+            for (std::size_t i = 0; i < streaming.node.size(); ++i) {
+                const yaml_field item = w_.item(streaming, i);
+                if (auto m = w_.string(item)) {
+                    if (!valid_name(*m, false)) {
+                        w_.error(item, "invalid gRPC method name '" + *m +
+                                           "'; expected the method alone, like Watch");
+                        continue;
+                    }
+                    match.streaming.push_back(*m);
+                }
+            }
+        }
+        streaming_mark_ = streaming;
+    }
+
+    /// A gRPC route needs an HTTP/2 upstream, and a method it names explicitly cannot be one it
+    /// also declares streaming while it guards: the route would guard nothing.
+    void check_grpc_route(const route_config& route, const upstream_config* up,
+                          const yaml_field& upstream_field) {
+        if (route.match.grpc.empty()) {
+            return;
+        }
+        if (up != nullptr && up->protocol == upstream_protocol::http1) {
+            w_.error(upstream_field, "route '" + route.name +
+                                         "' matches gRPC calls, which need "
+                                         "HTTP/2: upstream '" +
+                                         up->name +
+                                         "' needs protocol h2c (http://) or h2 (https://)");
+        }
+        const auto slash = route.match.grpc.find('/');
+        const auto method = std::string_view(route.match.grpc).substr(slash + 1);
+        if (route.idempotency.mode != idempotency_mode::off && method != "*" &&
+            std::find(route.match.streaming.begin(), route.match.streaming.end(), method) !=
+                route.match.streaming.end()) {
+            w_.error(streaming_mark_, "route '" + route.name + "' guards " + route.match.grpc +
+                                          " and declares it streaming: a streaming call is "
+                                          "never guarded; use a route without idempotency");
+        }
+    }
+
     void check_template(const yaml_field& f, const std::string& text) {
         std::set<std::string_view> params;
         for (const auto segment : split_segments(text)) {
@@ -1512,6 +1647,7 @@ private:
     bool drain_timeout_given_ = false;               ///< limits.drain_timeout is written
     std::vector<yaml_field> upstream_timeout_marks_; ///< one per upstream, in order
     yaml_field upstream_check_name_;
+    yaml_field streaming_mark_; ///< the last route's match.streaming (check_grpc_route)
 };
 
 } // namespace

@@ -42,6 +42,8 @@ idempotency_block merge(const idempotency_block& parent, const idempotency_block
     inherit(out.mismatch_status, parent.mismatch_status, child.mismatch_status);
     inherit(out.record, parent.record, child.record);
     inherit(out.release, parent.release, child.release);
+    inherit(out.grpc_record, parent.grpc_record, child.grpc_record);
+    inherit(out.grpc_release, parent.grpc_release, child.grpc_release);
     inherit(out.on_upstream_uncertain, parent.on_upstream_uncertain, child.on_upstream_uncertain);
     inherit(out.on_store_error, parent.on_store_error, child.on_store_error);
     inherit(out.max_record_bytes, parent.max_record_bytes, child.max_record_bytes);
@@ -71,6 +73,8 @@ idempotency_config resolve(const idempotency_block& block) {
     apply(out.mismatch_status, block.mismatch_status);
     apply(out.record, block.record);
     apply(out.release, block.release);
+    apply(out.grpc_record, block.grpc_record);
+    apply(out.grpc_release, block.grpc_release);
     apply(out.on_upstream_uncertain, block.on_upstream_uncertain);
     apply(out.on_store_error, block.on_store_error);
     apply(out.max_record_bytes, block.max_record_bytes);

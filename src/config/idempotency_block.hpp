@@ -34,6 +34,8 @@ struct idempotency_block {
     std::optional<unsigned> mismatch_status;
     std::optional<status_set> record;
     std::optional<status_set> release;
+    std::optional<grpc_status_set> grpc_record;
+    std::optional<grpc_status_set> grpc_release;
     std::optional<uncertain_policy> on_upstream_uncertain;
     std::optional<store_error_policy> on_store_error;
     std::optional<std::size_t> max_record_bytes;

@@ -119,9 +119,10 @@ bool refuses_path(const route_config& route, std::string_view path) noexcept {
            find_param(path) != std::string_view::npos;
 }
 
-const route_config* find_route(const config& cfg, std::string_view method, std::string_view path) {
+const route_config* find_route(const config& cfg, std::string_view method, std::string_view path,
+                               bool grpc_call) {
     for (const auto& route : cfg.routes) {
-        if (matches(route.match, method, path)) {
+        if ((grpc_call || route.match.grpc.empty()) && matches(route.match, method, path)) {
             return &route;
         }
     }

@@ -46,6 +46,8 @@ exchange_fsm::exchange_fsm(const config::idempotency_config& policy, exchange_ti
               policy.mismatch_status,
               policy.record,
               policy.release,
+              policy.grpc_record,
+              policy.grpc_release,
               policy.on_upstream_uncertain,
               policy.on_store_error,
               policy.max_record_bytes},
@@ -59,6 +61,9 @@ exchange_fsm::exchange_fsm(const config::idempotency_config& policy, exchange_ti
                              deadlines.late_answer_timeout > deadlines.timeout
                          ? deadlines.timeout
                          : duration{0}) {
+    if (deadlines.client_deadline > duration{0}) {
+        policy_.wait_timeout = std::min(policy_.wait_timeout, deadlines.client_deadline);
+    }
     if (deadlines.timeout > duration{0}) {
         give_up_after_ =
             deadlines.connect_timeout +
@@ -303,6 +308,46 @@ action exchange_fsm::on_claim(const claim_event& ev, time_point now) {
     return unexpected("on_claim");
 }
 
+exchange_fsm::answer_verdict exchange_fsm::verdict_of(const upstream_event& ev) const noexcept {
+    if (ev.grpc_status) {
+        const auto code = *ev.grpc_status;
+        const bool known = code < policy_.grpc_record.size();
+        if (known && policy_.grpc_release.test(code)) {
+            return answer_verdict::release;
+        }
+        return known && policy_.grpc_record.test(code) ? answer_verdict::record
+                                                       : answer_verdict::uncertain;
+    }
+    return in_set(policy_.record, ev.status) && !in_set(policy_.release, ev.status)
+               ? answer_verdict::record
+               : answer_verdict::release;
+}
+
+exchange_fsm::step exchange_fsm::on_uncertain(time_point now, bool answered) {
+    switch (policy_.on_upstream_uncertain) {
+    case config::uncertain_policy::hold:
+        // Keep the lease: retries see 409 until it lapses; tell this client when (a problem
+        // answer; an answer of the upstream's own is passed on as it is).
+        if (!lease_lost_ && !answered) {
+            pending_answer_.retry_after =
+                retry_after_from(std::chrono::ceil<duration>(lease_deadline_ - now));
+        }
+        pending_outcome_ = exchange_outcome::held;
+        return step::none;
+    case config::uncertain_policy::release:
+        pending_outcome_ = exchange_outcome::released;
+        return step::release;
+    case config::uncertain_policy::fail:
+        // Consume the key with the problem; this client gets what retries will replay.
+        pending_answer_ = reject(problem_code::upstream_outcome_unknown, idempotency_status::none);
+        pending_record_ = record_kind::outcome_unknown_problem;
+        pending_replayable_ = true;
+        pending_outcome_ = exchange_outcome::outcome_unknown;
+        return step::complete;
+    }
+    return step::none;
+}
+
 action exchange_fsm::on_upstream(const upstream_event& ev, time_point now) {
     if (state_ != state::forwarding) {
         return unexpected("on_upstream");
@@ -310,7 +355,6 @@ action exchange_fsm::on_upstream(const upstream_event& ev, time_point now) {
     wake_at_ = time_point::max();
 
     // The answer for the client and the store step that must happen first.
-    enum class step { none, complete, release };
     step next = step::none;
 
     if (ev.kind == upstream_result::streaming && streaming_) {
@@ -328,8 +372,14 @@ action exchange_fsm::on_upstream(const upstream_event& ev, time_point now) {
         action respond;
         respond.kind = action_kind::respond;
         pending_answer_ = respond;
-        const bool recordable =
-            in_set(policy_.record, ev.status) && !in_set(policy_.release, ev.status);
+        const auto verdict = verdict_of(ev);
+        const bool recordable = verdict == answer_verdict::record;
+        if (verdict == answer_verdict::uncertain) {
+            // A complete answer that says the outcome is unknown (a gRPC DEADLINE_EXCEEDED,
+            // INTERNAL, ...): passed on as it is, the key handled as for a reset.
+            next = on_uncertain(now, true);
+            break;
+        }
         // Nobody to stream to once the client is gone (or has its 504): kept head-only below.
         if (ev.kind == upstream_result::streaming && recordable && !lease_lost_ && !client_gone_) {
             // Too large to hold: the client gets it as it comes, while the lease is kept (and
@@ -379,30 +429,7 @@ action exchange_fsm::on_upstream(const upstream_event& ev, time_point now) {
             pending_answer_ = reject(problem_code::upstream_unavailable, idempotency_status::none);
             break;
         }
-        switch (policy_.on_upstream_uncertain) {
-        case config::uncertain_policy::hold:
-            // Keep the lease: retries see 409 until it lapses; tell this client when.
-            if (!lease_lost_) {
-                pending_answer_.retry_after =
-                    retry_after_from(std::chrono::ceil<duration>(lease_deadline_ - now));
-            }
-            pending_outcome_ = exchange_outcome::held;
-            next = step::none;
-            break;
-        case config::uncertain_policy::release:
-            pending_outcome_ = exchange_outcome::released;
-            next = step::release;
-            break;
-        case config::uncertain_policy::fail:
-            // Consume the key with the problem; this client gets what retries will replay.
-            pending_answer_ =
-                reject(problem_code::upstream_outcome_unknown, idempotency_status::none);
-            pending_record_ = record_kind::outcome_unknown_problem;
-            pending_replayable_ = true;
-            pending_outcome_ = exchange_outcome::outcome_unknown;
-            next = step::complete;
-            break;
-        }
+        next = on_uncertain(now, false);
         break;
     }
     }
@@ -554,7 +581,7 @@ action exchange_fsm::on_tick(time_point now) {
         if (!streaming_ && now >= give_up_at_) {
             // The call outlived every deadline it had: an unknown outcome (see
             // upstream_deadlines); a late answer is no longer awaited.
-            return on_upstream({upstream_result::timed_out, 0, 0}, now);
+            return on_upstream({upstream_result::timed_out, 0, 0, std::nullopt}, now);
         }
         if (!overdue_ && !streaming_ && now >= answer_due_) {
             return answer_overdue(now);

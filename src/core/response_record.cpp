@@ -9,6 +9,9 @@ namespace onceproxy::core {
 namespace {
 
 constexpr unsigned char flag_replayable = 0x01;
+/// A trailer section follows the headers (set only when there are trailers, so a record
+/// without them is encoded as before and older versions read it).
+constexpr unsigned char flag_trailers = 0x02;
 constexpr unsigned min_status = 100;
 constexpr unsigned max_status = 999;
 
@@ -80,15 +83,26 @@ std::string encode_any(const Record& record) {
     for (const auto& [name, value] : record.headers) {
         size += 8 + name.size() + value.size();
     }
-    out.reserve(size);
+    for (const auto& [name, value] : record.trailers) {
+        size += 8 + name.size() + value.size();
+    }
+    out.reserve(size + 4);
     out.push_back(static_cast<char>(record_format_version));
-    out.push_back(static_cast<char>(record.replayable ? flag_replayable : 0));
+    const bool trailers = !record.trailers.empty();
+    out.push_back(static_cast<char>((record.replayable ? flag_replayable : 0) |
+                                    (trailers ? flag_trailers : 0)));
     put_uint(out, record.status, 2);
-    assert(record.headers.size() <= std::numeric_limits<std::uint32_t>::max());
-    put_uint(out, record.headers.size(), 4);
-    for (const auto& [name, value] : record.headers) {
-        put_bytes32(out, name);
-        put_bytes32(out, value);
+    const auto put_fields = [&](const auto& fields) {
+        assert(fields.size() <= std::numeric_limits<std::uint32_t>::max());
+        put_uint(out, fields.size(), 4);
+        for (const auto& [name, value] : fields) {
+            put_bytes32(out, name);
+            put_bytes32(out, value);
+        }
+    };
+    put_fields(record.headers);
+    if (trailers) {
+        put_fields(record.trailers);
     }
     put_uint(out, body.size(), 8);
     out.append(body);
@@ -134,31 +148,39 @@ std::optional<response_record_view> decode_record_view(std::string_view data) {
     const auto version = in.uint(1);
     const auto flags = in.uint(1);
     const auto status = in.uint(2);
-    const auto header_count = in.uint(4);
-    if (!version || !flags || !status || !header_count || *version != record_format_version ||
-        (*flags & ~std::uint64_t{flag_replayable}) != 0 || *status < min_status ||
+    if (!version || !flags || !status || *version != record_format_version ||
+        (*flags & ~std::uint64_t{flag_replayable | flag_trailers}) != 0 || *status < min_status ||
         *status > max_status) {
         return std::nullopt;
     }
-    // Each header takes at least 8 bytes: refuse a count the input cannot hold before
-    // reserving anything for it.
-    if (*header_count > in.remaining() / 8) {
-        return std::nullopt;
-    }
+    const auto read_fields = [&](auto& fields) {
+        const auto count = in.uint(4);
+        // Each field takes at least 8 bytes: refuse a count the input cannot hold before
+        // reserving anything for it.
+        if (!count || *count > in.remaining() / 8) {
+            return false;
+        }
+        fields.reserve(static_cast<std::size_t>(*count));
+        for (std::uint64_t i = 0; i < *count; ++i) {
+            const auto name = in.bytes32();
+            if (!name) {
+                return false;
+            }
+            const auto value = in.bytes32();
+            if (!value) {
+                return false;
+            }
+            fields.emplace_back(*name, *value);
+        }
+        return true;
+    };
     response_record_view record;
     record.status = static_cast<unsigned>(*status);
     record.replayable = (*flags & flag_replayable) != 0;
-    record.headers.reserve(static_cast<std::size_t>(*header_count));
-    for (std::uint64_t i = 0; i < *header_count; ++i) {
-        const auto name = in.bytes32();
-        if (!name) {
-            return std::nullopt;
-        }
-        const auto value = in.bytes32();
-        if (!value) {
-            return std::nullopt;
-        }
-        record.headers.emplace_back(*name, *value);
+    if (!read_fields(record.headers) ||
+        ((*flags & flag_trailers) != 0 &&
+         (!read_fields(record.trailers) || record.trailers.empty()))) {
+        return std::nullopt;
     }
     const auto body_size = in.uint(8);
     if (!body_size) {
@@ -183,6 +205,10 @@ std::optional<response_record> decode_record(std::string_view data) {
     record.headers.reserve(view->headers.size());
     for (const auto& [name, value] : view->headers) {
         record.headers.emplace_back(std::string(name), std::string(value));
+    }
+    record.trailers.reserve(view->trailers.size());
+    for (const auto& [name, value] : view->trailers) {
+        record.trailers.emplace_back(std::string(name), std::string(value));
     }
     record.body.assign(view->body);
     return record;

@@ -2,11 +2,13 @@
 
 #include "http/body_relay.hpp"
 #include "http/exchange_translation.hpp"
+#include "http/grpc_answer.hpp"
 #include "http/http_date.hpp"
 #include "http/random_id.hpp"
 
 #include "onceproxy/asio/use_tuple.hpp"
 #include "onceproxy/core/exchange_fsm.hpp"
+#include "onceproxy/core/grpc.hpp"
 #include "onceproxy/core/request_facts.hpp"
 #include "onceproxy/http/headers.hpp"
 #include "onceproxy/http/loop_guard.hpp"
@@ -21,6 +23,7 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -36,9 +39,23 @@ using clock = std::chrono::steady_clock;
 
 namespace {
 
-/// The upstream's timeout and late_answer_timeout, as the engine sees them (issue 26).
-core::upstream_deadlines deadlines_of(const config::upstream_config& up) {
-    return {up.timeout, up.late_answer_timeout, up.connect_timeout};
+/// The upstream's timeout and late_answer_timeout, as the engine sees them (issue 26), the
+/// timeout capped by the client's own deadline (gRPC's grpc-timeout; 0: none).
+core::upstream_deadlines deadlines_of(const config::upstream_config& up,
+                                      std::chrono::milliseconds client_deadline) {
+    const auto timeout =
+        client_deadline.count() > 0 ? std::min(up.timeout, client_deadline) : up.timeout;
+    return {timeout, up.late_answer_timeout, up.connect_timeout, client_deadline};
+}
+
+/// A gRPC call's grpc-timeout, 0 when it has none (or a malformed one).
+std::chrono::milliseconds client_deadline_of(const request& req, bool grpc_call) {
+    if (!grpc_call) {
+        return std::chrono::milliseconds{0};
+    }
+    const auto v = req["grpc-timeout"];
+    return v.empty() ? std::chrono::milliseconds{0}
+                     : core::parse_grpc_timeout(v).value_or(std::chrono::milliseconds{0});
 }
 
 /// Now, in milliseconds since the Unix epoch (a claim's created_ms).
@@ -54,14 +71,19 @@ struct exchange_state {
                    request&& q, net::any_io_executor ex, stream_target t,
                    std::shared_ptr<buffer_reservation> h)
         : env_hold(std::move(e)), route(r), route_index(ri), req(std::move(q)),
-          fsm(r.idempotency, {}, deadlines_of(env.fwd->upstream(r.upstream_index))), timer(ex),
-          target(t), held(std::move(h)) {}
+          grpc_call(is_grpc_call(req)), client_deadline(client_deadline_of(req, grpc_call)),
+          fsm(r.idempotency, {},
+              deadlines_of(env.fwd->upstream(r.upstream_index), client_deadline)),
+          timer(ex), target(t), held(std::move(h)) {}
 
     std::shared_ptr<exchange_env> env_hold; ///< keeps the config (and `route`) alive
     exchange_env& env = *env_hold;
     const config::route_config& route;
     std::size_t route_index;
     request req;
+    bool grpc_call; ///< a gRPC call: its grpc-status decides, its answers are gRPC answers
+    /// The client's own deadline (grpc-timeout), 0 when it sent none: caps the upstream wait.
+    std::chrono::milliseconds client_deadline;
     core::exchange_fsm fsm;
     net::steady_timer timer; ///< the driver's wake-up; cancelled when the upstream answers
     std::string store_key;
@@ -175,7 +197,7 @@ net::awaitable<void> call_upstream(std::shared_ptr<exchange_state> s,
             s->held->force_grow_to(s->held->bytes() + r.res.body().size());
         }
     }
-    s->upstream_due = to_upstream_event(r);
+    s->upstream_due = to_upstream_event(r, s->grpc_call);
     s->upstream_result = std::move(r);
     s->timer.cancel();
 }
@@ -291,7 +313,7 @@ net::awaitable<core::upstream_event> relay_answer(exchange_state& s, core::idemp
         co_return to_upstream_event(failure, 0, 0);
     }
     co_return core::upstream_event{core::upstream_result::response, status,
-                                   static_cast<std::size_t>(bytes)};
+                                   static_cast<std::size_t>(bytes), std::nullopt};
 }
 
 /// Completion of a task run beside the driver (the upstream call, the stream relay). An
@@ -331,8 +353,11 @@ void start_stream(const std::shared_ptr<exchange_state>& s, core::idempotency_st
 void start_forward(const std::shared_ptr<exchange_state>& s) {
     s->upstream_started = clock::now();
     std::optional<std::chrono::milliseconds> deadline;
+    const auto& up = s->env.fwd->upstream(s->route.upstream_index);
     if (s->fsm.awaits_late_answers()) {
-        deadline = s->env.fwd->upstream(s->route.upstream_index).late_answer_timeout;
+        deadline = up.late_answer_timeout;
+    } else if (s->client_deadline.count() > 0 && s->client_deadline < up.timeout) {
+        deadline = s->client_deadline; // the client waits no longer (grpc-timeout)
     }
     net::co_spawn(s->timer.get_executor(), call_upstream(s, deadline),
                   side_task_end(s, "upstream call"));
@@ -372,7 +397,8 @@ net::awaitable<core::action> do_complete(exchange_state& s, core::action a) {
     if (!s.payload) {
         const response* res = s.upstream_result ? &s.upstream_result->res : nullptr;
         s.payload = record_payload(a, res, s.route.idempotency, record_expiry(s),
-                                   s.env.cipher.get(), {s.store_key, s.fingerprint, s.created_ms});
+                                   s.env.cipher.get(), {s.store_key, s.fingerprint, s.created_ms},
+                                   res != nullptr ? &s.upstream_result->trailers : nullptr);
         s.payload_kind = record_kind_of(a, res);
     }
     store_op op(s);
@@ -401,6 +427,7 @@ response answer_whole(exchange_state& s, core::idempotency_status st) {
     // Moved out unless a later completion retry would still need its bytes for the record.
     const bool keep = st == core::idempotency_status::unrecorded && !s.payload;
     response res = keep ? s.upstream_result->res : std::move(s.upstream_result->res);
+    s.report.trailers = keep ? s.upstream_result->trailers : std::move(s.upstream_result->trailers);
     set_idempotency_status(res, st);
     set_idempotency_expires(res, st == core::idempotency_status::stored ? s.expires : "");
     return res;
@@ -445,7 +472,7 @@ std::string_view replay_date() {
 
 response do_replay(exchange_state& s) {
     return replay_response(std::move(s.claimed_record), s.route.idempotency.stripe_compat,
-                           replay_date());
+                           replay_date(), &s.report.trailers);
 }
 
 /// passthrough (fail-open, or an optional route without a key): forward unprotected.
@@ -572,8 +599,18 @@ response upstream_failure(upstream::forward_status s, metrics::registry& reg,
     return upstream_failure_problem(s, upstream_name);
 }
 
-bool is_guarded(const config::route_config& route, std::string_view method) noexcept {
-    return core::guards_method(route.idempotency, method);
+bool is_guarded(const config::route_config& route, std::string_view method,
+                std::string_view path) noexcept {
+    if (!core::guards_method(route.idempotency, method)) {
+        return false;
+    }
+    const auto& streaming = route.match.streaming;
+    if (streaming.empty()) {
+        return true;
+    }
+    const auto slash = path.rfind('/');
+    const auto name = slash == std::string_view::npos ? path : path.substr(slash + 1);
+    return std::find(streaming.begin(), streaming.end(), name) == streaming.end();
 }
 
 net::awaitable<response> async_run_exchange(std::shared_ptr<exchange_env> env,

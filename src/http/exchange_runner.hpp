@@ -42,6 +42,8 @@ struct exchange_report {
     bool streamed = false;
     unsigned streamed_status = 0;
     bool keep = false;
+    /// The answer's trailer fields (recorded or replayed with it), for an HTTP/2 client.
+    boost::beast::http::fields trailers;
 };
 
 /// Runs the exchange for `req` on `route` and returns the response for the client. Background
@@ -57,8 +59,10 @@ boost::asio::awaitable<response> async_run_exchange(std::shared_ptr<exchange_env
                                                     exchange_report& report, stream_target target,
                                                     std::shared_ptr<buffer_reservation> held);
 
-/// True when requests with this method on this route go through the exchange.
-bool is_guarded(const config::route_config& route, std::string_view method) noexcept;
+/// True when requests with this method (and path: a gRPC method declared streaming is not
+/// guarded) on this route go through the exchange.
+bool is_guarded(const config::route_config& route, std::string_view method,
+                std::string_view path) noexcept;
 
 /// Maps a failed forward to the problem the client sees (SPEC §3.2), counting the error.
 /// `upstream_name` is named when one of its limits was the cause.

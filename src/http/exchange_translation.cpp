@@ -1,6 +1,7 @@
 #include "http/exchange_translation.hpp"
 
 #include "http/http_date.hpp"
+#include "onceproxy/core/grpc.hpp"
 #include "onceproxy/store/error.hpp"
 
 #include <boost/beast/core/string.hpp>
@@ -18,29 +19,44 @@ core::upstream_event to_upstream_event(upstream::forward_status status, unsigned
     using upstream::forward_status;
     switch (status) {
     case forward_status::ok:
-        return {core::upstream_result::response, http_status, body_bytes};
+        return {core::upstream_result::response, http_status, body_bytes, std::nullopt};
     case forward_status::connect_failed:
     case forward_status::pool_exhausted:
     case forward_status::tls_failed:
     case forward_status::tunnel_limit:
-        return {core::upstream_result::not_sent, 0, 0};
+        return {core::upstream_result::not_sent, 0, 0, std::nullopt};
     case forward_status::timeout_after_send:
-        return {core::upstream_result::timed_out, 0, 0};
+        return {core::upstream_result::timed_out, 0, 0, std::nullopt};
     case forward_status::reset_after_send:
-        return {core::upstream_result::reset, 0, 0};
+        return {core::upstream_result::reset, 0, 0, std::nullopt};
     case forward_status::response_too_large:
     case forward_status::bad_response:
-        return {core::upstream_result::bad_response, 0, 0};
+        return {core::upstream_result::bad_response, 0, 0, std::nullopt};
     }
-    return {core::upstream_result::reset, 0, 0};
+    return {core::upstream_result::reset, 0, 0, std::nullopt};
 }
 
-core::upstream_event to_upstream_event(const upstream::forward_result& r) noexcept {
+core::upstream_event to_upstream_event(const upstream::forward_result& r, bool grpc_call) noexcept {
     auto ev = to_upstream_event(r.status, r.res.result_int(), r.res.body().size());
     if (r.status == upstream::forward_status::ok && r.rest) {
         ev.kind = core::upstream_result::streaming; // the rest of the body is still coming
     }
+    if (grpc_call && ev.kind == core::upstream_result::response) {
+        ev.grpc_status = grpc_status_of(r.res, r.trailers);
+    }
     return ev;
+}
+
+unsigned grpc_status_of(const response& res, const bhttp::fields& trailers) noexcept {
+    // In the trailers; in the head of a trailers-only answer.
+    for (const auto* fields : {&trailers, static_cast<const bhttp::fields*>(&res.base())}) {
+        if (const auto it = fields->find("grpc-status"); it != fields->end()) {
+            return core::parse_grpc_status(it->value())
+                .value_or(static_cast<unsigned>(core::grpc_status::unknown));
+        }
+    }
+    // None at all: what a gRPC client makes of the HTTP status (200 without one: UNKNOWN).
+    return static_cast<unsigned>(core::grpc_status_of_http(res.result_int()));
 }
 
 metrics::store_error_cause store_error_cause_of(const boost::system::error_code& ec) noexcept {
@@ -190,7 +206,8 @@ core::response_record record_of(const response& res, const config::idempotency_c
 
 std::string record_payload(const core::action& a, const response* upstream,
                            const config::idempotency_config& policy, std::string_view expires,
-                           const core::record_cipher* cipher, const core::record_binding& bound) {
+                           const core::record_cipher* cipher, const core::record_binding& bound,
+                           const bhttp::fields* trailers) {
     // The record's parts are views into the response they come from (a problem is made here
     // and kept until encoded).
     std::optional<response> made;
@@ -214,6 +231,11 @@ std::string record_payload(const core::action& a, const response* upstream,
         // refuses unknown flags or versions, so would read the record as unreadable and answer
         // 409) replays it too, so a rolling upgrade changes no answer.
         rec.headers.emplace_back(idempotency_expires, expires);
+    }
+    if (trailers != nullptr && from == upstream) {
+        for (const auto& f : *trailers) {
+            rec.trailers.emplace_back(f.name_string(), f.value());
+        }
     }
     return core::encode_stored_record(rec, cipher, bound);
 }
@@ -262,7 +284,8 @@ void set_idempotency_status(response& res, core::idempotency_status st) {
     }
 }
 
-response replay_response(std::string encoded, bool stripe_compat, std::string_view date) {
+response replay_response(std::string encoded, bool stripe_compat, std::string_view date,
+                         bhttp::fields* trailers) {
     const auto rec = core::decode_record_view(encoded);
     if (!rec) {
         return make_problem(problem_code::store_unavailable, "stored record is unreadable",
@@ -276,6 +299,11 @@ response replay_response(std::string encoded, bool stripe_compat, std::string_vi
     res.set("Idempotency-Status", "replayed");
     if (stripe_compat) {
         res.set("Idempotent-Replayed", "true");
+    }
+    if (trailers != nullptr) {
+        for (const auto& [n, v] : rec->trailers) {
+            trailers->insert(n, v);
+        }
     }
     // The body is the encoding's tail: moved to the front of the same buffer, which becomes the
     // answer's body (no allocation, no second buffer). `rec` points into `encoded`: not used

@@ -30,7 +30,15 @@ inline constexpr std::string_view idempotency_expires = "Idempotency-Expires";
 [[nodiscard]] core::upstream_event to_upstream_event(upstream::forward_status status,
                                                      unsigned http_status,
                                                      std::size_t body_bytes) noexcept;
-[[nodiscard]] core::upstream_event to_upstream_event(const upstream::forward_result& r) noexcept;
+/// `grpc_call`: the request is a gRPC call, whose answer's grpc-status (grpc_status_of)
+/// decides what becomes of the key.
+[[nodiscard]] core::upstream_event to_upstream_event(const upstream::forward_result& r,
+                                                     bool grpc_call = false) noexcept;
+
+/// A gRPC answer's status: grpc-status from the trailers, or from the head of a trailers-only
+/// answer; UNKNOWN when malformed; without one, what gRPC makes of the HTTP status.
+[[nodiscard]] unsigned grpc_status_of(const response& res,
+                                      const boost::beast::http::fields& trailers) noexcept;
 
 /// The `cause` label of metrics::family::store_errors for a failed store operation's error.
 [[nodiscard]] metrics::store_error_cause
@@ -77,13 +85,14 @@ record_of(const response& res, const config::idempotency_config& policy, bool re
 
 /// The encoded payload of a complete action: the upstream response (`upstream`, required for
 /// record_kind::upstream_response) or the upstream.outcome_unknown problem, with `expires` (an
-/// IMF-fixdate; none when empty) recorded as its Idempotency-Expires header; sealed by
-/// `cipher`, bound to `bound`, when encryption at rest is on.
+/// IMF-fixdate; none when empty) recorded as its Idempotency-Expires header, and the upstream
+/// answer's `trailers`; sealed by `cipher`, bound to `bound`, when encryption at rest is on.
 [[nodiscard]] std::string record_payload(const core::action& a, const response* upstream,
                                          const config::idempotency_config& policy,
                                          std::string_view expires,
                                          const core::record_cipher* cipher = nullptr,
-                                         const core::record_binding& bound = {});
+                                         const core::record_binding& bound = {},
+                                         const boost::beast::http::fields* trailers = nullptr);
 
 /// How the store may treat the record of complete action `a`: evictable for an upstream answer
 /// outside 2xx; kept for a 2xx answer and for an uncertain outcome (a retry must not run it).
@@ -105,8 +114,10 @@ void set_idempotency_status(response& res, core::idempotency_status st);
 /// Idempotent-Replayed: true with `stripe_compat`). A record that cannot be decoded gives a 503
 /// store_unavailable problem (the engine only replays records decoded at claim time). The
 /// answer's body reuses `encoded`'s buffer (the body is the encoding's tail): no copy of it.
+/// The record's trailers are added to `trailers` when given.
 [[nodiscard]] response replay_response(std::string encoded, bool stripe_compat,
-                                       std::string_view date);
+                                       std::string_view date,
+                                       boost::beast::http::fields* trailers = nullptr);
 
 /// The problem answer of a reject action. `upstream`: how the upstream call ended, when there
 /// was one (a reset after sending says so in the detail, a full pool names `upstream_name`).

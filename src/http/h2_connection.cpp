@@ -1,6 +1,7 @@
 #include "http/h2_connection.hpp"
 
 #include "http/buffer_budget.hpp"
+#include "http/grpc_answer.hpp"
 #include "http/h2_stream.hpp"
 #include "onceproxy/asio/use_tuple.hpp"
 #include "onceproxy/h2/server_session.hpp"
@@ -154,7 +155,8 @@ struct h2_connection::impl : h2::events, std::enable_shared_from_this<impl> {
     net::awaitable<void> read_loop(std::shared_ptr<impl> /*self: kept alive*/);
     net::awaitable<void> write_loop();
     net::awaitable<void> serve(std::shared_ptr<impl> self, std::shared_ptr<stream_state> st);
-    net::awaitable<void> answer(stream_state& st, response res, bool head_request);
+    net::awaitable<void> answer(stream_state& st, response res, bool head_request,
+                                const bhttp::fields& trailers = {});
     void end_connection();
 };
 
@@ -174,6 +176,7 @@ struct h2_connection::impl::stream_state final : h2_stream {
     bool closed = false;
     bool failed = false;
     bool timed_out = false;
+    bool grpc = false; ///< a gRPC call: the proxy's own answers are gRPC statuses
     net::steady_timer wake;
 
     void notify() { wake.cancel(); }
@@ -380,22 +383,28 @@ void h2_connection::impl::end_connection() {
     stream.socket().cancel(ignored); // the reader, if it still waits
 }
 
-net::awaitable<void> h2_connection::impl::answer(stream_state& st, response res,
-                                                 bool head_request) {
+net::awaitable<void> h2_connection::impl::answer(stream_state& st, response res, bool head_request,
+                                                 const bhttp::fields& trailers) {
+    if (st.grpc) {
+        to_grpc_answer(res); // the proxy's own problems as gRPC statuses
+    }
     const unsigned status = res.result_int();
     const bool bodiless = status == 204 || status == 304 || status < 200;
-    if (!bodiless && !head_request) {
+    if (!bodiless && !head_request && !(st.grpc && res.body().empty())) {
         res.content_length(res.body().size());
     }
     const bool no_body = head_request || bodiless || res.body().empty();
-    st.write_head(res, no_body);
-    if (no_body) {
+    const bool has_trailers = !head_request && !bodiless && trailers.begin() != trailers.end();
+    st.write_head(res, no_body && !has_trailers);
+    if (!no_body) {
+        const bool sent = co_await st.write_body(res.body());
+        if (!sent) {
+            co_return;
+        }
+    } else if (!has_trailers) {
         co_return;
     }
-    const bool sent = co_await st.write_body(res.body());
-    if (sent) {
-        st.end_body({});
-    }
+    st.end_body(trailers);
 }
 
 net::awaitable<void> h2_connection::impl::serve(std::shared_ptr<impl> /*self: kept alive*/,
@@ -421,13 +430,14 @@ net::awaitable<void> h2_connection::impl::serve(std::shared_ptr<impl> /*self: ke
     }
     auto req = to_request(st->head);
     const bool head_request = req.method() == bhttp::verb::head;
+    st->grpc = is_grpc_call(req);
     auto a = h->admit(req, declared_length(req));
     if (a.refusal) {
         reg.unrouted().counter(metrics::family::requests, metrics::outcome::rejected).inc();
         co_await answer(*st, std::move(*a.refusal), head_request);
         co_return;
     }
-    if (a.route != nullptr && !h->guards(*a.route, req.method_string())) {
+    if (a.route != nullptr && !h->guards(*a.route, req)) {
         co_await h->async_relay_h2(*st, req, !st->end_stream, *a.route, a.route_index, rc);
         co_return;
     }
@@ -466,7 +476,7 @@ net::awaitable<void> h2_connection::impl::serve(std::shared_ptr<impl> /*self: ke
     beast::flat_buffer unused;
     client_side cs{stream, unused, dl, scratch, draining, false, true};
     auto handled = co_await h->async_handle(req, a.route, a.route_index, rc, cs, held);
-    co_await answer(*st, std::move(handled.res), head_request);
+    co_await answer(*st, std::move(handled.res), head_request, handled.trailers);
 }
 
 h2_connection::h2_connection(const std::shared_ptr<handler>& current, metrics::registry& reg,

@@ -7,6 +7,7 @@
 #include "http/access_log.hpp"
 #include "http/body_relay.hpp"
 #include "http/exchange_runner.hpp"
+#include "http/grpc_answer.hpp"
 #include "http/plain_relay.hpp"
 #include "onceproxy/asio/use_tuple.hpp"
 #include "onceproxy/http/headers.hpp"
@@ -205,7 +206,11 @@ struct plain_relay::h2_exchange {
         if (conn) {
             relay.fwd_.release(route.upstream_index, std::move(conn), false);
         }
-        res.prepare_payload();
+        if (is_grpc_call(req)) {
+            to_grpc_answer(res); // a gRPC client reads statuses, not problem+json
+        } else {
+            res.prepare_payload();
+        }
         client.write_head(res, res.body().empty());
         if (!res.body().empty()) {
             const bool sent = co_await client.write_body(res.body());

@@ -2,6 +2,7 @@
 
 #include "http/access_log.hpp"
 #include "http/exchange_runner.hpp"
+#include "http/grpc_answer.hpp"
 #include "http/plain_relay.hpp"
 #include "onceproxy/config/route_table.hpp"
 #include "onceproxy/http/headers.hpp"
@@ -69,8 +70,8 @@ std::string_view path_of(std::string_view target) {
 } // namespace
 
 const config::route_config* handler::route_for(const request& head, std::size_t& index) const {
-    const auto* route =
-        config::find_route(*impl_->cfg, head.method_string(), path_of(head.target()));
+    const auto* route = config::find_route(*impl_->cfg, head.method_string(),
+                                           path_of(head.target()), is_grpc_call(head));
     if (route != nullptr) {
         index = static_cast<std::size_t>(route - impl_->cfg->routes.data());
     }
@@ -109,13 +110,13 @@ admission handler::admit(request& head, std::optional<std::uint64_t> declared_le
     return a;
 }
 
-bool handler::guards(const config::route_config& route, std::string_view method) const {
-    return impl_->env->st && is_guarded(route, method);
+bool handler::guards(const config::route_config& route, const request& req) const {
+    return impl_->env->st && is_guarded(route, req.method_string(), path_of(req.target()));
 }
 
-bool handler::streams(const config::route_config& route, std::string_view method) const {
+bool handler::streams(const config::route_config& route, const request& req) const {
     // An HTTP/2 upstream's plain requests from HTTP/1.1 clients are forwarded whole.
-    return !guards(route, method) && impl_->env->fwd->h2(route.upstream_index) == nullptr;
+    return !guards(route, req) && impl_->env->fwd->h2(route.upstream_index) == nullptr;
 }
 
 net::awaitable<bool> handler::async_relay(client_side client, wire::request_parser& parser,
@@ -173,7 +174,7 @@ net::awaitable<handled> handler::async_handle(request& req, const config::route_
 
     exchange_report report;
     response res;
-    if (!guards(*route, method)) {
+    if (!guards(*route, req)) {
         // A plain request the caller could not stream (an HTTP/2 upstream): forwarded whole.
         const auto& lim = route->limits.max_response_bytes;
         auto r = co_await m.env->fwd->async_forward(
@@ -182,6 +183,7 @@ net::awaitable<handled> handler::async_handle(request& req, const config::route_
         if (r.status == upstream::forward_status::ok) {
             strip_hop_by_hop(r.res);
             res = std::move(r.res);
+            report.trailers = std::move(r.trailers);
         } else {
             res =
                 upstream_failure(r.status, m.reg, m.env->fwd->upstream(route->upstream_index).name);
@@ -203,7 +205,7 @@ net::awaitable<handled> handler::async_handle(request& req, const config::route_
             m.reg.counter(metrics::family::access_log_dropped).inc();
         }
     }
-    co_return handled{std::move(res), report.streamed, report.keep};
+    co_return handled{std::move(res), report.streamed, report.keep, std::move(report.trailers)};
 }
 
 } // namespace onceproxy::http

@@ -445,7 +445,7 @@ struct server::impl::connection {
     net::awaitable<bool> serve(const read_verdict& v) {
         ++served;
         srv.reg.counter(metrics::family::client_requests, metrics::protocol::http1).inc();
-        if (v.route != nullptr && h->streams(*v.route, parser->get().method_string())) {
+        if (v.route != nullptr && h->streams(*v.route, parser->get())) {
             return h->async_relay(client_side{stream, buffer, dl, wire_head, srv.draining, last()},
                                   *parser, *v.route, v.route_index, ctx);
         }

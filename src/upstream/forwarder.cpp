@@ -375,7 +375,7 @@ forwarder::async_forward(std::size_t upstream_index, request& req,
     for (int attempt = 0;; ++attempt) {
         auto a = co_await impl_->acquire(p);
         if (!a.conn) {
-            co_return forward_result{a.failure, {}, nullptr};
+            co_return forward_result{a.failure, {}, nullptr, {}};
         }
         auto& c = *a.conn;
         c.dl.expires_after(deadline.value_or(p.cfg.timeout)); // the whole exchange
@@ -387,7 +387,7 @@ forwarder::async_forward(std::size_t upstream_index, request& req,
             const bool refused = !a.reused && tls_refused(c, wec);
             impl_->give_back(p, std::move(a.conn), false);
             if (refused) {
-                co_return forward_result{forward_status::tls_failed, {}, nullptr};
+                co_return forward_result{forward_status::tls_failed, {}, nullptr, {}};
             }
             if (written == 0) {
                 // Nothing of the request left this process: a pooled connection that turned out
@@ -395,12 +395,13 @@ forwarder::async_forward(std::size_t upstream_index, request& req,
                 if (a.reused && attempt == 0) {
                     continue;
                 }
-                co_return forward_result{forward_status::connect_failed, {}, nullptr};
+                co_return forward_result{forward_status::connect_failed, {}, nullptr, {}};
             }
             co_return forward_result{timed_out ? forward_status::timeout_after_send
                                                : forward_status::reset_after_send,
                                      {},
-                                     nullptr};
+                                     nullptr,
+                                     {}};
         }
         for (;;) {
             wire::response_parser parser;
@@ -421,10 +422,10 @@ forwarder::async_forward(std::size_t upstream_index, request& req,
             if (rec == http::error::need_buffer) {
                 if (unusable_status(parser.get().result_int())) {
                     impl_->give_back(p, std::move(a.conn), false);
-                    co_return forward_result{forward_status::bad_response, {}, nullptr};
+                    co_return forward_result{forward_status::bad_response, {}, nullptr, {}};
                 }
                 // The body outgrew `hold`: the caller reads the rest from the connection.
-                forward_result out{forward_status::ok, {}, nullptr};
+                forward_result out{forward_status::ok, {}, nullptr, {}};
                 auto& m = parser.get();
                 out.res.base() = std::move(m.base());
                 out.res.body() = std::move(m.body());
@@ -448,26 +449,26 @@ forwarder::async_forward(std::size_t upstream_index, request& req,
                                http::make_error_code(http::error::bad_version).category()) {
                     s = forward_status::bad_response;
                 }
-                co_return forward_result{s, {}, nullptr};
+                co_return forward_result{s, {}, nullptr, {}};
             }
             const unsigned code = parser.get().result_int();
             if (code == 101) {
                 // No upgrade was asked for (Upgrade is hop-by-hop, never forwarded here): what
                 // follows on the connection is not HTTP, so it never goes back to the pool.
                 impl_->give_back(p, std::move(a.conn), false);
-                co_return forward_result{forward_status::bad_response, {}, nullptr};
+                co_return forward_result{forward_status::bad_response, {}, nullptr, {}};
             }
             if (code >= 100 && code < 200) {
                 continue; // interim response (RFC 9110 §15.2): the final one follows
             }
             if (unusable_status(code)) {
                 impl_->give_back(p, std::move(a.conn), false);
-                co_return forward_result{forward_status::bad_response, {}, nullptr};
+                co_return forward_result{forward_status::bad_response, {}, nullptr, {}};
             }
             const bool reusable = parser.keep_alive() && !parser.need_eof();
             // Trailer fields stay behind in the parser: the client gets the body re-framed with
             // a Content-Length, which carries none (RFC 9112 §7.1.2).
-            forward_result out{forward_status::ok, parser.release(), nullptr};
+            forward_result out{forward_status::ok, parser.release(), nullptr, {}};
             impl_->give_back(p, std::move(a.conn), reusable);
             co_return out;
         }

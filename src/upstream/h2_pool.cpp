@@ -457,10 +457,16 @@ net::awaitable<h2_opened> h2_pool::async_open(const request& head, bool end_stre
     for (;;) {
         if (auto* c = p.with_room()) {
             const auto authority = head[bhttp::field::host];
+            auto fields = h2_fields(head, true);
+            // Trailers are read and passed on (a gRPC server refuses a call without it); the
+            // client's own TE went with the hop-by-hop fields.
+            if (head[bhttp::field::te] != "trailers") {
+                fields.push_back({"te", "trailers"});
+            }
             const auto id = c->session.submit_request(
                 head.method_string(), p.cfg.tls ? "https" : "http",
                 authority.empty() ? std::string_view(p.cfg.host) : std::string_view(authority),
-                head.target(), h2_fields(head, true), end_stream);
+                head.target(), std::move(fields), end_stream);
             if (id) {
                 auto st = std::make_shared<h2_request::state>(c->shared_from_this(), *id);
                 c->streams.emplace(*id, st);
@@ -539,6 +545,7 @@ net::awaitable<forward_result> h2_pool::async_forward(request& req,
                            : q.failure();
             co_return r;
         }
+        r.trailers = q.trailers();
         r.status = forward_status::ok;
         co_return r;
     }

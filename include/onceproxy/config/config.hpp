@@ -345,6 +345,35 @@ inline status_set default_release_statuses() {
     return s;
 }
 
+/// The gRPC status codes by number, as `grpc.record` and `grpc.release` name them.
+inline constexpr std::array<const char*, 17> grpc_status_names{
+    "OK",        "CANCELLED",      "UNKNOWN",           "INVALID_ARGUMENT",   "DEADLINE_EXCEEDED",
+    "NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION",
+    "ABORTED",   "OUT_OF_RANGE",   "UNIMPLEMENTED",     "INTERNAL",           "UNAVAILABLE",
+    "DATA_LOSS", "UNAUTHENTICATED"};
+
+/// A set of gRPC status codes (0 OK .. 16 UNAUTHENTICATED), from names or numbers.
+using grpc_status_set = std::bitset<17>;
+
+/// Built-in `grpc.record` set: OK and the definitive errors (docs/grpc.md).
+inline grpc_status_set default_grpc_record_statuses() {
+    grpc_status_set s;
+    for (const std::size_t code : {0, 3, 5, 6, 7, 9, 11, 12, 16}) {
+        s.set(code);
+    }
+    return s;
+}
+
+/// Built-in `grpc.release` set: UNAVAILABLE, RESOURCE_EXHAUSTED, ABORTED (nothing was done, or
+/// the server asks for a retry). Every other code is an uncertain outcome.
+inline grpc_status_set default_grpc_release_statuses() {
+    grpc_status_set s;
+    for (const std::size_t code : {8, 10, 14}) {
+        s.set(code);
+    }
+    return s;
+}
+
 /// Where the idempotency key comes from.
 struct key_config {
     std::string header = "Idempotency-Key"; ///< header name (also a natural-key header)
@@ -376,6 +405,10 @@ struct idempotency_config {
     unsigned mismatch_status = 422; ///< 422 or 409
     status_set record = default_record_statuses();
     status_set release = default_release_statuses(); ///< wins over record
+    /// gRPC calls: their grpc-status decides instead of the HTTP status; a code in neither set
+    /// is an uncertain outcome (on_upstream_uncertain). Release wins over record.
+    grpc_status_set grpc_record = default_grpc_record_statuses();
+    grpc_status_set grpc_release = default_grpc_release_statuses();
     uncertain_policy on_upstream_uncertain = uncertain_policy::hold;
     store_error_policy on_store_error = store_error_policy::fail_closed;
     std::size_t max_record_bytes = 1024 * 1024;
@@ -421,6 +454,12 @@ struct route_match {
     path_params_match path_params = path_params_match::guard;
     trailing_slash_match trailing_slash = trailing_slash_match::ignore;
     case_match letter_case = case_match::insensitive; ///< `case:` in YAML
+    /// `grpc: "pkg.Service/Method"` or `"pkg.Service/*"`: the route matches gRPC calls only
+    /// (content-type application/grpc[+...]), the path being /pkg.Service/Method (exact) or
+    /// /pkg.Service/ (prefix), byte for byte. Empty: an HTTP route.
+    std::string grpc;
+    /// gRPC methods of the service that stream (`streaming:`): forwarded unguarded as they come.
+    std::vector<std::string> streaming;
 };
 
 /// Body limits of one route, resolved (the global `limits:` values unless the route sets its

@@ -16,7 +16,9 @@ bool matches(const route_match& m, std::string_view method, std::string_view pat
 /// matched it, the request gets 400.
 bool refuses_path(const route_config& route, std::string_view path) noexcept;
 
-/// The first route that matches, or nullptr.
-const route_config* find_route(const config& cfg, std::string_view method, std::string_view path);
+/// The first route that matches, or nullptr. A grpc match matches gRPC calls only
+/// (`grpc_call`: the request's content-type is application/grpc or application/grpc+...).
+const route_config* find_route(const config& cfg, std::string_view method, std::string_view path,
+                               bool grpc_call = false);
 
 } // namespace onceproxy::config

@@ -169,6 +169,9 @@ struct upstream_event {
     upstream_result kind = upstream_result::response;
     unsigned status = 0;        ///< response: HTTP status
     std::size_t body_bytes = 0; ///< response: body size, compared with max_record_bytes
+    /// response of a gRPC call: its grpc-status, which decides instead of the HTTP status
+    /// (grpc_record, grpc_release; any other code is an uncertain outcome).
+    std::optional<unsigned> grpc_status;
 };
 
 /// The upstream's deadlines as the exchange sees them (issue 26). With late_answer_timeout above
@@ -185,6 +188,9 @@ struct upstream_deadlines {
     duration timeout{0};
     duration late_answer_timeout{0};
     duration connect_timeout{0};
+    /// The client's own deadline (gRPC's grpc-timeout), 0 when it sent none: it caps
+    /// wait_timeout (concurrent: wait); the session caps `timeout` with it too.
+    duration client_deadline{0};
 };
 
 /// Backoffs; the defaults are the product's, tests may shorten them.
@@ -282,11 +288,23 @@ private:
         unsigned mismatch_status;
         config::status_set record;
         config::status_set release;
+        config::grpc_status_set grpc_record;
+        config::grpc_status_set grpc_release;
         config::uncertain_policy on_upstream_uncertain;
         config::store_error_policy on_store_error;
         std::size_t max_record_bytes;
     };
 
+    /// What a complete answer asks of the key: record it, release it, or (a gRPC status
+    /// outside both sets) treat it as an uncertain outcome.
+    enum class answer_verdict { record, release, uncertain };
+    /// The store step that must happen before the client is answered.
+    enum class step { none, complete, release };
+
+    answer_verdict verdict_of(const upstream_event& ev) const noexcept;
+    /// on_upstream_uncertain applied to pending_answer_/pending_outcome_ (`answered`: the
+    /// upstream's own answer is passed on); returns the store step.
+    step on_uncertain(time_point now, bool answered);
     action issue_claim(time_point now);
     action answer(action a, time_point now);
     action observe_instead(observation o, time_point now);

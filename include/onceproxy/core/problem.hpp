@@ -3,6 +3,8 @@
 // one table of them: each code's `code` string, default HTTP status, title and default detail.
 // The engine names codes in its reject actions; http renders them as problem+json (RFC 9457).
 
+#include "onceproxy/core/grpc.hpp"
+
 #include <array>
 #include <cstddef>
 #include <cstdint>
@@ -49,73 +51,82 @@ struct problem_info {
     problem_code code;
     std::string_view name;   ///< the stable `code` string, e.g. "idempotency.missing_key"
     unsigned status;         ///< default HTTP status (a route may override payload_mismatch)
+    grpc_status grpc;        ///< the status a gRPC call gets instead (docs/grpc.md)
     std::string_view title;  ///< short, fixed summary (RFC 9457 `title`)
     std::string_view detail; ///< the default `detail` when the caller has nothing more precise
 };
 
 /// THE table, in enum order (checked below and in problem_test.cpp).
 inline constexpr std::array<problem_info, problem_code_count> problem_table{{
-    {problem_code::missing_key, "idempotency.missing_key", 400, "Idempotency key missing",
-     "this route requires an idempotency key"},
-    {problem_code::invalid_key, "idempotency.invalid_key", 400, "Idempotency key invalid",
-     "the idempotency key is malformed, too long, empty or repeated"},
+    {problem_code::missing_key, "idempotency.missing_key", 400, grpc_status::invalid_argument,
+     "Idempotency key missing", "this route requires an idempotency key"},
+    {problem_code::invalid_key, "idempotency.invalid_key", 400, grpc_status::invalid_argument,
+     "Idempotency key invalid", "the idempotency key is malformed, too long, empty or repeated"},
     {problem_code::payload_mismatch, "idempotency.payload_mismatch", 422,
-     "Idempotency key reused with a different request",
+     grpc_status::failed_precondition, "Idempotency key reused with a different request",
      "this idempotency key was used with a different request"},
-    {problem_code::in_progress, "idempotency.in_progress", 409,
+    {problem_code::in_progress, "idempotency.in_progress", 409, grpc_status::aborted,
      "A request with this key is in progress",
      "a request with this idempotency key is still being processed; retry later"},
     {problem_code::response_not_replayable, "idempotency.response_not_replayable", 409,
-     "The recorded response cannot be replayed",
+     grpc_status::failed_precondition, "The recorded response cannot be replayed",
      "the response recorded for this key is too large to replay"},
     {problem_code::store_unavailable, "idempotency.store_unavailable", 503,
-     "Idempotency store unavailable", "the idempotency store cannot be reached; retry later"},
-    {problem_code::request_too_large, "request.too_large", 413, "Request body too large",
-     "request body exceeds max_request_bytes"},
+     grpc_status::unavailable, "Idempotency store unavailable",
+     "the idempotency store cannot be reached; retry later"},
+    {problem_code::request_too_large, "request.too_large", 413, grpc_status::resource_exhausted,
+     "Request body too large", "request body exceeds max_request_bytes"},
     {problem_code::header_too_large, "request.header_too_large", 431,
-     "Request header fields too large", "request header fields exceed max_header_bytes"},
-    {problem_code::bad_request, "request.malformed", 400, "Malformed request",
-     "the request could not be understood"},
-    {problem_code::route_not_found, "route.not_found", 404, "No route matches the request",
-     "no route matches this path"},
-    {problem_code::upstream_unavailable, "upstream.unavailable", 502, "Upstream unavailable",
-     "could not reach the upstream"},
-    {problem_code::upstream_timeout, "upstream.timeout", 504, "Upstream timed out",
-     "the upstream did not answer in time"},
-    {problem_code::upstream_outcome_unknown, "upstream.outcome_unknown", 502,
+     grpc_status::resource_exhausted, "Request header fields too large",
+     "request header fields exceed max_header_bytes"},
+    {problem_code::bad_request, "request.malformed", 400, grpc_status::invalid_argument,
+     "Malformed request", "the request could not be understood"},
+    {problem_code::route_not_found, "route.not_found", 404, grpc_status::unimplemented,
+     "No route matches the request", "no route matches this path"},
+    {problem_code::upstream_unavailable, "upstream.unavailable", 502, grpc_status::unavailable,
+     "Upstream unavailable", "could not reach the upstream"},
+    {problem_code::upstream_timeout, "upstream.timeout", 504, grpc_status::deadline_exceeded,
+     "Upstream timed out", "the upstream did not answer in time"},
+    {problem_code::upstream_outcome_unknown, "upstream.outcome_unknown", 502, grpc_status::unknown,
      "Upstream outcome unknown",
      "the upstream may or may not have processed this request; it will not be executed again "
      "under this key"},
-    {problem_code::upstream_bad_response, "upstream.bad_response", 502,
+    {problem_code::upstream_bad_response, "upstream.bad_response", 502, grpc_status::internal,
      "Upstream sent an unusable response",
      "the request was sent to the upstream, but its answer was malformed or too large; the "
      "upstream may have processed it"},
-    {problem_code::upstream_tls_error, "upstream.tls_error", 502, "Upstream TLS handshake failed",
+    {problem_code::upstream_tls_error, "upstream.tls_error", 502, grpc_status::unavailable,
+     "Upstream TLS handshake failed",
      "the TLS handshake with the upstream failed (certificate not trusted, wrong host name, "
      "expired, or a client certificate refused); the request was not sent"},
-    {problem_code::connection_limit, "proxy.connection_limit", 503, "Too many connections",
-     "the proxy is at its connection limit; retry later"},
-    {problem_code::request_timeout, "request.timeout", 408, "Request body too slow",
+    {problem_code::connection_limit, "proxy.connection_limit", 503, grpc_status::unavailable,
+     "Too many connections", "the proxy is at its connection limit; retry later"},
+    {problem_code::request_timeout, "request.timeout", 408, grpc_status::deadline_exceeded,
+     "Request body too slow",
      "the request body did not arrive within limits.body_timeout, within "
      "limits.max_body_time or at limits.min_body_rate"},
     {problem_code::admin_too_many_attempts, "admin.too_many_attempts", 429,
-     "Too many failed authentication attempts",
+     grpc_status::resource_exhausted, "Too many failed authentication attempts",
      "this address sent too many wrong admin tokens; retry after the time Retry-After gives"},
-    {problem_code::upstream_tunnel_limit, "upstream.tunnel_limit", 503,
+    {problem_code::upstream_tunnel_limit, "upstream.tunnel_limit", 503, grpc_status::unavailable,
      "Upstream tunnel limit reached",
      "the upstream's limit of open tunnels (max_tunnels) is reached; retry later"},
-    {problem_code::memory_limit, "proxy.memory_limit", 503, "Buffered bodies at their limit",
+    {problem_code::memory_limit, "proxy.memory_limit", 503, grpc_status::resource_exhausted,
+     "Buffered bodies at their limit",
      "the proxy's budget for buffered bodies (limits.max_buffered_bytes) is spent; retry later"},
-    {problem_code::admin_unauthorized, "admin.unauthorized", 401, "Authentication required",
+    {problem_code::admin_unauthorized, "admin.unauthorized", 401, grpc_status::unauthenticated,
+     "Authentication required",
      "send Authorization: Bearer TOKEN (the content of admin.keys_api.token_file)"},
-    {problem_code::admin_method_not_allowed, "admin.method_not_allowed", 405, "Method not allowed",
+    {problem_code::admin_method_not_allowed, "admin.method_not_allowed", 405,
+     grpc_status::unimplemented, "Method not allowed",
      "use GET to inspect a key or DELETE to purge it"},
-    {problem_code::admin_bad_request, "admin.bad_request", 400, "Bad key administration request",
-     "the key administration request could not be understood"},
+    {problem_code::admin_bad_request, "admin.bad_request", 400, grpc_status::invalid_argument,
+     "Bad key administration request", "the key administration request could not be understood"},
     // The same title as idempotency.store_unavailable: the same condition, seen by the admin API.
     {problem_code::admin_store_unavailable, "admin.store_unavailable", 503,
-     "Idempotency store unavailable", "the store did not answer"},
-    {problem_code::admin_key_in_flight, "admin.key_in_flight", 409, "The key is in flight",
+     grpc_status::unavailable, "Idempotency store unavailable", "the store did not answer"},
+    {problem_code::admin_key_in_flight, "admin.key_in_flight", 409, grpc_status::aborted,
+     "The key is in flight",
      "a request with this key is being processed; purge with force=true to delete its lease and "
      "fence its owner (its answer will not be recorded, and a retry executes again)"},
 }};
@@ -140,6 +151,11 @@ constexpr const problem_info& info(problem_code c) noexcept {
 /// "idempotency.missing_key" etc.
 constexpr std::string_view to_string(problem_code c) noexcept {
     return info(c).name;
+}
+
+/// The gRPC status a gRPC call gets for `c`.
+constexpr grpc_status grpc_status_of(problem_code c) noexcept {
+    return info(c).grpc;
 }
 
 /// The default HTTP status of `c` (payload_mismatch: 422).

@@ -20,6 +20,8 @@ struct response_record {
     /// removed by the caller). Names and values may hold any bytes.
     std::vector<std::pair<std::string, std::string>> headers;
     std::string body; ///< exact body bytes; always empty when !replayable
+    /// Trailer fields after the body (a gRPC call's grpc-status, grpc-message, ...), in order.
+    std::vector<std::pair<std::string, std::string>> trailers;
     /// False when the response exceeded max_record_bytes: the key is consumed, retries get
     /// 409 idempotency.response_not_replayable.
     bool replayable = true;
@@ -31,15 +33,18 @@ struct response_record_view {
     unsigned status = 0;
     std::vector<std::pair<std::string_view, std::string_view>> headers;
     std::string_view body; ///< the tail of the encoding; empty when !replayable
+    std::vector<std::pair<std::string_view, std::string_view>> trailers;
     bool replayable = true;
 };
 
 /// Format version written as the first byte of every encoding.
 inline constexpr unsigned char record_format_version = 1;
 
-/// Encodes a record: version byte, flags byte (bit 0 = replayable), status (u16), header
-/// count (u32), each header as u32 length + name and u32 length + value, then body length
-/// (u64) + body; integers big-endian. A not-replayable record is encoded without its body.
+/// Encodes a record: version byte, flags byte (bit 0 = replayable, bit 1 = trailers), status
+/// (u16), header count (u32), each header as u32 length + name and u32 length + value, with
+/// bit 1 the trailers the same way (count, then fields), then body length (u64) + body;
+/// integers big-endian. A not-replayable record is encoded without its body. A record without
+/// trailers leaves bit 1 clear: it is encoded exactly as before trailers existed.
 /// Precondition: every header name and value is shorter than 4 GiB.
 [[nodiscard]] std::string encode_record(const response_record& record);
 /// The same encoding from views (no copy of the parts before they are encoded).

@@ -26,9 +26,12 @@ class h2_stream;
 
 /// What handler::async_handle did with a request.
 struct handled {
-    response res;          ///< the answer to write, unless `streamed`
+    response res; ///< the answer to write, unless `streamed`
     bool streamed = false; ///< the answer already went to the client, streamed (too large to hold)
     bool keep = false;     ///< streamed: the client connection may carry the next request
+    /// Its trailer fields (a gRPC call's grpc-status ...): an HTTP/2 client gets them after
+    /// the body; HTTP/1.1 answers written whole carry none.
+    boost::beast::http::fields trailers = {};
 };
 
 /// What a request's head decides before any of its body is read (handler::admit).
@@ -64,13 +67,14 @@ public:
     /// is normalised in place (README "Path normalisation"); then its route.
     admission admit(request& head, std::optional<std::uint64_t> declared_length) const;
 
-    /// True when `route` guards `method` (and a store is configured): the exchange runs.
-    bool guards(const config::route_config& route, std::string_view method) const;
+    /// True when `route` guards `req` (its method, and for a gRPC route a method not declared
+    /// streaming) and a store is configured: the exchange runs.
+    bool guards(const config::route_config& route, const request& req) const;
 
     /// True when HTTP/1.1 requests with `method` on `route` take the streaming plain path: no
     /// store round trip, nothing buffered (the route does not guard the method and its upstream
     /// speaks HTTP/1.1; a plain request to an HTTP/2 upstream is forwarded whole).
-    bool streams(const config::route_config& route, std::string_view method) const;
+    bool streams(const config::route_config& route, const request& req) const;
 
     /// Streams one plain request (its header read by `parser`, its body not yet) to the
     /// route's upstream and the answer back; see plain_relay. True: the client connection may

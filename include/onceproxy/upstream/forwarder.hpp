@@ -107,6 +107,8 @@ struct forward_result {
     /// held so far (more than the hold limit).
     response res;
     std::unique_ptr<unread_body> rest; ///< the body did not fit the hold limit
+    /// The answer's trailer fields, from an HTTP/2 upstream (a gRPC call's grpc-status ...).
+    boost::beast::http::fields trailers;
 };
 
 /// A streamed body (a slow download or upload) that has gone on this long gives its ordinary
