@@ -181,15 +181,15 @@ def cluster_scenarios(meta: dict) -> list:
 
 
 def proxy_round_trips(d: pathlib.Path, summary: dict, name: str = "metrics",
-                      label: str = "") -> None:
-    """Store round trips per request of the guarded route, from onceproxy's own /metrics."""
+                      label: str = "", route: str = "guarded") -> None:
+    """Store round trips per request of a guarded route, from onceproxy's own /metrics."""
     f = d / f"{name}.txt"
     if not f.exists():
         return
     series = {}
     for line in f.read_text().splitlines():
         m = re.match(r'(onceproxy_(?:requests|store_round_trips)_total)'
-                     r'\{route="guarded",outcome="(\w+)"\} (\d+)$', line)
+                     rf'\{{route="{route}",outcome="(\w+)"\}} (\d+)$', line)
         if m:
             series[(m.group(1), m.group(2))] = int(m.group(3))
     parts = []
@@ -199,6 +199,7 @@ def proxy_round_trips(d: pathlib.Path, summary: dict, name: str = "metrics",
             continue  # no such requests, or a onceproxy that does not count its round trips
         per = series.get(("onceproxy_store_round_trips_total", outcome), 0) / n
         key = "store_round_trips_per_request" + (f"_{name}" if name != "metrics" else "")
+        key += f"_{route}" if route != "guarded" else ""
         summary.setdefault(key, {})[outcome] = per
         parts.append(f"{outcome} {per:.2f} [target {target}] over {n} requests")
     if parts:
@@ -644,6 +645,7 @@ def main() -> int:
     budget(meta, med, fig)
     cluster_figures(d, meta, med, runs, summary)
     proxy_round_trips(d, summary)
+    proxy_round_trips(d, summary, label=", guarded gRPC route", route="grpc_guarded")
     for n in meta.get("cluster_masters", []):
         proxy_round_trips(d, summary, f"metrics-cluster{n}",
                           f", Cluster of {n} master{'s' if n != 1 else ''}")
