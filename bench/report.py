@@ -5,7 +5,7 @@ prints the table and the SPEC §7 ratios, and writes summary.json next to the in
   report.py RESULTS_DIR
 
 RESULTS_DIR holds r<round>-<scenario>.txt (wrk --latency output, h2load's for the HTTP/2
-rows and the gRPC rows but grpc_first, whose output is onceproxy_grpc_load's JSON line),
+rows, onceproxy_grpc_load's JSON line for the gRPC rows, or h2load's with --grpc-load h2load),
 meta.json (run parameters), engine-grpc.txt (as engine.txt, for the guarded gRPC route)
 and, optionally, engine.txt (first line "available" or the reason the idempotency scenarios
 were not measured), engine-cluster<N>.txt and metrics-cluster<N>.txt (the same for the
@@ -374,7 +374,8 @@ def grpc_figures(d: pathlib.Path, meta: dict, med: dict, fig: dict) -> None:
     print(f"gRPC unary calls: POST /bench.(Guarded)Payments/Charge, one {meta.get('grpc_message_bytes', '?')}"
           f"-byte message each way of about that size, h2c in and out; "
           f"{meta.get('h2_connections', '?')} connections x {meta.get('h2_streams', '?')} streams "
-          f"(h2load -t1; grpc_first: onceproxy_grpc_load, a new idempotency-key per call)")
+          f"({'h2load -t1, but grpc_first' if meta.get('grpc_load') == 'h2load' else 'every row'}: "
+          f"onceproxy_grpc_load; grpc_first with a new idempotency-key per call)")
     print("CPU time per request, us (median over rounds): the proxy (nginx: master + workers), "
           "the gRPC upstream nginx, redis-server, the load generator; then throughput")
     print(f"{'scenario':<42} {'proxy':>7} {'upstream':>8} {'Redis':>7} {'loadgen':>7} "
@@ -392,9 +393,12 @@ def grpc_figures(d: pathlib.Path, meta: dict, med: dict, fig: dict) -> None:
         print(f"{labels[name]:<42} {r['cpu_us']:>7.1f} {r['upstream_us']:>8.1f} "
               f"{r['redis_us']:>7.1f} {r['wrk_us']:>7.1f} {fmt(r['rps']):>9} "
               f"{fmt_ms(r['p50']):>7} {fmt_ms(r['p99']):>7} {r['non2xx']:>7} {r['errors']:>6}")
-    print("  h2load counts HTTP statuses only (every gRPC answer is HTTP 200): run.sh checked one "
-          "call per target with grpcio first (grpc-status OK; stored then replayed on the "
-          "guarded route); onceproxy_grpc_load counts grpc-status itself")
+    print("  not OK: calls answered with an HTTP status other than 200 or a grpc-status other than "
+          "0, as onceproxy_grpc_load counts them; run.sh checked one call per target with grpcio "
+          "before the loads (OK; stored then replayed on the guarded route)")
+    if meta.get("grpc_load") == "h2load":
+        print("  WARNING: the h2load rows count HTTP statuses only: a gRPC error (HTTP 200 with "
+              "grpc-status) is not seen in them")
 
     def warn(*names: str) -> str:
         bad = sum(med[n]["non2xx"] + med[n]["errors"] for n in names)

@@ -10,7 +10,7 @@
 #                             proxy_h2c_h2c,nginx_grpc,proxy_grpc,grpc_first,grpc_replay |
 #                             default | h2 | grpc]
 #                [--cluster-masters 1,3] [--h2-connections 2] [--h2-streams 100]
-#                [--grpc-message-bytes 64]
+#                [--grpc-message-bytes 64] [--grpc-load onceproxy_grpc_load|h2load]
 #                [--bulk-bytes 1073741824] [--commandstats] [--commandstats-requests 1000]
 #                [--warmup 1] [--encrypt]
 #                [--build-dir build/rel] [--out DIR]
@@ -20,7 +20,8 @@
 # BENCH_BULK_BYTES, BENCH_CLUSTER_MASTERS, BENCH_H2_CONNECTIONS, BENCH_H2_STREAMS,
 # BENCH_GRPC_MESSAGE_BYTES, BENCH_BUILD_DIR, BENCH_ENCRYPT=1). In --scenarios, `default` stands
 # for the default list, `h2` for the HTTP/2 rows (h2load) and `grpc` for the unary gRPC rows
-# (h2load, and the build's bench/onceproxy_grpc_load for grpc_first); neither is in the default
+# (the build's bench/onceproxy_grpc_load, which counts grpc-status; --grpc-load h2load loads
+# all but grpc_first with h2load, which sees HTTP statuses only); neither is in the default
 # list, `make bench` adds both. --encrypt
 # turns on store.encryption (one AES-256-GCM key) to compare against a run without it.
 # first_cluster and replay_cluster (with --store redis) run first/replay against a local Redis
@@ -45,6 +46,7 @@ cluster_masters=${BENCH_CLUSTER_MASTERS:-1,3}
 h2_connections=${BENCH_H2_CONNECTIONS:-2}
 h2_streams=${BENCH_H2_STREAMS:-100}
 grpc_message_bytes=${BENCH_GRPC_MESSAGE_BYTES:-64}
+grpc_load=${BENCH_GRPC_LOAD:-onceproxy_grpc_load}
 bulk_bytes=${BENCH_BULK_BYTES:-1073741824}
 build_dir=${BENCH_BUILD_DIR:-$repo_dir/build/rel}
 commandstats=0
@@ -52,7 +54,7 @@ commandstats_requests=1000
 warmup=1
 out_dir=""
 
-usage() { sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
+usage() { sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
 while [ $# -gt 0 ]; do
     case "$1" in
     --duration) duration=$2; shift 2 ;;
@@ -68,6 +70,7 @@ while [ $# -gt 0 ]; do
     --h2-connections) h2_connections=$2; shift 2 ;;
     --h2-streams) h2_streams=$2; shift 2 ;;
     --grpc-message-bytes) grpc_message_bytes=$2; shift 2 ;;
+    --grpc-load) grpc_load=$2; shift 2 ;;
     --commandstats) commandstats=1; shift ;;
     --commandstats-requests) commandstats_requests=$2; shift 2 ;;
     --warmup) warmup=$2; shift 2 ;;
@@ -94,6 +97,7 @@ require_int h2-streams "$h2_streams" 1
 require_int grpc-message-bytes "$grpc_message_bytes" 0
 [[ "$workers" == auto || "$workers" =~ ^[1-9][0-9]*$ ]] || die "--workers must be auto or N >= 1"
 case "$store" in memory | redis) ;; *) die "--store must be memory or redis" ;; esac
+case "$grpc_load" in onceproxy_grpc_load | h2load) ;; *) die "--grpc-load must be onceproxy_grpc_load or h2load" ;; esac
 [[ "$cluster_masters" =~ ^[1-9][0-9]*(,[1-9][0-9]*)*$ ]] ||
     die "--cluster-masters must be a list of master counts >= 1, e.g. 1,3"
 IFS=, read -r -a cluster_sizes <<<"$cluster_masters"
@@ -118,8 +122,8 @@ for s in "${scenario_list[@]}"; do
         command -v h2load >/dev/null || die "h2load is not installed (nghttp2-client; scripts/install-deps.sh)"
         /usr/bin/python3 -c 'import grpc' 2>/dev/null ||
             die "python3-grpcio is not installed (the gRPC rows' answer check; scripts/install-deps.sh)"
-        if [ "$s" = grpc_first ] && [ ! -x "$grpc_load_bin" ]; then
-            die "no $grpc_load_bin (grpc_first's load generator): build the release preset (bench/README.md)"
+        if { [ "$s" = grpc_first ] || [ "$grpc_load" = onceproxy_grpc_load ]; } && [ ! -x "$grpc_load_bin" ]; then
+            die "no $grpc_load_bin (the gRPC rows' load generator): build the release preset (bench/README.md)"
         fi ;;
     first_cluster | replay_cluster)
         # Cluster / single-node ratios: the single node is the run's own Redis store.
@@ -232,8 +236,8 @@ for s in nginx_h2c proxy_h2c nginx_h2 proxy_h2 nginx_h2c_h2c proxy_h2c_h2c; do
     h2_urls+=("${!url_var}")
 done
 # The gRPC rows: unary calls of bench.Payments (plain route) and bench.GuardedPayments (guarded
-# route) on the h2c listeners; one call each through grpcio proves a real gRPC OK answer (h2load
-# counts HTTP statuses only).
+# route) on the h2c listeners; one call each through grpcio proves a real gRPC OK answer (the
+# loads only count grpc-status).
 grpc_method=/bench.Payments/Charge
 grpc_guarded_method=/bench.GuardedPayments/Charge
 grpc_targets=()
@@ -388,16 +392,25 @@ run_h2load() {
     run_load "$round" "$name" h2load -t1 "-c$h2_connections" "-m$h2_streams" "-D$seconds" "$url"
 }
 
-# run_grpc_h2load ROUND NAME PORT METHOD [HEADER...]: unary gRPC calls with h2load (as
-# run_h2load: POST of grpc-request.bin, content-type application/grpc, te: trailers, and any
-# further -H HEADERs).
-run_grpc_h2load() {
-    local round=$1 name=$2 port=$3 method=$4 h
+# run_grpc ROUND NAME PORT METHOD [--key KEY | --key-prefix PREFIX]: unary gRPC calls, one
+# message of grpc-request.bin's bytes each, --h2-connections x --h2-streams in flight for
+# --duration, without a key, with KEY on every call, or with a new key per call (PREFIX0,
+# PREFIX1, ...). onceproxy_grpc_load counts the calls by grpc-status; with --grpc-load h2load
+# (content-type application/grpc, te: trailers) only HTTP statuses are seen, and a new key per
+# call still needs onceproxy_grpc_load.
+run_grpc() {
+    local round=$1 name=$2 port=$3 method=$4
     shift 4
-    local cmd=(h2load -t1 "-c$h2_connections" "-m$h2_streams" "-D$seconds"
-        -d "$work_dir/grpc-request.bin" -H 'content-type: application/grpc' -H 'te: trailers')
-    for h in "$@"; do cmd+=(-H "$h"); done
-    run_load "$round" "$name" "${cmd[@]}" "http://127.0.0.1:$port$method"
+    if [ "$grpc_load" = h2load ] && [ "${1:-}" != --key-prefix ]; then
+        local cmd=(h2load -t1 "-c$h2_connections" "-m$h2_streams" "-D$seconds"
+            -d "$work_dir/grpc-request.bin" -H 'content-type: application/grpc' -H 'te: trailers')
+        [ "${1:-}" = --key ] && cmd+=(-H "idempotency-key: $2")
+        run_load "$round" "$name" "${cmd[@]}" "http://127.0.0.1:$port$method"
+        return
+    fi
+    run_load "$round" "$name" "$grpc_load_bin" --port "$port" --path "$method" \
+        --connections "$h2_connections" --streams "$h2_streams" --duration "$seconds" \
+        --message-bytes "$grpc_message_bytes" "$@"
 }
 
 # run_load ROUND NAME COMMAND...: runs the load generator COMMAND, bounded in time, with the
@@ -484,20 +497,16 @@ run_scenario() {
     proxy_h2) run_h2load "$round" proxy_h2 "$proxy_h2_url" ;;
     nginx_h2c_h2c) run_h2load "$round" nginx_h2c_h2c "$nginx_h2c_h2c_url" ;;
     proxy_h2c_h2c) run_h2load "$round" proxy_h2c_h2c "$proxy_h2c_h2c_url" ;;
-    nginx_grpc) run_grpc_h2load "$round" nginx_grpc "$nginx_h2c_port" "$grpc_method" ;;
-    proxy_grpc) run_grpc_h2load "$round" proxy_grpc "$proxy_port" "$grpc_method" ;;
+    nginx_grpc) run_grpc "$round" nginx_grpc "$nginx_h2c_port" "$grpc_method" ;;
+    proxy_grpc) run_grpc "$round" proxy_grpc "$proxy_port" "$grpc_method" ;;
     grpc_replay)
         # Every call with the key the engine check stored: each one is a replay.
         [ "$grpc_engine_ok" -eq 1 ] || return 0
-        run_grpc_h2load "$round" grpc_replay "$proxy_port" "$grpc_guarded_method" \
-            "idempotency-key: $grpc_replay_key" ;;
+        run_grpc "$round" grpc_replay "$proxy_port" "$grpc_guarded_method" --key "$grpc_replay_key" ;;
     grpc_first)
-        # Every call with a new key (h2load cannot vary a header): each one is executed and
-        # stored. Same connections, streams and message as the h2load rows.
+        # Every call with a new key: each one is executed and stored.
         [ "$grpc_engine_ok" -eq 1 ] || return 0
-        run_load "$round" grpc_first "$grpc_load_bin" --port "$proxy_port" \
-            --path "$grpc_guarded_method" --connections "$h2_connections" \
-            --streams "$h2_streams" --duration "$seconds" --message-bytes "$grpc_message_bytes" \
+        run_grpc "$round" grpc_first "$proxy_port" "$grpc_guarded_method" \
             --key-prefix "gf-$run_id-$round-" ;;
     proxy_post)
         run_wrk "$round" proxy_post "$connections" "http://127.0.0.1:$proxy_port/plain" \
@@ -572,8 +581,8 @@ if [ "$warmup" -gt 0 ]; then
     for url in "$direct_url" "$nginx_url" "$proxy_url" "$nginx_tls_url" "$proxy_tls_url"; do
         run_wrk warmup "w$((++n_warm))" "$connections" "$url"
     done
-    want nginx_grpc && run_grpc_h2load warmup "w$((++n_warm))" "$nginx_h2c_port" "$grpc_method"
-    want proxy_grpc && run_grpc_h2load warmup "w$((++n_warm))" "$proxy_port" "$grpc_method"
+    want nginx_grpc && run_grpc warmup "w$((++n_warm))" "$nginx_h2c_port" "$grpc_method"
+    want proxy_grpc && run_grpc warmup "w$((++n_warm))" "$proxy_port" "$grpc_method"
     for url in "${h2_urls[@]}"; do
         run_load warmup "w$((++n_warm))" h2load -t1 "-c$h2_connections" "-m$h2_streams" \
             "-D$seconds" "$url"
@@ -642,7 +651,7 @@ cat >"$results/meta.json" <<JSON
  "scenarios": "$scenarios", "commandstats_requests": $commandstats_requests,
  "bulk_bytes": $bulk_bytes, "cluster_masters": [$cluster_masters],
  "h2_connections": $h2_connections, "h2_streams": $h2_streams,
- "grpc_message_bytes": $grpc_message_bytes,
+ "grpc_message_bytes": $grpc_message_bytes, "grpc_load": "$grpc_load",
  "load_start": "$load_start", "load_end": "$load_end"}
 JSON
 status=0
