@@ -581,7 +581,7 @@ action exchange_fsm::on_tick(time_point now) {
         if (!streaming_ && now >= give_up_at_) {
             // The call outlived every deadline it had: an unknown outcome (see
             // upstream_deadlines); a late answer is no longer awaited.
-            return on_upstream({upstream_result::timed_out, 0, 0, std::nullopt}, now);
+            return on_upstream({upstream_result::timed_out, 0, 0}, now);
         }
         if (!overdue_ && !streaming_ && now >= answer_due_) {
             return answer_overdue(now);

@@ -313,7 +313,7 @@ net::awaitable<core::upstream_event> relay_answer(exchange_state& s, core::idemp
         co_return to_upstream_event(failure, 0, 0);
     }
     co_return core::upstream_event{core::upstream_result::response, status,
-                                   static_cast<std::size_t>(bytes), std::nullopt};
+                                   static_cast<std::size_t>(bytes)};
 }
 
 /// Completion of a task run beside the driver (the upstream call, the stream relay). An

@@ -19,21 +19,21 @@ core::upstream_event to_upstream_event(upstream::forward_status status, unsigned
     using upstream::forward_status;
     switch (status) {
     case forward_status::ok:
-        return {core::upstream_result::response, http_status, body_bytes, std::nullopt};
+        return {core::upstream_result::response, http_status, body_bytes};
     case forward_status::connect_failed:
     case forward_status::pool_exhausted:
     case forward_status::tls_failed:
     case forward_status::tunnel_limit:
-        return {core::upstream_result::not_sent, 0, 0, std::nullopt};
+        return {core::upstream_result::not_sent, 0, 0};
     case forward_status::timeout_after_send:
-        return {core::upstream_result::timed_out, 0, 0, std::nullopt};
+        return {core::upstream_result::timed_out, 0, 0};
     case forward_status::reset_after_send:
-        return {core::upstream_result::reset, 0, 0, std::nullopt};
+        return {core::upstream_result::reset, 0, 0};
     case forward_status::response_too_large:
     case forward_status::bad_response:
-        return {core::upstream_result::bad_response, 0, 0, std::nullopt};
+        return {core::upstream_result::bad_response, 0, 0};
     }
-    return {core::upstream_result::reset, 0, 0, std::nullopt};
+    return {core::upstream_result::reset, 0, 0};
 }
 
 core::upstream_event to_upstream_event(const upstream::forward_result& r, bool grpc_call) noexcept {

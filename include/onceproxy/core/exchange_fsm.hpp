@@ -171,7 +171,7 @@ struct upstream_event {
     std::size_t body_bytes = 0; ///< response: body size, compared with max_record_bytes
     /// response of a gRPC call: its grpc-status, which decides instead of the HTTP status
     /// (grpc_record, grpc_release; any other code is an uncertain outcome).
-    std::optional<unsigned> grpc_status;
+    std::optional<unsigned> grpc_status = std::nullopt;
 };
 
 /// The upstream's deadlines as the exchange sees them (issue 26). With late_answer_timeout above

@@ -20,11 +20,11 @@ struct response_record {
     /// removed by the caller). Names and values may hold any bytes.
     std::vector<std::pair<std::string, std::string>> headers;
     std::string body; ///< exact body bytes; always empty when !replayable
-    /// Trailer fields after the body (a gRPC call's grpc-status, grpc-message, ...), in order.
-    std::vector<std::pair<std::string, std::string>> trailers;
     /// False when the response exceeded max_record_bytes: the key is consumed, retries get
     /// 409 idempotency.response_not_replayable.
     bool replayable = true;
+    /// Trailer fields after the body (a gRPC call's grpc-status, grpc-message, ...), in order.
+    std::vector<std::pair<std::string, std::string>> trailers = {};
 };
 
 /// A decoded record whose header names, values and body point into the encoding it was decoded
@@ -33,8 +33,8 @@ struct response_record_view {
     unsigned status = 0;
     std::vector<std::pair<std::string_view, std::string_view>> headers;
     std::string_view body; ///< the tail of the encoding; empty when !replayable
-    std::vector<std::pair<std::string_view, std::string_view>> trailers;
     bool replayable = true;
+    std::vector<std::pair<std::string_view, std::string_view>> trailers = {};
 };
 
 /// Format version written as the first byte of every encoding.

@@ -106,7 +106,7 @@ TEST_CASE("conf/example.yaml loads and shows every knob") {
     CHECK(c->limits.max_response_bytes == 64U * 1024 * 1024);
     CHECK(c->store.memory.max_bytes == 256U * 1024 * 1024);
     CHECK(c->store.redis.command_timeout == 250ms);
-    REQUIRE(c->routes.size() == 5);
+    REQUIRE(c->routes.size() == 6);
     CHECK(c->routes[0].idempotency.scope_headers ==
           std::vector<std::string>{"Authorization", "Cookie"});
     CHECK_FALSE(c->routes[0].idempotency.record_set_cookie);
@@ -116,7 +116,10 @@ TEST_CASE("conf/example.yaml loads and shows every knob") {
     CHECK(c->routes[2].idempotency.ttl == 24h); // from defaults
     CHECK(c->routes[3].idempotency.mode == cfg::idempotency_mode::off);
     CHECK_FALSE(c->routes[3].limits.max_request_bytes.has_value()); // uploads: none
-    CHECK(c->routes[4].limits.max_request_bytes == c->limits.max_request_bytes);
+    CHECK(c->routes[4].match.grpc == "payments.v1.Payments/*");
+    CHECK(c->routes[4].match.path == "/payments.v1.Payments/");
+    CHECK(c->routes[4].match.streaming == std::vector<std::string>{"Watch"});
+    CHECK(c->routes[5].limits.max_request_bytes == c->limits.max_request_bytes);
 }
 
 // The example documents every knob "with its built-in default": this keeps that true by
@@ -158,7 +161,8 @@ TEST_CASE("conf/example.yaml documents exactly the built-in defaults") {
     CHECK(c->store == builtin.store);
     CHECK(c->trusted_proxies == builtin.trusted_proxies);
 
-    REQUIRE(c->upstreams.size() == 1);
+    REQUIRE(c->upstreams.size() == 2);
+    CHECK(c->upstreams[1].protocol == cfg::upstream_protocol::h2c);
     const auto& app = c->upstreams[0];
     cfg::upstream_config up; // the address is the example's own; every setting is built-in
     up.name = app.name;

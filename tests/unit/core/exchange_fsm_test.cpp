@@ -1458,3 +1458,109 @@ TEST_CASE("exchange_fsm: a stream under way is never cut by the timeout tick") {
     REQUIRE(a.kind == action_kind::complete);
     CHECK_FALSE(x.fsm.late().has_value());
 }
+
+namespace {
+
+upstream_event grpc_answer(unsigned grpc_status) {
+    upstream_event ev{upstream_result::response, 200, 12};
+    ev.grpc_status = grpc_status;
+    return ev;
+}
+
+} // namespace
+
+TEST_CASE("exchange_fsm: a gRPC call's grpc-status decides, not its HTTP 200") {
+    SUBCASE("OK and the definitive errors are recorded") {
+        for (const unsigned code : {0U, 3U, 5U, 6U, 7U, 9U, 11U, 12U, 16U}) {
+            exchange x;
+            x.start_and_acquire();
+            auto a = x.fsm.on_upstream(grpc_answer(code), x.now());
+            CHECK(a.kind == action_kind::complete);
+            a = x.fsm.on_complete(fence_event::ok, x.now());
+            CHECK(a.kind == action_kind::respond);
+            CHECK(a.status_header == idempotency_status::stored);
+        }
+    }
+    SUBCASE("UNAVAILABLE, RESOURCE_EXHAUSTED and ABORTED release the key") {
+        for (const unsigned code : {8U, 10U, 14U}) {
+            exchange x;
+            x.start_and_acquire();
+            auto a = x.fsm.on_upstream(grpc_answer(code), x.now());
+            CHECK(a.kind == action_kind::release);
+            a = x.fsm.on_release(fence_event::ok, x.now());
+            CHECK(a.kind == action_kind::respond);
+            CHECK(a.status_header == idempotency_status::none);
+            x.fsm.on_responded(x.now());
+            check_done(x, exchange_outcome::released);
+        }
+    }
+    SUBCASE("any other code is uncertain: hold passes the answer on and keeps the lease") {
+        for (const unsigned code : {1U, 2U, 4U, 13U, 15U, 42U}) {
+            exchange x;
+            x.start_and_acquire();
+            auto a = x.fsm.on_upstream(grpc_answer(code), x.now());
+            CHECK(a.kind == action_kind::respond); // the upstream's own answer, no store step
+            CHECK(a.status_header == idempotency_status::none);
+            a = x.fsm.on_responded(x.now());
+            CHECK(a.kind == action_kind::done);
+            check_done(x, exchange_outcome::held);
+        }
+    }
+    SUBCASE("uncertain with release: the key is freed, the answer passed on") {
+        auto p = make_policy();
+        p.on_upstream_uncertain = uncertain_policy::release;
+        exchange x(p);
+        x.start_and_acquire();
+        auto a = x.fsm.on_upstream(grpc_answer(4), x.now());
+        CHECK(a.kind == action_kind::release);
+        a = x.fsm.on_release(fence_event::ok, x.now());
+        CHECK(a.kind == action_kind::respond);
+        x.fsm.on_responded(x.now());
+        check_done(x, exchange_outcome::released);
+    }
+    SUBCASE("uncertain with fail: outcome_unknown is recorded and answered") {
+        auto p = make_policy();
+        p.on_upstream_uncertain = uncertain_policy::fail;
+        exchange x(p);
+        x.start_and_acquire();
+        auto a = x.fsm.on_upstream(grpc_answer(13), x.now());
+        CHECK(a.kind == action_kind::complete);
+        CHECK(a.record == record_kind::outcome_unknown_problem);
+        a = x.fsm.on_complete(fence_event::ok, x.now());
+        check_reject(a, problem_code::upstream_outcome_unknown, 502, 0s,
+                     idempotency_status::stored);
+    }
+    SUBCASE("the route's own sets: release wins over record") {
+        auto p = make_policy();
+        p.grpc_record.reset().set(0).set(14);
+        p.grpc_release.reset().set(14);
+        exchange x(p);
+        x.start_and_acquire();
+        CHECK(x.fsm.on_upstream(grpc_answer(14), x.now()).kind == action_kind::release);
+    }
+}
+
+TEST_CASE("exchange_fsm: the client's deadline (grpc-timeout) caps wait_timeout") {
+    auto p = make_policy();
+    p.concurrent = concurrent_policy::wait;
+    p.wait_timeout = 10s;
+    upstream_deadlines d;
+    d.client_deadline = 300ms;
+    exchange x(p, {}, d);
+    const auto started = x.now();
+    auto a = x.fsm.start(with_key, x.now());
+    REQUIRE(a.kind == action_kind::claim);
+    a = x.fsm.on_claim(in_flight(20s), x.now());
+    REQUIRE(a.kind == action_kind::wait_until);
+    // Re-claims back off until the capped wait_timeout has passed, then 409.
+    for (int i = 0; i < 100 && a.kind != action_kind::reject; ++i) {
+        x.clock.advance(a.wake_at - x.now());
+        a = x.fsm.on_tick(x.now());
+        if (a.kind == action_kind::claim) {
+            a = x.fsm.on_claim(in_flight(20s), x.now());
+        }
+    }
+    CHECK(a.kind == action_kind::reject);
+    CHECK(a.problem == problem_code::in_progress);
+    CHECK(x.now() - started <= 400ms);
+}

@@ -145,3 +145,32 @@ TEST_CASE("the view decoder reads the same record, pointing into the encoding") 
     }
     CHECK_FALSE(core::decode_record_view(encoded + "x"));
 }
+
+TEST_CASE("trailers (a gRPC call's) round trip after the headers; without them the encoding is "
+          "the one older versions read") {
+    auto r = sample();
+    const auto plain = core::encode_record(r);
+    CHECK(plain[1] == '\x01'); // replayable, no trailer flag
+    r.trailers = {{"grpc-status", "0"},
+                  {"grpc-message", ""},
+                  {"grpc-status-details-bin", std::string("\x08\x00\xff", 3)}};
+    const auto encoded = core::encode_record(r);
+    CHECK(encoded[1] == '\x03');
+    const auto decoded = core::decode_record(encoded);
+    REQUIRE(decoded);
+    check_equal(*decoded, r);
+    CHECK(decoded->trailers == r.trailers);
+    const auto view = core::decode_record_view(encoded);
+    REQUIRE(view);
+    REQUIRE(view->trailers.size() == 3);
+    CHECK(view->trailers[2].second == std::string("\x08\x00\xff", 3));
+    for (std::size_t n = 0; n < encoded.size(); ++n) {
+        CHECK_FALSE(core::decode_record(encoded.substr(0, n)).has_value());
+    }
+    // The trailer flag with an empty trailer section is not an encoding this writes.
+    auto empty = plain;
+    empty[1] = '\x03';
+    const auto at = empty.size() - 8 - r.body.size();
+    empty.insert(at, std::string(4, '\0'));
+    CHECK_FALSE(core::decode_record(empty).has_value());
+}
