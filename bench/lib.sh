@@ -67,11 +67,13 @@ wait_tcp() {
     die "$what did not listen on 127.0.0.1:$port within 10 s"
 }
 
-# find_binaries BUILD_DIR: sets onceproxy_bin and upstream_bin (release build expected).
+# find_binaries BUILD_DIR: sets onceproxy_bin and upstream_bin (release build expected), and
+# grpc_load_bin (the gRPC load generator, built by Release builds only; checked where used).
 find_binaries() {
     local build=$1
     onceproxy_bin="$build/src/onceproxy"
     upstream_bin="$build/tools/test_upstream/onceproxy_test_upstream"
+    grpc_load_bin="$build/bench/onceproxy_grpc_load"
     [ -x "$onceproxy_bin" ] || die "no $onceproxy_bin: build it (see bench/README.md)"
     [ -x "$upstream_bin" ] || die "no $upstream_bin: build it (see bench/README.md)"
     if [ -f "$build/CMakeCache.txt" ] &&
@@ -93,14 +95,32 @@ start_upstream() {
     wait_tcp "$upstream_port" $! "test upstream"
 }
 
+# write_grpc_files: the gRPC rows' fixed bytes. The answer the h2c upstream nginx gives every
+# unary call ($work_dir/grpc-answer.bin: a small protobuf-shaped message of 33 bytes behind
+# its 5-byte gRPC prefix), and the request body h2load sends ($work_dir/grpc-request.bin: one
+# message of $grpc_message_bytes bytes, the bytes onceproxy_grpc_load and grpc_check.py send).
+write_grpc_files() {
+    python3 -c 'import struct, sys
+msg = b"\x0a\x0bex-grpc-up1\x10\x01\x1a\x10" + b"0123456789abcdef"
+sys.stdout.buffer.write(b"\0" + struct.pack(">I", len(msg)) + msg)' >"$work_dir/grpc-answer.bin"
+    python3 -c 'import struct, sys
+n = int(sys.argv[1])
+msg = bytes(ord("a") + i % 26 for i in range(n))
+sys.stdout.buffer.write(b"\0" + struct.pack(">I", n) + msg)' "${grpc_message_bytes:-64}" \
+        >"$work_dir/grpc-request.bin"
+}
+
 # start_h2c_upstream PORT WORKERS: starts the h2c upstream nginx (nginx-h2c-upstream.conf.in)
 # on 127.0.0.1:PORT with WORKERS worker processes; sets h2c_upstream_pid.
 start_h2c_upstream() {
     local port=$1 workers=$2 user_line=""
+    local echo_module=/usr/lib/nginx/modules/ngx_http_echo_module.so
+    [ -f "$echo_module" ] ||
+        die "no $echo_module (libnginx-mod-http-echo, which nginx-light depends on; scripts/install-deps.sh)"
     # As root, nginx workers would switch to `nobody`, which cannot enter the private work dir.
     [ "$(id -u)" -eq 0 ] && user_line="user root root;"
     sed -e "s|@USER@|$user_line|" -e "s|@WORKERS@|$workers|" -e "s|@DIR@|$work_dir|g" \
-        -e "s|@PORT@|$port|" "$bench_dir/nginx-h2c-upstream.conf.in" >"$work_dir/nginx-h2c-upstream.conf"
+        -e "s|@PORT@|$port|" -e "s|@ECHO_MODULE@|$echo_module|" "$bench_dir/nginx-h2c-upstream.conf.in" >"$work_dir/nginx-h2c-upstream.conf"
     nginx -c "$work_dir/nginx-h2c-upstream.conf" -p "$work_dir" \
         -e "$work_dir/nginx-h2c-upstream-error.log" >"$work_dir/nginx-h2c-upstream.log" 2>&1 &
     h2c_upstream_pid=$!

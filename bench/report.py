@@ -4,8 +4,9 @@ prints the table and the SPEC §7 ratios, and writes summary.json next to the in
 
   report.py RESULTS_DIR
 
-RESULTS_DIR holds r<round>-<scenario>.txt (wrk --latency output, or h2load's for the HTTP/2
-rows), meta.json (run parameters)
+RESULTS_DIR holds r<round>-<scenario>.txt (wrk --latency output, h2load's for the HTTP/2
+rows, onceproxy_grpc_load's JSON line for the gRPC rows, or h2load's with --grpc-load h2load),
+meta.json (run parameters), engine-grpc.txt (as engine.txt, for the guarded gRPC route)
 and, optionally, engine.txt (first line "available" or the reason the idempotency scenarios
 were not measured), engine-cluster<N>.txt and metrics-cluster<N>.txt (the same for the
 onceproxy of the Redis Cluster of N masters, whose loads are r<round>-first_cluster<N>.txt and
@@ -32,6 +33,10 @@ SCENARIOS = [
     ("proxy_h2", "onceproxy, h2 (TLS) in, HTTP/1.1 out, GET"),
     ("nginx_h2c_h2c", "nginx, h2c in, h2c out (grpc_pass), GET"),
     ("proxy_h2c_h2c", "onceproxy, h2c in, h2c out, GET"),
+    ("nginx_grpc", "nginx grpc_pass, unary gRPC"),
+    ("proxy_grpc", "onceproxy plain gRPC route, unary"),
+    ("grpc_replay", "onceproxy guarded gRPC, replay"),
+    ("grpc_first", "onceproxy guarded gRPC, first execution"),
     ("proxy_post", "onceproxy plain route, POST+key (Lua)"),
     ("replay", "onceproxy guarded, replay"),
     ("first", "onceproxy guarded, first execution"),
@@ -87,8 +92,21 @@ def parse_h2load(text: str) -> dict:
     return out
 
 
+def parse_grpc_load(text: str) -> dict:
+    """onceproxy_grpc_load's JSON line: calls completed, calls/s, p50/p99 in ms; HTTP statuses
+    other than 200 and grpc-status other than 0 count as non-2xx (a call can be both)."""
+    r = json.loads(text.strip().splitlines()[-1])
+    bad_http = sum(n for status, n in r["http_status"].items() if status != "200")
+    bad_grpc = sum(n for status, n in r["grpc_status"].items() if status != "0")
+    return {"rps": float(r["rps"]), "p50": float(r["p50_ms"]), "p99": float(r["p99_ms"]),
+            "requests": int(r["calls"]), "errors": int(r["errors"]),
+            "non2xx": max(bad_http, bad_grpc), "grpc_status": r["grpc_status"]}
+
+
 def parse_load(text: str) -> dict:
-    """A wrk or an h2load output."""
+    """A wrk, an h2load or an onceproxy_grpc_load output."""
+    if text.lstrip().startswith("{"):
+        return parse_grpc_load(text)
     if re.search(r"^finished in ", text, re.M):
         return parse_h2load(text)
     return parse_wrk(text)
@@ -163,15 +181,15 @@ def cluster_scenarios(meta: dict) -> list:
 
 
 def proxy_round_trips(d: pathlib.Path, summary: dict, name: str = "metrics",
-                      label: str = "") -> None:
-    """Store round trips per request of the guarded route, from onceproxy's own /metrics."""
+                      label: str = "", route: str = "guarded") -> None:
+    """Store round trips per request of a guarded route, from onceproxy's own /metrics."""
     f = d / f"{name}.txt"
     if not f.exists():
         return
     series = {}
     for line in f.read_text().splitlines():
         m = re.match(r'(onceproxy_(?:requests|store_round_trips)_total)'
-                     r'\{route="guarded",outcome="(\w+)"\} (\d+)$', line)
+                     rf'\{{route="{route}",outcome="(\w+)"\}} (\d+)$', line)
         if m:
             series[(m.group(1), m.group(2))] = int(m.group(3))
     parts = []
@@ -181,6 +199,7 @@ def proxy_round_trips(d: pathlib.Path, summary: dict, name: str = "metrics",
             continue  # no such requests, or a onceproxy that does not count its round trips
         per = series.get(("onceproxy_store_round_trips_total", outcome), 0) / n
         key = "store_round_trips_per_request" + (f"_{name}" if name != "metrics" else "")
+        key += f"_{route}" if route != "guarded" else ""
         summary.setdefault(key, {})[outcome] = per
         parts.append(f"{outcome} {per:.2f} [target {target}] over {n} requests")
     if parts:
@@ -336,6 +355,83 @@ def budget(meta: dict, med: dict, fig: dict) -> None:
         fig["first_vs_plain_get_bound_all_cpus_busy"] = bound
         print(f"  first execution / plain GET, bounded by the whole machine's CPU per request: "
               f"at most {bound:.2f}x with every CPU busy")
+
+
+GRPC_ROWS = ("nginx_grpc", "proxy_grpc", "grpc_replay", "grpc_first")
+
+
+def grpc_figures(d: pathlib.Path, meta: dict, med: dict, fig: dict) -> None:
+    """The unary gRPC rows: CPU time per request of every process first (the proxy under test,
+    the gRPC upstream nginx, Redis, the load generator), then throughput and latency; the
+    onceproxy/nginx ratios of plain calls and the guarded paths against plain calls."""
+    wanted = [n for n in GRPC_ROWS if n in meta["scenarios"].split(",")]
+    if not wanted:
+        return
+    engine_file = d / "engine-grpc.txt"
+    engine = engine_file.read_text().strip() if engine_file.exists() else ""
+    labels = dict(SCENARIOS)
+    print()
+    print(f"gRPC unary calls: POST /bench.(Guarded)Payments/Charge, one {meta.get('grpc_message_bytes', '?')}"
+          f"-byte message each way of about that size, h2c in and out; "
+          f"{meta.get('h2_connections', '?')} connections x {meta.get('h2_streams', '?')} streams "
+          f"({'h2load -t1, but grpc_first' if meta.get('grpc_load') == 'h2load' else 'every row'}: "
+          f"onceproxy_grpc_load; grpc_first with a new idempotency-key per call)")
+    print("CPU time per request, us (median over rounds): the proxy (nginx: master + workers), "
+          "the gRPC upstream nginx, redis-server, the load generator; then throughput")
+    print(f"{'scenario':<42} {'proxy':>7} {'upstream':>8} {'Redis':>7} {'loadgen':>7} "
+          f"{'req/s':>9} {'p50 ms':>7} {'p99 ms':>7} {'not OK':>7} {'errors':>6}")
+    for name in wanted:
+        if name not in med:
+            if name in ("grpc_first", "grpc_replay") and engine and not engine.startswith("available"):
+                why = engine.splitlines()[0]
+                why = why if len(why) <= 160 else why[:157] + "..."
+                print(f"{labels[name]:<42} engine not available ({why}; see engine-grpc.txt)")
+            else:
+                print(f"{labels[name]:<42} not measured")
+            continue
+        r = med[name]
+        print(f"{labels[name]:<42} {r['cpu_us']:>7.1f} {r['upstream_us']:>8.1f} "
+              f"{r['redis_us']:>7.1f} {r['wrk_us']:>7.1f} {fmt(r['rps']):>9} "
+              f"{fmt_ms(r['p50']):>7} {fmt_ms(r['p99']):>7} {r['non2xx']:>7} {r['errors']:>6}")
+    print("  not OK: calls answered with an HTTP status other than 200 or a grpc-status other than "
+          "0, as onceproxy_grpc_load counts them; run.sh checked one call per target with grpcio "
+          "before the loads (OK; stored then replayed on the guarded route)")
+    if meta.get("grpc_load") == "h2load":
+        print("  WARNING: the h2load rows count HTTP statuses only: a gRPC error (HTTP 200 with "
+              "grpc-status) is not seen in them")
+
+    def warn(*names: str) -> str:
+        bad = sum(med[n]["non2xx"] + med[n]["errors"] for n in names)
+        return f"  WARNING: {bad} not-OK answers/errors" if bad else ""
+
+    p, n = med.get("proxy_grpc"), med.get("nginx_grpc")
+    if p and n and n["cpu_us"] > 0 and n["rps"] > 0:
+        cpu, rps = p["cpu_us"] / n["cpu_us"], p["rps"] / n["rps"]
+        fig["grpc_cpu_per_request_vs_nginx"] = cpu
+        fig["grpc_rps_vs_nginx"] = rps
+        mine, theirs = p["rps_by_round"], n["rps_by_round"]
+        per_round = [mine[k] / theirs[k] for k in sorted(mine) if theirs.get(k, 0) > 0]
+        extra = ""
+        if len(per_round) > 1:
+            fig["grpc_rps_vs_nginx_per_round"] = per_round
+            extra = "; per round " + " ".join(f"{x:.2f}" for x in per_round)
+        print(f"  plain unary gRPC onceproxy/nginx: CPU time per request {cpu:5.2f}x "
+              f"({p['cpu_us']:.1f} vs {n['cpu_us']:.1f} us; lower is better), throughput "
+              f"{rps:5.2f}x ({p['rps']:,.0f} vs {n['rps']:,.0f} req/s) [>= 1.0x]{extra}"
+              f"{warn('proxy_grpc', 'nginx_grpc')}")
+    for name in ("grpc_replay", "grpc_first"):
+        g = med.get(name)
+        if not g or not p or p["rps"] <= 0 or g["cpu_us"] <= 0:
+            continue
+        what = name.split("_")[1]
+        rps = g["rps"] / p["rps"]
+        cpu = p["cpu_us"] / g["cpu_us"]
+        fig[f"grpc_{what}_vs_plain"] = rps
+        fig[f"grpc_{what}_vs_plain_cpu"] = cpu
+        redis = 0.0 if math.isnan(g["redis_us"]) else g["redis_us"]
+        print(f"  guarded gRPC {what} / plain gRPC call: throughput {rps:5.2f}x, by onceproxy CPU "
+              f"time per request {cpu:5.2f}x ({g['cpu_us']:.1f} vs {p['cpu_us']:.1f} us; "
+              f"+ Redis {redis:.1f} us), store {meta['store']}{warn(name)}")
 
 
 def fmt(v: float, unit: str = "") -> str:
@@ -549,9 +645,11 @@ def main() -> int:
             fig["half_load_p99_added_ms_nginx"] = ref
             print(f"    nginx at the same pacing: {med['half_nginx']['p99']:.2f} ms, "
                   f"added {ref:.2f} ms (the cost of any extra hop on this machine)")
+    grpc_figures(d, meta, med, fig)
     budget(meta, med, fig)
     cluster_figures(d, meta, med, runs, summary)
     proxy_round_trips(d, summary)
+    proxy_round_trips(d, summary, label=", guarded gRPC route", route="grpc_guarded")
     for n in meta.get("cluster_masters", []):
         proxy_round_trips(d, summary, f"metrics-cluster{n}",
                           f", Cluster of {n} master{'s' if n != 1 else ''}")

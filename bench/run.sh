@@ -7,8 +7,10 @@
 #                [--scenarios direct,nginx,proxy,nginx_tls,proxy_tls,proxy_post,replay,first,
 #                             observe,first_cluster,replay_cluster,half,upload,download,
 #                             nginx_h2c,proxy_h2c,nginx_h2,proxy_h2,nginx_h2c_h2c,
-#                             proxy_h2c_h2c | default | h2]
+#                             proxy_h2c_h2c,nginx_grpc,proxy_grpc,grpc_first,grpc_replay |
+#                             default | h2 | grpc]
 #                [--cluster-masters 1,3] [--h2-connections 2] [--h2-streams 100]
+#                [--grpc-message-bytes 64] [--grpc-load onceproxy_grpc_load|h2load]
 #                [--bulk-bytes 1073741824] [--commandstats] [--commandstats-requests 1000]
 #                [--warmup 1] [--encrypt]
 #                [--build-dir build/rel] [--out DIR]
@@ -16,8 +18,11 @@
 # Every option also reads an environment variable (BENCH_DURATION, BENCH_CONNECTIONS,
 # BENCH_ROUNDS, BENCH_WORKERS, BENCH_UPSTREAM_THREADS, BENCH_STORE, BENCH_KEYS, BENCH_SCENARIOS,
 # BENCH_BULK_BYTES, BENCH_CLUSTER_MASTERS, BENCH_H2_CONNECTIONS, BENCH_H2_STREAMS,
-# BENCH_BUILD_DIR, BENCH_ENCRYPT=1). In --scenarios, `default` stands for the default list and
-# `h2` for the HTTP/2 rows (h2load; not in the default list, `make bench` adds them). --encrypt
+# BENCH_GRPC_MESSAGE_BYTES, BENCH_BUILD_DIR, BENCH_ENCRYPT=1). In --scenarios, `default` stands
+# for the default list, `h2` for the HTTP/2 rows (h2load) and `grpc` for the unary gRPC rows
+# (the build's bench/onceproxy_grpc_load, which counts grpc-status; --grpc-load h2load loads
+# all but grpc_first with h2load, which sees HTTP statuses only); neither is in the default
+# list, `make bench` adds both. --encrypt
 # turns on store.encryption (one AES-256-GCM key) to compare against a run without it.
 # first_cluster and replay_cluster (with --store redis) run first/replay against a local Redis
 # Cluster of each size in --cluster-masters, through a second onceproxy. Exits non-zero when a
@@ -35,10 +40,13 @@ store=${BENCH_STORE:-redis}
 keys=${BENCH_KEYS:-1000}
 default_scenarios=direct,nginx,proxy,nginx_tls,proxy_tls,proxy_post,replay,first,observe,first_cluster,replay_cluster,half,upload,download
 h2_scenarios=nginx_h2c,proxy_h2c,nginx_h2,proxy_h2,nginx_h2c_h2c,proxy_h2c_h2c
+grpc_scenarios=nginx_grpc,proxy_grpc,grpc_first,grpc_replay
 scenarios=${BENCH_SCENARIOS:-default}
 cluster_masters=${BENCH_CLUSTER_MASTERS:-1,3}
 h2_connections=${BENCH_H2_CONNECTIONS:-2}
 h2_streams=${BENCH_H2_STREAMS:-100}
+grpc_message_bytes=${BENCH_GRPC_MESSAGE_BYTES:-64}
+grpc_load=${BENCH_GRPC_LOAD:-onceproxy_grpc_load}
 bulk_bytes=${BENCH_BULK_BYTES:-1073741824}
 build_dir=${BENCH_BUILD_DIR:-$repo_dir/build/rel}
 commandstats=0
@@ -46,7 +54,7 @@ commandstats_requests=1000
 warmup=1
 out_dir=""
 
-usage() { sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
+usage() { sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
 while [ $# -gt 0 ]; do
     case "$1" in
     --duration) duration=$2; shift 2 ;;
@@ -61,6 +69,8 @@ while [ $# -gt 0 ]; do
     --cluster-masters) cluster_masters=$2; shift 2 ;;
     --h2-connections) h2_connections=$2; shift 2 ;;
     --h2-streams) h2_streams=$2; shift 2 ;;
+    --grpc-message-bytes) grpc_message_bytes=$2; shift 2 ;;
+    --grpc-load) grpc_load=$2; shift 2 ;;
     --commandstats) commandstats=1; shift ;;
     --commandstats-requests) commandstats_requests=$2; shift 2 ;;
     --warmup) warmup=$2; shift 2 ;;
@@ -84,8 +94,10 @@ require_int warmup "$warmup" 0
 require_int bulk-bytes "$bulk_bytes" 1
 require_int h2-connections "$h2_connections" 1
 require_int h2-streams "$h2_streams" 1
+require_int grpc-message-bytes "$grpc_message_bytes" 0
 [[ "$workers" == auto || "$workers" =~ ^[1-9][0-9]*$ ]] || die "--workers must be auto or N >= 1"
 case "$store" in memory | redis) ;; *) die "--store must be memory or redis" ;; esac
+case "$grpc_load" in onceproxy_grpc_load | h2load) ;; *) die "--grpc-load must be onceproxy_grpc_load or h2load" ;; esac
 [[ "$cluster_masters" =~ ^[1-9][0-9]*(,[1-9][0-9]*)*$ ]] ||
     die "--cluster-masters must be a list of master counts >= 1, e.g. 1,3"
 IFS=, read -r -a cluster_sizes <<<"$cluster_masters"
@@ -97,7 +109,8 @@ for tool in wrk nginx curl python3 openssl; do
 done
 find_binaries "$build_dir"
 
-scenarios=$(sed -e "s/\bdefault\b/$default_scenarios/" -e "s/\bh2\b/$h2_scenarios/" <<<"$scenarios")
+scenarios=$(sed -e "s/\bdefault\b/$default_scenarios/" -e "s/\bh2\b/$h2_scenarios/" \
+    -e "s/\bgrpc\b/$grpc_scenarios/" <<<"$scenarios")
 IFS=, read -r -a scenario_list <<<"$scenarios"
 kept=()
 for s in "${scenario_list[@]}"; do
@@ -105,13 +118,20 @@ for s in "${scenario_list[@]}"; do
     direct | nginx | proxy | nginx_tls | proxy_tls | proxy_post | replay | first | observe | half | upload | download) ;;
     nginx_h2c | proxy_h2c | nginx_h2 | proxy_h2 | nginx_h2c_h2c | proxy_h2c_h2c)
         command -v h2load >/dev/null || die "h2load is not installed (nghttp2-client; scripts/install-deps.sh)" ;;
+    nginx_grpc | proxy_grpc | grpc_replay | grpc_first)
+        command -v h2load >/dev/null || die "h2load is not installed (nghttp2-client; scripts/install-deps.sh)"
+        /usr/bin/python3 -c 'import grpc' 2>/dev/null ||
+            die "python3-grpcio is not installed (the gRPC rows' answer check; scripts/install-deps.sh)"
+        if { [ "$s" = grpc_first ] || [ "$grpc_load" = onceproxy_grpc_load ]; } && [ ! -x "$grpc_load_bin" ]; then
+            die "no $grpc_load_bin (the gRPC rows' load generator): build the release preset (bench/README.md)"
+        fi ;;
     first_cluster | replay_cluster)
         # Cluster / single-node ratios: the single node is the run's own Redis store.
         if [ "$store" != redis ]; then
             log "skipping $s: the Cluster scenarios compare against --store redis"
             continue
         fi ;;
-    *) die "unknown scenario '$s' ($default_scenarios,$h2_scenarios; default; h2)" ;;
+    *) die "unknown scenario '$s' ($default_scenarios,$h2_scenarios,$grpc_scenarios; default; h2; grpc)" ;;
     esac
     kept+=("$s")
 done
@@ -119,6 +139,7 @@ scenario_list=("${kept[@]}")
 scenarios=$(IFS=,; echo "${scenario_list[*]}")
 want() { [[ ",$scenarios," == *",$1,"* ]]; }
 want_cluster() { want first_cluster || want replay_cluster; }
+want_grpc() { want nginx_grpc || want proxy_grpc || want grpc_first || want grpc_replay; }
 half_connections=$((connections / 2))
 cpus=$(nproc)
 nginx_workers=$workers
@@ -139,7 +160,8 @@ log "test upstream on 127.0.0.1:$upstream_port ($upstream_threads thread(s))"
 # The h2c upstream of the h2c-in, h2c-out rows: an nginx of its own (its CPU time is the
 # upstream's, never the front nginx's), one worker per test upstream thread.
 h2c_upstream_port=$(free_port)
-if want nginx_h2c_h2c || want proxy_h2c_h2c; then
+if want nginx_h2c_h2c || want proxy_h2c_h2c || want_grpc; then
+    write_grpc_files
     start_h2c_upstream "$h2c_upstream_port" "$upstream_threads"
     log "h2c upstream nginx on 127.0.0.1:$h2c_upstream_port ($upstream_threads worker(s))"
 fi
@@ -213,6 +235,18 @@ for s in nginx_h2c proxy_h2c nginx_h2 proxy_h2 nginx_h2c_h2c proxy_h2c_h2c; do
     url_var="${s}_url"
     h2_urls+=("${!url_var}")
 done
+# The gRPC rows: unary calls of bench.Payments (plain route) and bench.GuardedPayments (guarded
+# route) on the h2c listeners; one call each through grpcio proves a real gRPC OK answer (the
+# loads only count grpc-status).
+grpc_method=/bench.Payments/Charge
+grpc_guarded_method=/bench.GuardedPayments/Charge
+grpc_targets=()
+want nginx_grpc && grpc_targets+=("127.0.0.1:$nginx_h2c_port")
+want proxy_grpc && grpc_targets+=("127.0.0.1:$proxy_port")
+for target in "${grpc_targets[@]}"; do
+    answer=$(timeout 20 /usr/bin/python3 "$bench_dir/grpc_check.py" "$target" "$grpc_method" \
+        "$grpc_message_bytes" 2>&1) || die "gRPC call $grpc_method on $target failed: $answer"
+done
 for url in "${h2_urls[@]}"; do
     flag=--http2
     [[ "$url" == http:* ]] && flag=--http2-prior-knowledge
@@ -273,6 +307,27 @@ if want_cluster; then
     check_alive "while checking the idempotency engine on the Cluster"
 fi
 printf '%s\n' "$engine" >"$results/engine.txt"
+# The same proof for the guarded gRPC route, with grpcio: a key stored, then replayed. That key
+# is grpc_replay's: every one of its calls replays it.
+grpc_replay_key="grpc-replay-$run_id"
+if want grpc_first || want grpc_replay; then
+    grpc_check() {
+        timeout 20 /usr/bin/python3 "$bench_dir/grpc_check.py" "127.0.0.1:$proxy_port" \
+            "$grpc_guarded_method" "$grpc_message_bytes" "$grpc_replay_key" 2>&1
+    }
+    first_answer=$(grpc_check || true)
+    second_answer=$(grpc_check || true)
+    if [[ "$first_answer" == "OK stored "* && "$second_answer" == "OK replayed "* ]]; then
+        grpc_engine=available
+    else
+        grpc_engine="not available: a repeated gRPC call was not replayed (first answer: '$first_answer'; second: '$second_answer')"
+    fi
+    log "idempotency engine for gRPC: $grpc_engine"
+    printf '%s\n' "$grpc_engine" >"$results/engine-grpc.txt"
+    check_alive "while checking the idempotency engine for gRPC"
+fi
+grpc_engine_ok=0
+[ "${grpc_engine:-}" = available ] && grpc_engine_ok=1
 engine_ok=0
 [ "$engine" = available ] && engine_ok=1
 
@@ -295,7 +350,7 @@ machine_ticks() {
 }
 measured_pids() {
     case "$1" in
-    nginx | nginx_tls | nginx_h2c | nginx_h2 | nginx_h2c_h2c | half_nginx) echo "$nginx_pid" $(pgrep -P "$nginx_pid" || true) ;;
+    nginx | nginx_tls | nginx_h2c | nginx_h2 | nginx_h2c_h2c | nginx_grpc | half_nginx) echo "$nginx_pid" $(pgrep -P "$nginx_pid" || true) ;;
     direct | half_direct) echo "$upstream_pid" ;;
     first_cluster* | replay_cluster*) echo "${cluster_proxy_pid[${1##*_cluster}]}" ;;
     *) echo "$proxy_pid" ;;
@@ -305,7 +360,7 @@ measured_pids() {
 # for the h2c-out rows, else the test upstream.
 upstream_pids_of() {
     case "$1" in
-    *_h2c_h2c) echo "$h2c_upstream_pid" $(pgrep -P "$h2c_upstream_pid" || true) ;;
+    *_h2c_h2c | *_grpc | grpc_*) echo "$h2c_upstream_pid" $(pgrep -P "$h2c_upstream_pid" || true) ;;
     *) echo "$upstream_pid" ;;
     esac
 }
@@ -335,6 +390,27 @@ run_wrk() {
 run_h2load() {
     local round=$1 name=$2 url=$3
     run_load "$round" "$name" h2load -t1 "-c$h2_connections" "-m$h2_streams" "-D$seconds" "$url"
+}
+
+# run_grpc ROUND NAME PORT METHOD [--key KEY | --key-prefix PREFIX]: unary gRPC calls, one
+# message of grpc-request.bin's bytes each, --h2-connections x --h2-streams in flight for
+# --duration, without a key, with KEY on every call, or with a new key per call (PREFIX0,
+# PREFIX1, ...). onceproxy_grpc_load counts the calls by grpc-status; with --grpc-load h2load
+# (content-type application/grpc, te: trailers) only HTTP statuses are seen, and a new key per
+# call still needs onceproxy_grpc_load.
+run_grpc() {
+    local round=$1 name=$2 port=$3 method=$4
+    shift 4
+    if [ "$grpc_load" = h2load ] && [ "${1:-}" != --key-prefix ]; then
+        local cmd=(h2load -t1 "-c$h2_connections" "-m$h2_streams" "-D$seconds"
+            -d "$work_dir/grpc-request.bin" -H 'content-type: application/grpc' -H 'te: trailers')
+        [ "${1:-}" = --key ] && cmd+=(-H "idempotency-key: $2")
+        run_load "$round" "$name" "${cmd[@]}" "http://127.0.0.1:$port$method"
+        return
+    fi
+    run_load "$round" "$name" "$grpc_load_bin" --port "$port" --path "$method" \
+        --connections "$h2_connections" --streams "$h2_streams" --duration "$seconds" \
+        --message-bytes "$grpc_message_bytes" "$@"
 }
 
 # run_load ROUND NAME COMMAND...: runs the load generator COMMAND, bounded in time, with the
@@ -378,7 +454,7 @@ run_load() {
     fi
     check_alive "during the $name load"
     if [ "$round" != warmup ]; then
-        log "round $round $name: $(grep -E 'Requests/sec|^finished in' "$out" | tr -s ' ' || echo 'no result')"
+        log "round $round $name: $(grep -E 'Requests/sec|^finished in|^\{' "$out" | tr -s ' ' || echo 'no result')"
     fi
 }
 
@@ -421,6 +497,17 @@ run_scenario() {
     proxy_h2) run_h2load "$round" proxy_h2 "$proxy_h2_url" ;;
     nginx_h2c_h2c) run_h2load "$round" nginx_h2c_h2c "$nginx_h2c_h2c_url" ;;
     proxy_h2c_h2c) run_h2load "$round" proxy_h2c_h2c "$proxy_h2c_h2c_url" ;;
+    nginx_grpc) run_grpc "$round" nginx_grpc "$nginx_h2c_port" "$grpc_method" ;;
+    proxy_grpc) run_grpc "$round" proxy_grpc "$proxy_port" "$grpc_method" ;;
+    grpc_replay)
+        # Every call with the key the engine check stored: each one is a replay.
+        [ "$grpc_engine_ok" -eq 1 ] || return 0
+        run_grpc "$round" grpc_replay "$proxy_port" "$grpc_guarded_method" --key "$grpc_replay_key" ;;
+    grpc_first)
+        # Every call with a new key: each one is executed and stored.
+        [ "$grpc_engine_ok" -eq 1 ] || return 0
+        run_grpc "$round" grpc_first "$proxy_port" "$grpc_guarded_method" \
+            --key-prefix "gf-$run_id-$round-" ;;
     proxy_post)
         run_wrk "$round" proxy_post "$connections" "http://127.0.0.1:$proxy_port/plain" \
             fresh.lua "pp-$run_id-$round" ;;
@@ -494,6 +581,8 @@ if [ "$warmup" -gt 0 ]; then
     for url in "$direct_url" "$nginx_url" "$proxy_url" "$nginx_tls_url" "$proxy_tls_url"; do
         run_wrk warmup "w$((++n_warm))" "$connections" "$url"
     done
+    want nginx_grpc && run_grpc warmup "w$((++n_warm))" "$nginx_h2c_port" "$grpc_method"
+    want proxy_grpc && run_grpc warmup "w$((++n_warm))" "$proxy_port" "$grpc_method"
     for url in "${h2_urls[@]}"; do
         run_load warmup "w$((++n_warm))" h2load -t1 "-c$h2_connections" "-m$h2_streams" \
             "-D$seconds" "$url"
@@ -562,6 +651,7 @@ cat >"$results/meta.json" <<JSON
  "scenarios": "$scenarios", "commandstats_requests": $commandstats_requests,
  "bulk_bytes": $bulk_bytes, "cluster_masters": [$cluster_masters],
  "h2_connections": $h2_connections, "h2_streams": $h2_streams,
+ "grpc_message_bytes": $grpc_message_bytes, "grpc_load": "$grpc_load",
  "load_start": "$load_start", "load_end": "$load_end"}
 JSON
 status=0
