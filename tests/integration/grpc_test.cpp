@@ -356,6 +356,47 @@ TEST_SUITE("grpc") {
         CHECK(up.count("Slow", key) == 1);
     }
 
+    TEST_CASE("concurrent duplicates under concurrent: wait: one execution, every call answered") {
+        grpc_upstream up;
+        proxy_process proxy(grpc_config(up.port, "concurrent: wait").yaml());
+        const auto key = unique_key("grpc", "wait");
+        auto o = keyed(key, "order-1", {{"x-sleep-ms", "1000"}});
+        o.concurrent = 5;
+        const auto calls = run_client(proxy_target(proxy), "/test.Payments/Slow", o);
+        int stored = 0;
+        int replayed = 0;
+        for (const auto& r : calls) {
+            INFO(r.raw);
+            CHECK(r.code == "OK");
+            CHECK(r.messages == std::vector<std::string>{hex("charged:order-1:1")});
+            CHECK(r.md("x-trace-bin") == "0001feff01");
+            stored += r.md("idempotency-status") == "stored" ? 1 : 0;
+            replayed += r.md("idempotency-status") == "replayed" ? 1 : 0;
+        }
+        CHECK(stored == 1);
+        CHECK(replayed == 4);
+        CHECK(up.count("Slow", key) == 1);
+    }
+
+    TEST_CASE("idempotency.grpc sets the statuses a route records and releases") {
+        grpc_upstream up;
+        proxy_process proxy(
+            grpc_config(up.port, "grpc: { record: [OK], release: [UNAVAILABLE, NOT_FOUND] }")
+                .yaml());
+        const auto target = proxy_target(proxy);
+        const auto key = unique_key("grpc", "sets");
+        const auto o = keyed(key, "order-1", {{"x-want-status", "NOT_FOUND,OK"}});
+        const auto a = call(target, "/test.Payments/Fail", o);
+        INFO(a.raw);
+        CHECK(a.code == "NOT_FOUND");
+        CHECK(a.md("idempotency-status").empty()); // not recorded
+        const auto b = call(target, "/test.Payments/Fail", o);
+        INFO(b.raw);
+        CHECK(b.code == "OK");
+        CHECK(b.md("idempotency-status") == "stored");
+        CHECK(up.count("Fail", key) == 2);
+    }
+
     TEST_CASE("UNAVAILABLE from the upstream is passed on and releases the key") {
         grpc_upstream up;
         proxy_process proxy(grpc_config(up.port).yaml());
@@ -407,6 +448,22 @@ TEST_SUITE("grpc") {
             CHECK(b.code == "OK");
             CHECK(b.md("idempotency-status") == "stored");
             CHECK(up.count("Fail", key) == 2);
+        }
+        SUBCASE("fail, DEADLINE_EXCEEDED answered by the upstream: UNKNOWN is recorded") {
+            proxy_process proxy(grpc_config(up.port, "on_upstream_uncertain: fail").yaml());
+            const auto target = proxy_target(proxy);
+            const auto o = keyed(key, "order-1", {{"x-want-status", "DEADLINE_EXCEEDED,OK"}});
+            const auto a = call(target, "/test.Payments/Fail", o);
+            INFO(a.raw);
+            CHECK(a.code == "UNKNOWN");
+            CHECK(a.md("onceproxy-problem") == "upstream.outcome_unknown");
+            CHECK(a.md("idempotency-status") == "stored");
+            const auto b = call(target, "/test.Payments/Fail", o);
+            INFO(b.raw);
+            CHECK(b.code == "UNKNOWN");
+            CHECK(b.md("onceproxy-problem") == "upstream.outcome_unknown");
+            CHECK(b.md("idempotency-status") == "replayed");
+            CHECK(up.count("Fail", key) == 1);
         }
         SUBCASE("hold, the client's deadline (grpc-timeout) passes first: a retry is ABORTED") {
             proxy_process proxy(grpc_config(up.port, "on_upstream_uncertain: hold").yaml());
