@@ -209,6 +209,16 @@ proxy_config grpc_config(unsigned short upstream_port, const std::string& idempo
     return c;
 }
 
+/// onceproxy_requests_total of the route `payments` for `outcome` (-1: no such line).
+long long outcomes(const proxy_process& p, const std::string& outcome) {
+    return p.metric("onceproxy_requests_total{route=\"payments\",outcome=\"" + outcome + "\"}");
+}
+
+/// Whether that counter reaches `n` (bounded: a request is counted as its answer leaves).
+bool counted(const proxy_process& p, const std::string& outcome, long long n) {
+    return eventually([&] { return outcomes(p, outcome) == n; }, 5s);
+}
+
 std::string proxy_target(const proxy_process& p) {
     return "127.0.0.1:" + std::to_string(p.port);
 }
@@ -290,6 +300,8 @@ TEST_SUITE("grpc") {
         CHECK_FALSE(first.md("grpc-status-details-bin").empty());
         const auto replay = call(target, "/test.Payments/Charge", keyed(key, "order-1"));
         check_replay_of(replay, first);
+        CHECK(counted(proxy, "stored", 1));
+        CHECK(counted(proxy, "replayed", 1));
         CHECK(up.count("Charge", key) == 1);
 
         SUBCASE("a recordable error (NOT_FOUND) with its details is replayed the same way") {
@@ -353,6 +365,7 @@ TEST_SUITE("grpc") {
         }
         CHECK(ok == 1);
         CHECK(aborted == 4);
+        CHECK(counted(proxy, "in_progress", 4));
         CHECK(up.count("Slow", key) == 1);
         // Once it is stored, a retry is replayed.
         const auto retry = call(target, "/test.Payments/Slow", keyed(key, "order-1"));
@@ -413,6 +426,7 @@ TEST_SUITE("grpc") {
         CHECK(a.details == "UNAVAILABLE test.Payments/Fail #1"); // the upstream's own answer
         CHECK(a.md("onceproxy-problem").empty());
         CHECK(up.count("Fail", key) == 1);
+        CHECK(counted(proxy, "released", 1));
         const auto b = call(target, "/test.Payments/Fail", o);
         INFO(b.raw);
         CHECK(b.code == "OK");
@@ -435,6 +449,7 @@ TEST_SUITE("grpc") {
             const auto a = call(target, "/test.Payments/Fail", o);
             INFO(a.raw);
             CHECK(a.code == "DEADLINE_EXCEEDED");
+            CHECK(counted(proxy, "held", 1));
             const auto b = call(target, "/test.Payments/Fail", o);
             check_problem(b, "ABORTED", "idempotency.in_progress");
             CHECK_FALSE(b.md("grpc-retry-pushback-ms").empty());
@@ -518,8 +533,7 @@ TEST_SUITE("grpc") {
             CHECK(r.md("x-execution") == std::to_string(i));
             CHECK(up.count("Watch", key) == static_cast<std::uint64_t>(i));
         }
-        CHECK(proxy.metric(
-                  "onceproxy_requests_total{route=\"payments\",outcome=\"passthrough\"}") == 2);
+        CHECK(counted(proxy, "passthrough", 2));
     }
 
     TEST_CASE("two replicas over one Redis: stored through one, replayed through the other") {
