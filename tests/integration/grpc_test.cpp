@@ -138,6 +138,7 @@ struct call_options {
     double timeout_s = 10; ///< the client's deadline (grpc-timeout)
     bool stream = false;   ///< server-streaming call
     int concurrent = 0;    ///< >0: that many identical calls at once
+    bool retry = false;    ///< gRPC's retry policy on (UNAVAILABLE, ABORTED; pushback honoured)
 };
 
 /// Runs client.py against `target` (bounded by `timeout 60`) and returns its JSON line's calls.
@@ -153,6 +154,9 @@ std::vector<grpc_result> run_client(const std::string& target, const std::string
     }
     if (o.stream) {
         argv.push_back("--stream");
+    }
+    if (o.retry) {
+        argv.push_back("--retry");
     }
     if (o.concurrent > 0) {
         argv.push_back("--concurrent");
@@ -371,6 +375,34 @@ TEST_SUITE("grpc") {
         const auto retry = call(target, "/test.Payments/Slow", keyed(key, "order-1"));
         CHECK(retry.md("idempotency-status") == "replayed");
         CHECK(up.count("Slow", key) == 1);
+    }
+
+    TEST_CASE("gRPC's retry policy waits out the pushback of an in-flight duplicate, then gets the "
+              "replay") {
+        grpc_upstream up;
+        // A short lease (and an upstream timeout within it): the pushback is the lease left.
+        auto c = grpc_config(up.port);
+        c.upstream_settings.push_back("timeout: 1500ms");
+        c.top = "defaults: { lease: 2s }\n";
+        proxy_process proxy(c.yaml());
+        const auto key = unique_key("grpc", "retry");
+        auto o = keyed(key, "order-1", {{"x-sleep-ms", "1000"}});
+        o.concurrent = 2;
+        o.retry = true;
+        const auto calls = run_client(proxy_target(proxy), "/test.Payments/Slow", o);
+        int stored = 0;
+        int replayed = 0;
+        for (const auto& r : calls) {
+            INFO(r.raw);
+            CHECK(r.code == "OK");
+            CHECK(r.messages == std::vector<std::string>{hex("charged:order-1:1")});
+            stored += r.md("idempotency-status") == "stored" ? 1 : 0;
+            replayed += r.md("idempotency-status") == "replayed" ? 1 : 0;
+        }
+        CHECK(stored == 1);
+        CHECK(replayed == 1);
+        CHECK(up.count("Slow", key) == 1);
+        CHECK(counted(proxy, "in_progress", 1));
     }
 
     TEST_CASE("concurrent duplicates under concurrent: wait: one execution, every call answered") {

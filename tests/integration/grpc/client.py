@@ -11,6 +11,8 @@ Options:
   --timeout S       deadline in seconds (sent as grpc-timeout); default 10
   --stream          server-streaming call (one request, any number of answers)
   --concurrent N    N identical calls at once (threads); the output is {"calls": [...]}
+  --retry           gRPC's retry policy on (docs/grpc.md's client): up to 4 attempts on
+                    UNAVAILABLE and ABORTED, honouring grpc-retry-pushback-ms; off by default
 
 Prints ONE JSON line per run:
   {"code": "OK", "details": "...", "initial": [[name, value], ...], "trailing": [...],
@@ -75,6 +77,7 @@ def main():
     p.add_argument("--timeout", type=float, default=10.0)
     p.add_argument("--stream", action="store_true")
     p.add_argument("--concurrent", type=int, default=0)
+    p.add_argument("--retry", action="store_true")
     args = p.parse_args()
 
     request = bytes.fromhex(args.hex) if args.hex is not None else (args.text or "").encode()
@@ -85,8 +88,22 @@ def main():
             p.error("metadata %r is not NAME=VALUE" % item)
         metadata.append((name, bytes.fromhex(value) if name.endswith("-bin") else value))
 
-    # No retries, no proxy from the environment: exactly the calls asked for reach the target.
-    options = [("grpc.enable_retries", 0), ("grpc.enable_http_proxy", 0)]
+    # No proxy from the environment; no retries unless asked: exactly the calls asked for reach
+    # the target.
+    options = [("grpc.enable_http_proxy", 0)]
+    if args.retry:
+        service = args.method.strip("/").split("/")[0]
+        policy = {
+            "maxAttempts": 4,
+            "initialBackoff": "0.2s",
+            "maxBackoff": "2s",
+            "backoffMultiplier": 2,
+            "retryableStatusCodes": ["UNAVAILABLE", "ABORTED"],
+        }
+        config = {"methodConfig": [{"name": [{"service": service}], "retryPolicy": policy}]}
+        options += [("grpc.enable_retries", 1), ("grpc.service_config", json.dumps(config))]
+    else:
+        options.append(("grpc.enable_retries", 0))
     with grpc.insecure_channel(args.target, options=options) as channel:
         if args.concurrent > 0:
             results = [None] * args.concurrent
