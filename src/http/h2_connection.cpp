@@ -390,7 +390,11 @@ net::awaitable<void> h2_connection::impl::answer(stream_state& st, response res,
     }
     const unsigned status = res.result_int();
     const bool bodiless = status == 204 || status == 304 || status < 200;
-    if (!bodiless && !head_request && !(st.grpc && res.body().empty())) {
+    if (st.grpc) {
+        // gRPC frames its messages itself; the answer carries no length the upstream did not
+        // send (a replay's is the record's, made afresh).
+        res.erase(bhttp::field::content_length);
+    } else if (!bodiless && !head_request) {
         res.content_length(res.body().size());
     }
     const bool no_body = head_request || bodiless || res.body().empty();
