@@ -26,7 +26,7 @@ class h2_stream;
 
 /// What handler::async_handle did with a request.
 struct handled {
-    response res; ///< the answer to write, unless `streamed`
+    response res;          ///< the answer to write, unless `streamed`
     bool streamed = false; ///< the answer already went to the client, streamed (too large to hold)
     bool keep = false;     ///< streamed: the client connection may carry the next request
     /// Its trailer fields (a gRPC call's grpc-status ...): an HTTP/2 client gets them after
