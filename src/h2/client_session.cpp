@@ -2,6 +2,7 @@
 
 #include "h2/frame_budget.hpp"
 #include "h2/nv.hpp"
+#include "h2/session_io.hpp"
 
 #include <nghttp2/nghttp2.h>
 
@@ -24,8 +25,6 @@ namespace {
 constexpr std::size_t max_outbound_ack = 256;
 /// Entries one SETTINGS frame may carry.
 constexpr std::size_t max_settings_entries = 32;
-/// receive() frames output up to this much on its own; take_output() up to this much per call.
-constexpr std::size_t output_batch = 64 * 1024;
 /// Interim (1xx) responses one stream may take before it fails.
 constexpr int max_interim = 16;
 /// The server's SETTINGS_MAX_CONCURRENT_STREAMS until its SETTINGS arrive.
@@ -634,52 +633,12 @@ bool client_session::receive(std::span<const char> bytes, clock::time_point now)
     }
     s.now = now;
     s.budget.roll(now);
-    s.in_recv = true;
-    const auto rv = nghttp2_session_mem_recv(
-        s.session, reinterpret_cast<const std::uint8_t*>(bytes.data()), bytes.size());
-    s.in_recv = false;
-    if (rv < 0 || s.stop) {
-        s.recv_broken = rv < 0;
-        error_code code = error_code::protocol_error;
-        end_reason why = end_reason::protocol_error;
-        if (s.stop) {
-            code = s.stop_code;
-            why = s.stop_reason;
-        } else if (rv == NGHTTP2_ERR_FLOODED) {
-            code = error_code::enhance_your_calm;
-            why = end_reason::control_flood;
-        } else if (rv == NGHTTP2_ERR_TOO_MANY_CONTINUATIONS) {
-            code = error_code::enhance_your_calm;
-            why = end_reason::header_flood;
-        }
-        if (why != end_reason::none) {
-            if (s.reason == end_reason::none) {
-                s.reason = why;
-            }
-        } else {
-            s.local_end = true;
-        }
-        s.stop = false;
-        s.terminate_with(code);
-    }
-    s.frame_into(s.pending, output_batch);
-    if (s.error) {
-        std::rethrow_exception(std::exchange(s.error, nullptr));
-    }
-    s.tell();
+    detail::feed(s, bytes);
     return ended() == end_reason::none;
 }
 
 std::span<const char> client_session::take_output() {
-    auto& s = *impl_;
-    s.handed.clear();
-    s.handed.swap(s.pending);
-    s.frame_into(s.handed, output_batch);
-    if (s.error) {
-        std::rethrow_exception(std::exchange(s.error, nullptr));
-    }
-    s.tell();
-    return {s.handed.data(), s.handed.size()};
+    return detail::hand_output(*impl_);
 }
 
 bool client_session::wants_read() const {
