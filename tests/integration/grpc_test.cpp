@@ -163,20 +163,7 @@ std::vector<grpc_result> run_client(const std::string& target, const std::string
         argv.push_back("--concurrent");
         argv.push_back(std::to_string(o.concurrent));
     }
-    std::string cmd = "timeout 60";
-    for (const auto& a : argv) {
-        cmd += " " + shell_quote(a);
-    }
-    cmd += " 2>" + shell_quote(d.file("stderr")) + " </dev/null";
-    std::string out;
-    if (FILE* f = ::popen(cmd.c_str(), "r")) {
-        std::array<char, 4096> buf{};
-        std::size_t n = 0;
-        while ((n = std::fread(buf.data(), 1, buf.size(), f)) > 0) {
-            out.append(buf.data(), n);
-        }
-        ::pclose(f);
-    }
+    const std::string out = run_command(argv, d.file("stderr")).output;
     boost::system::error_code ec;
     const auto v = boost::json::parse(out, ec);
     if (ec || !v.is_object()) {

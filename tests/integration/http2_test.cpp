@@ -35,34 +35,9 @@ using namespace std::chrono_literals;
 
 namespace {
 
-struct command_result {
-    int status = -1; ///< exit status, -1 when it did not exit normally
-    std::string output;
-};
-
-/// Runs `argv` under `timeout 60` (every client is bounded in time on its own too), stdin from
-/// /dev/null, stdout and stderr captured together.
-command_result run(const std::vector<std::string>& argv) {
-    std::string cmd = "timeout 60 ";
-    for (const auto& a : argv) {
-        cmd += shell_quote(a) + ' ';
-    }
-    cmd += "</dev/null 2>&1";
-    FILE* pipe = ::popen(cmd.c_str(), "r");
-    REQUIRE(pipe != nullptr);
-    command_result r;
-    std::array<char, 4096> buf{};
-    while (std::size_t n = std::fread(buf.data(), 1, buf.size(), pipe)) {
-        r.output.append(buf.data(), n);
-    }
-    const int st = ::pclose(pipe);
-    r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-    return r;
-}
-
 /// The full path of program `name` (process() runs a path, it does not search PATH).
 std::string which(const std::string& name) {
-    auto r = run({"sh", "-c", "command -v " + shell_quote(name)});
+    auto r = run_command({"sh", "-c", "command -v " + shell_quote(name)});
     while (!r.output.empty() && r.output.back() == '\n') {
         r.output.pop_back();
     }
@@ -75,7 +50,7 @@ std::string which(const std::string& name) {
 const std::string& python() {
     static const std::string found = [] {
         for (const char* p : {"python3", "/usr/bin/python3"}) {
-            if (run({p, "-c", "import hyperframe, hpack"}).status == 0) {
+            if (run_command({p, "-c", "import hyperframe, hpack"}).status == 0) {
                 return which(p);
             }
         }
@@ -93,7 +68,7 @@ std::string probe(const std::string& scenario, unsigned short port,
                   const std::vector<std::string>& args = {}) {
     std::vector<std::string> argv{python(), probe_script, scenario, std::to_string(port)};
     argv.insert(argv.end(), args.begin(), args.end());
-    const auto r = run(argv);
+    const auto r = run_command(argv);
     INFO("probe " << scenario << ": " << r.output);
     CHECK(r.status == 0);
     return r.output;
@@ -130,7 +105,7 @@ curl_result curl(const std::string& url, std::vector<std::string> args = {}) {
                                   "-w",   "version=%{http_version}\n"};
     argv.insert(argv.end(), args.begin(), args.end());
     argv.push_back(url);
-    const auto r = run(argv);
+    const auto r = run_command(argv);
     curl_result out;
     out.exit = r.status;
     out.output = r.output;
@@ -452,9 +427,10 @@ TEST_SUITE("http2") {
         const auto body = dir.write("body.json", json_body);
         // nghttp sends both requests at once; the upstream takes 1 s to answer the first, so
         // the second finds the key in progress.
-        const auto r = run({"nghttp", "-v", "-t", "10", "-m", "2", "-d", body, "-H",
-                            "content-type: application/json", "-H", "idempotency-key: " + key, "-H",
-                            "x-test-delay-ms: 1000", h2c_url(s.proxy.port, "/v1/payments")});
+        const auto r =
+            run_command({"nghttp", "-v", "-t", "10", "-m", "2", "-d", body, "-H",
+                         "content-type: application/json", "-H", "idempotency-key: " + key, "-H",
+                         "x-test-delay-ms: 1000", h2c_url(s.proxy.port, "/v1/payments")});
         INFO(r.output);
         CHECK(r.status == 0);
         CHECK(r.output.find(":status: 200") != std::string::npos);
@@ -547,8 +523,9 @@ TEST_SUITE("http2") {
 
     TEST_CASE("response trailers arrive over h2") {
         auto& s = shared();
-        const auto r = run({"nghttp", "-v", "-t", "10", "-H", "x-test-trailer-bytes: 20", "-H",
-                            "x-test-body-bytes: 1000", h2c_url(s.proxy.port, "/trailers")});
+        const auto r =
+            run_command({"nghttp", "-v", "-t", "10", "-H", "x-test-trailer-bytes: 20", "-H",
+                         "x-test-body-bytes: 1000", h2c_url(s.proxy.port, "/trailers")});
         INFO(r.output);
         CHECK(r.status == 0);
         CHECK(r.output.find(":status: 200") != std::string::npos);
@@ -582,8 +559,8 @@ TEST_SUITE("http2") {
         const auto connections_before =
             counter(s.proxy, label("onceproxy_client_connections_total", "protocol", "h2"));
         const auto total_before = s.upstream.total();
-        const auto r =
-            run({"nghttp", "-v", "-n", "-t", "20", "-m", "60", h2c_url(s.proxy.port, "/many")});
+        const auto r = run_command(
+            {"nghttp", "-v", "-n", "-t", "20", "-m", "60", h2c_url(s.proxy.port, "/many")});
         INFO(r.output);
         CHECK(r.status == 0);
         std::size_t ok = 0;

@@ -19,23 +19,9 @@ using namespace std::chrono_literals;
 
 namespace {
 
-/// Runs `argv` through sh (bounded by `timeout`), stdout and stderr together.
+/// Runs `argv` (bounded in time), stdout and stderr together.
 std::string run(const std::vector<std::string>& argv) {
-    std::string cmd = "timeout 60";
-    for (const auto& a : argv) {
-        cmd += " " + shell_quote(a);
-    }
-    cmd += " 2>&1 </dev/null";
-    std::string out;
-    if (FILE* f = ::popen(cmd.c_str(), "r")) {
-        std::array<char, 4096> buf{};
-        std::size_t n = 0;
-        while ((n = std::fread(buf.data(), 1, buf.size(), f)) > 0) {
-            out.append(buf.data(), n);
-        }
-        ::pclose(f);
-    }
-    return out;
+    return run_command(argv).output;
 }
 
 /// nginx with an h2c server (prior knowledge) and an h2 server (TLS), both proxying to the test

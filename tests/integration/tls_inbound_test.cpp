@@ -35,38 +35,6 @@ using namespace std::chrono_literals;
 
 namespace {
 
-struct command_result {
-    int status = -1; ///< exit status, -1 when it did not exit normally
-    std::string output;
-};
-
-std::string quote(const std::string& s) {
-    std::string out = "'";
-    for (char c : s) {
-        out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-    }
-    return out + "'";
-}
-
-/// Runs `argv` through the shell (stdin from /dev/null), stdout and stderr captured.
-command_result run(const std::vector<std::string>& argv) {
-    std::string cmd;
-    for (const auto& a : argv) {
-        cmd += quote(a) + ' ';
-    }
-    cmd += "</dev/null 2>&1";
-    FILE* pipe = ::popen(cmd.c_str(), "r");
-    REQUIRE(pipe != nullptr);
-    command_result r;
-    std::array<char, 4096> buf{};
-    while (std::size_t n = std::fread(buf.data(), 1, buf.size(), pipe)) {
-        r.output.append(buf.data(), n);
-    }
-    const int st = ::pclose(pipe);
-    r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-    return r;
-}
-
 /// curl over TLS to 127.0.0.1:`port` (bounded at 5 s); prints the body, then "|" and the status.
 command_result curl(unsigned short port, const std::string& path, const std::string& ca,
                     std::vector<std::string> extra = {}) {
@@ -75,13 +43,13 @@ command_result curl(unsigned short port, const std::string& path, const std::str
         "5",    "--cacert",      ca,
         "-w",   "|%{http_code}", "https://127.0.0.1:" + std::to_string(port) + path};
     argv.insert(argv.end() - 1, extra.begin(), extra.end());
-    return run(argv);
+    return run_command(argv);
 }
 
 /// The subject line of the certificate the server at `port` presents.
 std::string served_subject(unsigned short port) {
-    const auto r = run({"openssl", "s_client", "-connect", "127.0.0.1:" + std::to_string(port),
-                        "-servername", "localhost"});
+    const auto r = run_command({"openssl", "s_client", "-connect",
+                                "127.0.0.1:" + std::to_string(port), "-servername", "localhost"});
     const auto at = r.output.find("subject=");
     if (at == std::string::npos) {
         return "(none)\n" + r.output;
@@ -262,23 +230,24 @@ TEST_CASE("TLS on the listener: curl verifies the chain, speaks HTTP/2 or HTTP/1
 
     // ALPN h2 first, then http/1.1; TLS 1.3 by default, TLS 1.2 accepted.
     const auto s13 =
-        run({"openssl", "s_client", "-connect", "127.0.0.1:" + std::to_string(p.tls_port), "-alpn",
-             "h2,http/1.1", "-CAfile", f.ca.ca_file()});
+        run_command({"openssl", "s_client", "-connect", "127.0.0.1:" + std::to_string(p.tls_port),
+                     "-alpn", "h2,http/1.1", "-CAfile", f.ca.ca_file()});
     CHECK(s13.output.find("New, TLSv1.3") != std::string::npos);
     CHECK(s13.output.find("ALPN protocol: h2") != std::string::npos);
     const auto s11 =
-        run({"openssl", "s_client", "-connect", "127.0.0.1:" + std::to_string(p.tls_port), "-alpn",
-             "http/1.1", "-CAfile", f.ca.ca_file()});
+        run_command({"openssl", "s_client", "-connect", "127.0.0.1:" + std::to_string(p.tls_port),
+                     "-alpn", "http/1.1", "-CAfile", f.ca.ca_file()});
     CHECK(s11.output.find("ALPN protocol: http/1.1") != std::string::npos);
     const auto s12 =
-        run({"openssl", "s_client", "-connect", "127.0.0.1:" + std::to_string(p.tls_port),
-             "-tls1_2", "-CAfile", f.ca.ca_file(), "-brief"});
+        run_command({"openssl", "s_client", "-connect", "127.0.0.1:" + std::to_string(p.tls_port),
+                     "-tls1_2", "-CAfile", f.ca.ca_file(), "-brief"});
     CHECK(s12.output.find("Protocol version: TLSv1.2") != std::string::npos);
     CHECK(s12.output.find("Verification: OK") != std::string::npos);
 
     // A plain HTTP request to the TLS port is not answered as HTTP.
-    const auto plain = run({"curl", "-sS", "-m", "5", "-o", "/dev/null", "-w", "%{http_code}",
-                            "http://127.0.0.1:" + std::to_string(p.tls_port) + "/"});
+    const auto plain =
+        run_command({"curl", "-sS", "-m", "5", "-o", "/dev/null", "-w", "%{http_code}",
+                     "http://127.0.0.1:" + std::to_string(p.tls_port) + "/"});
     CHECK(plain.output.find("200") == std::string::npos);
     CHECK(p.metric("onceproxy_tls_handshake_failures_total") >= 1);
 }
@@ -292,11 +261,12 @@ TEST_CASE("TLS session resumption: a second connection resumes the first one's s
     for (const char* version : {"-tls1_2", "-tls1_3"}) {
         CAPTURE(version);
         const auto target = "127.0.0.1:" + std::to_string(p.tls_port);
-        const auto first = run({"openssl", "s_client", "-connect", target, version, "-CAfile",
-                                f.ca.ca_file(), "-sess_out", session, "-ign_eof"});
+        const auto first =
+            run_command({"openssl", "s_client", "-connect", target, version, "-CAfile",
+                         f.ca.ca_file(), "-sess_out", session, "-ign_eof"});
         CHECK(first.output.find("New, TLSv1") != std::string::npos);
-        const auto second = run({"openssl", "s_client", "-connect", target, version, "-CAfile",
-                                 f.ca.ca_file(), "-sess_in", session});
+        const auto second = run_command({"openssl", "s_client", "-connect", target, version,
+                                         "-CAfile", f.ca.ca_file(), "-sess_in", session});
         CHECK(second.output.find("Reused, TLSv1") != std::string::npos);
     }
 }
@@ -527,7 +497,7 @@ TEST_CASE("--check-config and a start refuse missing or unparsable TLS files at 
         auto c = config_for(f.upstream.port);
         c.top = tls;
         const auto file = f.dir.write("check.yaml", c.yaml());
-        const auto r = run({ONCEPROXY_BIN, "--check-config", file});
+        const auto r = run_command({ONCEPROXY_BIN, "--check-config", file});
         return std::make_pair(r, file);
     };
     {
@@ -555,7 +525,7 @@ TEST_CASE("--check-config and a start refuse missing or unparsable TLS files at 
         CHECK(r.status != 0);
         CHECK(r.output.find("does not match the certificate") != std::string::npos);
         // A start with the same file fails the same way.
-        const auto start = run({ONCEPROXY_BIN, "--config", file});
+        const auto start = run_command({ONCEPROXY_BIN, "--config", file});
         CHECK(start.status != 0);
         CHECK(start.output.find("does not match the certificate") != std::string::npos);
     }

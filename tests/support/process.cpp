@@ -7,7 +7,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <array>
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -141,6 +143,27 @@ std::string shell_quote(const std::string& s) {
         }
     }
     return out + "'";
+}
+
+command_result run_command(const std::vector<std::string>& argv, const std::string& stderr_file) {
+    std::string cmd = "timeout 60";
+    for (const auto& a : argv) {
+        cmd += ' ' + shell_quote(a);
+    }
+    cmd += stderr_file.empty() ? " 2>&1" : " 2>" + shell_quote(stderr_file);
+    cmd += " </dev/null";
+    command_result r;
+    FILE* pipe = ::popen(cmd.c_str(), "r");
+    if (pipe == nullptr) {
+        return r;
+    }
+    std::array<char, 4096> buf{};
+    while (const std::size_t n = std::fread(buf.data(), 1, buf.size(), pipe)) {
+        r.output.append(buf.data(), n);
+    }
+    const int st = ::pclose(pipe);
+    r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    return r;
 }
 
 unsigned short free_port() {

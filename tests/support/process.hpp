@@ -61,6 +61,18 @@ std::string read_file(const std::string& path);
 /// `s` quoted for sh: in single quotes, each ' written as '\''.
 std::string shell_quote(const std::string& s);
 
+/// How a command run to its end ended, and what it printed.
+struct command_result {
+    int status = -1; ///< exit status, -1 when it did not exit normally
+    std::string output;
+};
+
+/// Runs `argv` (a client: curl, nghttp, h2load, a Python script) through sh under
+/// `timeout 60`, stdin from /dev/null, stdout captured; stderr with it, or into `stderr_file`
+/// when one is given.
+command_result run_command(const std::vector<std::string>& argv,
+                           const std::string& stderr_file = {});
+
 /// A loopback port that was free a moment ago (bind 0, read, close).
 unsigned short free_port();
 
