@@ -220,7 +220,7 @@ TEST_CASE("redis cluster store, durability replicated: the WAIT of a claim sent 
     auto cfg = cluster_config(cluster.addresses());
     cfg.durability = onceproxy::config::redis_durability::replicated;
     cfg.replicas = 1;
-    cfg.wait_timeout = 200ms;
+    cfg.wait_timeout = 1'000ms; // below command_timeout; 200 ms timed out on a loaded machine
     net::io_context ioc;
     redis_store st(cfg, {ioc.get_executor()});
     st.start();

@@ -751,10 +751,12 @@ TEST_CASE("redis store, durability replicated: a write whose reply was lost coun
     net::io_context ioc;
     tcp_gate gate(ioc, master.port());
     auto cfg = make_config("redis://127.0.0.1:" + std::to_string(gate.port()));
-    cfg.command_timeout = 500ms;
+    // WAIT has 1 s (150 ms timed out on a loaded machine once the replica was back);
+    // command_timeout, which ends the commands whose replies the gate drops, stays above it.
+    cfg.command_timeout = 2'000ms;
     cfg.durability = onceproxy::config::redis_durability::replicated;
     cfg.replicas = 1;
-    cfg.wait_timeout = 150ms;
+    cfg.wait_timeout = 1'000ms;
     redis_store s(cfg, {ioc.get_executor()});
     s.start();
     redis_client& client = *s.client_for(ioc.get_executor());
