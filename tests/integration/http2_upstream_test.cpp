@@ -78,6 +78,14 @@ struct nginx_h2 {
             },
             10s, "nginx answers over h2c");
     }
+    /// SIGTERM first: nginx's master then stops its worker, which a SIGKILL of the master
+    /// alone would leave running (still listening on the test's ports) after the test.
+    ~nginx_h2() {
+        proc.signal(SIGTERM);
+        proc.wait(10s);
+    }
+    nginx_h2(const nginx_h2&) = delete;
+    nginx_h2& operator=(const nginx_h2&) = delete;
     std::string access_log() const { return read_file(dir.file("access.log")); }
 };
 
