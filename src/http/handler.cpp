@@ -36,6 +36,7 @@ struct handler::impl {
         for (const auto& route : cfg->routes) {
             env->route_series.push_back(&reg.route_named(route.name));
             fields_in_use.push_back(request_fields_in_use(route.idempotency));
+            grpc_routes = grpc_routes || !route.match.grpc.empty();
         }
     }
 
@@ -46,6 +47,8 @@ struct handler::impl {
     /// Per route: the request fields Connection may not nominate away (computed once; the
     /// views point into `cfg`).
     std::vector<std::vector<std::string_view>> fields_in_use;
+    /// Some route has a grpc match: only then does routing look at a request's content-type.
+    bool grpc_routes = false;
     plain_relay relay{cfg, *env->fwd, reg, fields_in_use, env->route_series};
 };
 
@@ -70,8 +73,9 @@ std::string_view path_of(std::string_view target) {
 } // namespace
 
 const config::route_config* handler::route_for(const request& head, std::size_t& index) const {
-    const auto* route = config::find_route(*impl_->cfg, head.method_string(),
-                                           path_of(head.target()), is_grpc_call(head));
+    const auto* route =
+        config::find_route(*impl_->cfg, head.method_string(), path_of(head.target()),
+                           impl_->grpc_routes && is_grpc_call(head));
     if (route != nullptr) {
         index = static_cast<std::size_t>(route - impl_->cfg->routes.data());
     }
