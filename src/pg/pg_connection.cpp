@@ -391,11 +391,13 @@ struct pg_connection::impl : std::enable_shared_from_this<impl> {
         }
     }
 
-    net::awaitable<pg_result> exec(request_ptr r) {
-        if (!ready) {
+    /// The shared state is an argument (not `this`) so it outlives a handle destroyed between
+    /// the call and the first co_await.
+    static net::awaitable<pg_result> exec(std::shared_ptr<impl> self, request_ptr r) {
+        if (!self->ready) {
             co_return failure(errc::not_connected, "not connected", false);
         }
-        co_return co_await await_result(std::move(r));
+        co_return co_await self->await_result(std::move(r));
     }
 
     /// Sends `r` on the open connection and waits for its result, at most command_timeout.
@@ -419,7 +421,11 @@ struct pg_connection::impl : std::enable_shared_from_this<impl> {
         fail_connection(errc::connection_lost, "connection closed");
     }
 
-    net::awaitable<pg_connect_report> connect() {
+    static net::awaitable<pg_connect_report> connect(std::shared_ptr<impl> self) {
+        co_return co_await self->do_connect();
+    }
+
+    net::awaitable<pg_connect_report> do_connect() {
         auto self = shared_from_this();
         close();
         const auto gen = generation;
@@ -542,7 +548,7 @@ const pg_connection::executor_type& pg_connection::get_executor() const noexcept
 }
 
 net::awaitable<pg_connect_report> pg_connection::async_connect() {
-    return impl_->connect();
+    return impl::connect(impl_);
 }
 
 net::awaitable<pg_result> pg_connection::async_exec(std::string statement,
@@ -552,7 +558,7 @@ net::awaitable<pg_result> pg_connection::async_exec(std::string statement,
         std::make_shared<request>(impl_->ex, request::kind::exec_prepared, std::move(statement));
     r->params = std::move(params);
     r->result_format = result_format;
-    return impl_->exec(std::move(r));
+    return impl::exec(impl_, std::move(r));
 }
 
 net::awaitable<pg_result> pg_connection::async_query(std::string sql, std::vector<pg_param> params,
@@ -560,7 +566,7 @@ net::awaitable<pg_result> pg_connection::async_query(std::string sql, std::vecto
     auto r = std::make_shared<request>(impl_->ex, request::kind::exec_sql, std::move(sql));
     r->params = std::move(params);
     r->result_format = result_format;
-    return impl_->exec(std::move(r));
+    return impl::exec(impl_, std::move(r));
 }
 
 void pg_connection::close() {

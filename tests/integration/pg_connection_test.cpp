@@ -10,6 +10,7 @@
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
 #include <doctest/doctest.h>
@@ -199,6 +200,7 @@ TEST_SUITE("integration.pg_connection") {
         // again and commit.
         const std::string before = key + "-before";
         const std::string after = key + "-after";
+        const auto syncs_before = conn.sync_count();
         collected out;
         out.results.resize(3);
         net::co_spawn(ioc, exec_into(conn, "put", {pg::pg_param::text(before)}, out, 0),
@@ -212,6 +214,7 @@ TEST_SUITE("integration.pg_connection") {
         CHECK(!out.results[0]->ec);
         CHECK(out.results[1]->ec == pg::errc::unique_violation);
         CHECK(!out.results[2]->ec);
+        CHECK(conn.sync_count() == syncs_before + 2); // the batch, then the two sent again
         CHECK(server.psql("SELECT count(*) FROM uniq WHERE k IN ('" + before + "', '" + after +
                           "')") == "2\n");
     }
@@ -307,6 +310,66 @@ TEST_SUITE("integration.pg_connection") {
         ioc.restart();
         ioc.poll(); // the statement is sent
         conn.close();
+        REQUIRE(run_until(
+            ioc, [&] { return out.order.size() == 1; }, 3s));
+        CHECK(out.results[0]->ec == pg::errc::connection_lost);
+    }
+
+    TEST_CASE("several hosts with target_session_attrs=read-write: the read-write one is chosen") {
+        auto& primary = shared_server();
+        onceproxy::test::postgres_server_options read_only;
+        read_only.settings = {"default_transaction_read_only=on"};
+        postgres_server standby(read_only);
+        const std::string dead = std::to_string(onceproxy::test::free_port());
+        auto options = options_for(primary);
+        options.conninfo = "postgresql://onceproxy:onceproxy@127.0.0.1:" + dead +
+                           ",127.0.0.1:" + std::to_string(standby.port()) +
+                           ",127.0.0.1:" + std::to_string(primary.port()) +
+                           "/onceproxy?target_session_attrs=read-write";
+        net::io_context ioc;
+        pg::pg_connection conn(ioc.get_executor(), options);
+        connect(ioc, conn);
+        const auto port = query(ioc, conn, "SELECT current_setting('port')");
+        REQUIRE_MESSAGE(!port.ec, port.message);
+        CHECK(port.rows.at(0).at(0) == std::optional<std::string>(std::to_string(primary.port())));
+
+        options.conninfo =
+            "postgresql://onceproxy:onceproxy@127.0.0.1:" + std::to_string(standby.port()) +
+            "/onceproxy?target_session_attrs=read-write";
+        pg::pg_connection refused(ioc.get_executor(), options);
+        const auto report = run(ioc, refused.async_connect());
+        CHECK(report.ec == pg::errc::connect_failed);
+        CHECK(report.message.find("read-only") != std::string::npos);
+    }
+
+    TEST_CASE("a server that never answers: the attempt ends with timeout at connect_timeout") {
+        net::io_context ioc;
+        // Accepts TCP connections (the kernel's backlog) but never reads the startup packet.
+        net::ip::tcp::acceptor mute(ioc, {net::ip::make_address("127.0.0.1"), 0});
+        auto options = options_for(shared_server());
+        options.conninfo =
+            "postgresql://onceproxy@127.0.0.1:" + std::to_string(mute.local_endpoint().port()) +
+            "/onceproxy";
+        options.connect_timeout = 300ms;
+        pg::pg_connection conn(ioc.get_executor(), options);
+        const auto start = std::chrono::steady_clock::now();
+        const auto report = run(ioc, conn.async_connect());
+        CHECK(report.ec == pg::errc::timeout);
+        CHECK(std::chrono::steady_clock::now() - start < 3s);
+        CHECK(!conn.ready());
+    }
+
+    TEST_CASE("destroying the connection fails its pending statements with connection_lost") {
+        net::io_context ioc;
+        collected out;
+        out.results.resize(1);
+        {
+            pg::pg_connection conn(ioc.get_executor(), options_for(shared_server()));
+            connect(ioc, conn);
+            net::co_spawn(ioc, query_into(conn, "SELECT pg_sleep(30)", out, 0), net::detached);
+            ioc.restart();
+            ioc.poll();
+        }
         REQUIRE(run_until(
             ioc, [&] { return out.order.size() == 1; }, 3s));
         CHECK(out.results[0]->ec == pg::errc::connection_lost);

@@ -179,7 +179,9 @@ void postgres_server::kill() {
 }
 
 std::string postgres_server::psql(const std::string& sql, const std::string& db) const {
-    const std::string cmd = shell_quote(bin_dir + "/psql") + " -X -q -At -v ON_ERROR_STOP=1 -h " +
+    // As an administrator: also on a server made read-only through its settings.
+    const std::string cmd = "PGOPTIONS='-c default_transaction_read_only=off' " +
+                            shell_quote(bin_dir + "/psql") + " -X -q -At -v ON_ERROR_STOP=1 -h " +
                             shell_quote(data_dir()) + " -p " + std::to_string(port_) +
                             " -U postgres -d " + shell_quote(db) + " -c " + shell_quote(sql) +
                             " 2>&1";

@@ -48,7 +48,8 @@ public:
     }
 
     /// Runs `sql` with psql as the superuser (Unix socket, database `database()` unless
-    /// `db` is given) and returns its unaligned output (-At). Throws when psql fails.
+    /// `db` is given; writable even where default_transaction_read_only is on) and returns its
+    /// unaligned output (-At). Throws when psql fails.
     std::string psql(const std::string& sql, const std::string& db = database()) const;
 
     const std::string& dir() const noexcept { return dir_.path(); }
