@@ -172,6 +172,37 @@ TEST_SUITE("integration.pg_connection") {
         }
     }
 
+    TEST_CASE("a batch larger than the socket buffers: partial writes, every result in order") {
+        net::io_context ioc;
+        pg::pg_connection conn(ioc.get_executor(), options_for(shared_server()));
+        connect(ioc, conn);
+        const auto syncs_before = conn.sync_count();
+        constexpr std::size_t n = 300;
+        collected out;
+        out.results.resize(n);
+        auto value = [](std::size_t i) {
+            return std::string(32 * 1024, static_cast<char>('a' + i % 26));
+        };
+        // The server sleeps first and reads nothing meanwhile: the socket's buffers fill, and
+        // the rest of the batch waits for the socket to be writable.
+        net::co_spawn(ioc, query_into(conn, "SELECT pg_sleep(0.3)::text", out, 0), net::detached);
+        for (std::size_t i = 1; i < n; ++i) {
+            net::co_spawn(ioc, exec_into(conn, "echo", {pg::pg_param::text(value(i))}, out, i),
+                          net::detached);
+        }
+        REQUIRE(run_until(
+            ioc, [&] { return out.order.size() == n; }, 30s));
+        CHECK(conn.sync_count() == syncs_before + 1);
+        for (std::size_t i = 0; i < n; ++i) {
+            CHECK(out.order[i] == i);
+            const auto& r = *out.results[i];
+            REQUIRE_MESSAGE(!r.ec, r.message);
+            if (i > 0) {
+                CHECK(r.rows.at(0).at(0) == std::optional<std::string>(value(i)));
+            }
+        }
+    }
+
     TEST_CASE("a server error keeps its SQLSTATE; the batch's other statements still commit") {
         auto& server = shared_server();
         server.psql("CREATE TABLE IF NOT EXISTS uniq (k text PRIMARY KEY)");
