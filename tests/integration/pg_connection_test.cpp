@@ -15,6 +15,8 @@
 
 #include <doctest/doctest.h>
 
+#include <unistd.h>
+
 #include <chrono>
 #include <optional>
 #include <string>
@@ -248,6 +250,74 @@ TEST_SUITE("integration.pg_connection") {
         CHECK(conn.sync_count() == syncs_before + 2); // the batch, then the two sent again
         CHECK(server.psql("SELECT count(*) FROM uniq WHERE k IN ('" + before + "', '" + after +
                           "')") == "2\n");
+    }
+
+    TEST_CASE("a deadlock (40P01) and a serialization failure (40001) are told apart") {
+        auto& server = shared_server();
+        net::io_context ioc;
+        pg::pg_connection a(ioc.get_executor(), options_for(server));
+        pg::pg_connection b(ioc.get_executor(), options_for(server));
+        connect(ioc, a);
+        connect(ioc, b);
+
+        // Each takes one advisory lock, sleeps, then wants the other's: one is the victim
+        // (after deadlock_timeout, 1 s), the other then goes on.
+        const auto id = std::to_string(::getpid());
+        collected deadlock;
+        deadlock.results.resize(2);
+        net::co_spawn(ioc,
+                      query_into(a,
+                                 "SELECT pg_advisory_xact_lock(" + id + ", 1), pg_sleep(0.3), " +
+                                     "pg_advisory_xact_lock(" + id + ", 2)",
+                                 deadlock, 0),
+                      net::detached);
+        net::co_spawn(ioc,
+                      query_into(b,
+                                 "SELECT pg_advisory_xact_lock(" + id + ", 2), pg_sleep(0.3), " +
+                                     "pg_advisory_xact_lock(" + id + ", 1)",
+                                 deadlock, 1),
+                      net::detached);
+        REQUIRE(run_until(
+            ioc, [&] { return deadlock.order.size() == 2; }, 10s));
+        const auto& victim = deadlock.results[0]->ec ? *deadlock.results[0] : *deadlock.results[1];
+        const auto& survivor =
+            deadlock.results[0]->ec ? *deadlock.results[1] : *deadlock.results[0];
+        CHECK(victim.ec == pg::errc::deadlock_detected);
+        CHECK(victim.sqlstate == "40P01");
+        CHECK_MESSAGE(!survivor.ec, survivor.message);
+
+        // b, in repeatable read, updates a row a holds locked and then commits changed.
+        server.psql("CREATE TABLE IF NOT EXISTS counters (k text PRIMARY KEY, v int NOT NULL)");
+        server.psql("GRANT ALL ON counters TO onceproxy");
+        const std::string key = onceproxy::test::unique_key("pg", "counter");
+        server.psql("INSERT INTO counters VALUES ('" + key + "', 0)");
+        REQUIRE(!query(ioc, b, "SET default_transaction_isolation = 'repeatable read'").ec);
+        collected conflict;
+        conflict.results.resize(2);
+        net::co_spawn(ioc,
+                      query_into(a,
+                                 "WITH x AS (UPDATE counters SET v = v + 1 WHERE k = '" + key +
+                                     "' RETURNING 1) SELECT pg_sleep(0.3) FROM x",
+                                 conflict, 0),
+                      net::detached);
+        REQUIRE(run_until(
+            ioc,
+            [&] {
+                return server.psql("SELECT count(*) FROM pg_stat_activity WHERE state = 'active' "
+                                   "AND query LIKE 'WITH x AS (UPDATE counters%" +
+                                   key + "%'") == "1\n";
+            },
+            10s));
+        net::co_spawn(
+            ioc,
+            query_into(b, "UPDATE counters SET v = v + 1 WHERE k = '" + key + "'", conflict, 1),
+            net::detached);
+        REQUIRE(run_until(
+            ioc, [&] { return conflict.order.size() == 2; }, 10s));
+        CHECK_MESSAGE(!conflict.results[0]->ec, conflict.results[0]->message);
+        CHECK(conflict.results[1]->ec == pg::errc::serialization_failure);
+        CHECK(conflict.results[1]->sqlstate == "40001");
+        CHECK(server.psql("SELECT v FROM counters WHERE k = '" + key + "'") == "1\n");
     }
 
     TEST_CASE("statement_timeout cancels a statement with 57014; the connection stays usable") {
