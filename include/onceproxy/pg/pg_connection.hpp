@@ -11,8 +11,10 @@
 //   in one rolls back those before it and skips those after it. The driver hides this: it
 //   hands a statement's success to its caller only once the Sync confirmed the commit, and
 //   sends the statements of a failed batch that were rolled back or skipped again in the next
-//   batch, so every statement behaves as if run on its own (autocommit). Statements that cannot
-//   run in a transaction block (CREATE DATABASE, VACUUM) are not for this driver.
+//   batch, so every statement behaves as if run on its own (autocommit). So each statement is
+//   its own transaction: BEGIN ... COMMIT spread over several calls is not supported (a
+//   rolled-back BEGIN would be sent again), nor are statements that cannot run in a
+//   transaction block (CREATE DATABASE, VACUUM).
 // - Prepared statements (pg_connection_options::statements) are prepared on every new
 //   connection, in the pipeline, before it is ready.
 // - Every statement is bounded by command_timeout; one not answered in time fails with
