@@ -19,17 +19,18 @@ const std::string bin_dir = POSTGRES_BIN_DIR;
 
 /// The prefix that runs a command as the `postgres` user when we are root. setpriv execs the
 /// command in place (runuser would fork and stay the parent), so signals to the process we
-/// started reach the server itself.
+/// started reach the server itself; and the server is killed when the test process dies
+/// without its destructor (a crash, CTest's timeout).
 std::vector<std::string> as_postgres() {
     if (::geteuid() != 0) {
         return {};
     }
-    return {SETPRIV_BIN, "--reuid=postgres", "--regid=postgres", "--init-groups", "--"};
+    return {SETPRIV_BIN,     "--reuid=postgres", "--regid=postgres",
+            "--init-groups", "--pdeathsig=KILL", "--"};
 }
 
 /// Runs `argv` to its end (at most 60 s) with its output in `log`; throws unless it exits 0.
-void run_to_end(std::vector<std::string> argv, const std::string& log) {
-    const std::string what = argv[argv.size() > 5 && argv[0] == SETPRIV_BIN ? 5 : 0];
+void run_to_end(const std::string& what, std::vector<std::string> argv, const std::string& log) {
     process p(std::move(argv), log);
     const int status = p.wait(std::chrono::seconds(60));
     if (status != 0) {
@@ -97,7 +98,7 @@ postgres_server::postgres_server(postgres_server_options options)
     initdb.insert(initdb.end(), {bin_dir + "/initdb", "-D", data, "-U", "postgres", "--pwfile",
                                  pwfile, "--auth-local=trust", "--auth-host=scram-sha-256", "-E",
                                  "UTF8", "--locale=C", "--no-sync", "--no-instructions"});
-    run_to_end(initdb, dir_.file("initdb.log"));
+    run_to_end("initdb", initdb, dir_.file("initdb.log"));
     start();
     psql("CREATE ROLE " + user() + " LOGIN PASSWORD '" + password() + "'", "postgres");
     psql("CREATE DATABASE " + database() + " OWNER " + user(), "postgres");
