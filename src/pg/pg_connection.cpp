@@ -365,8 +365,15 @@ struct pg_connection::impl : std::enable_shared_from_this<impl> {
         }
         pg_result result = copy_result(res, conn);
         if (result.ec) {
-            // The batch's transaction is rolled back: the statements before this one too.
-            retry.insert(retry.end(), held.begin(), held.end());
+            // The batch's transaction is rolled back: the statements before this one too. A
+            // prepared statement is not transactional: it stays.
+            for (const auto& h : held) {
+                if (h->what == request::kind::prepare) {
+                    complete(h, std::move(h->result));
+                } else {
+                    retry.push_back(h);
+                }
+            }
             held.clear();
             complete(r, std::move(result));
             return;
@@ -400,11 +407,21 @@ struct pg_connection::impl : std::enable_shared_from_this<impl> {
         co_return co_await self->await_result(std::move(r));
     }
 
-    /// Sends `r` on the open connection and waits for its result, at most command_timeout.
-    net::awaitable<pg_result> await_result(request_ptr r) {
-        auto self = shared_from_this();
+    /// Sends `r` on the open connection; its command_timeout starts now.
+    void start(const request_ptr& r) {
         r->timer.expires_after(options.command_timeout);
         send(r);
+    }
+
+    /// Sends `r` on the open connection and waits for its result, at most command_timeout.
+    net::awaitable<pg_result> await_result(request_ptr r) {
+        start(r);
+        co_return co_await finish(std::move(r));
+    }
+
+    /// Waits for the result of a started `r`; closes the connection at its deadline.
+    net::awaitable<pg_result> finish(request_ptr r) {
+        auto self = shared_from_this();
         if (!r->done) {
             co_await r->timer.async_wait(use_tuple);
         }
@@ -497,10 +514,16 @@ struct pg_connection::impl : std::enable_shared_from_this<impl> {
         PQsetNoticeProcessor(
             conn, [](void*, const char*) {}, nullptr);
         net::co_spawn(ex, read_loop(self, gen), net::detached);
+        // All prepared in one batch.
+        std::vector<request_ptr> prepares;
         for (const auto& s : options.statements) {
-            auto r = std::make_shared<request>(ex, request::kind::prepare, s.name);
-            r->sql = s.sql;
-            const pg_result prepared = co_await await_result(r);
+            prepares.push_back(std::make_shared<request>(ex, request::kind::prepare, s.name));
+            prepares.back()->sql = s.sql;
+            start(prepares.back());
+        }
+        for (std::size_t i = 0; i < prepares.size(); ++i) {
+            const auto& s = options.statements[i];
+            const pg_result prepared = co_await finish(prepares[i]);
             if (gen != generation && connect_timed_out) {
                 co_return pg_connect_report{errc::timeout,
                                             "no connection within the connect timeout"};

@@ -93,6 +93,7 @@ TEST_SUITE("integration.pg_connection") {
         pg::pg_connection conn(ioc.get_executor(), options_for(shared_server()));
         connect(ioc, conn);
         CHECK(conn.connect_count() == 1);
+        CHECK(conn.sync_count() == 1); // the three statements prepared in one batch
 
         const auto sum =
             exec(ioc, conn, "add",
