@@ -136,6 +136,15 @@ TEST_SUITE("integration.pg_connection") {
         CHECK(!nowhere.ready());
 
         options = options_for(shared_server());
+        options.conninfo =
+            "postgresql://onceproxy:wrong@127.0.0.1:" + std::to_string(shared_server().port()) +
+            "/onceproxy";
+        pg::pg_connection intruder(ioc.get_executor(), options);
+        const auto denied = run(ioc, intruder.async_connect());
+        CHECK(denied.ec == pg::errc::connect_failed);
+        CHECK(denied.message.find("password authentication failed") != std::string::npos);
+
+        options = options_for(shared_server());
         options.statements.push_back({"broken", "SELECT FROM nowhere_at_all"});
         pg::pg_connection broken(ioc.get_executor(), options);
         const auto refused = run(ioc, broken.async_connect());
