@@ -7,6 +7,8 @@ find_package(PkgConfig REQUIRED)
 pkg_check_modules(HIREDIS REQUIRED IMPORTED_TARGET hiredis>=0.14)
 # HTTP/2: nghttp2's sans-io session (Debian 12: 1.52).
 pkg_check_modules(NGHTTP2 REQUIRED IMPORTED_TARGET libnghttp2>=1.52)
+# PostgreSQL: libpq >= 14 for pipeline mode (Debian 12: libpq-dev 15).
+pkg_check_modules(LIBPQ REQUIRED IMPORTED_TARGET libpq>=14)
 # jemalloc as the proxy's allocator (README "Benchmark": about 12 % fewer instructions per
 # proxied request than glibc's malloc, whose thread cache does not hold the coroutine frames and
 # header fields a request allocates). Sanitizers bring their own allocator.

@@ -5,6 +5,7 @@ set -euo pipefail
 pkgs=(g++ cmake ninja-build pkg-config ccache libssl-dev openssl
       libboost1.81-dev libboost-json1.81-dev libboost-url1.81-dev libboost-system1.81-dev
       libhiredis-dev libnghttp2-dev libyaml-cpp-dev libjemalloc-dev doctest-dev redis-server redis-tools
+      libpq-dev postgresql-15 util-linux
       curl python3 python3-h2 python3-grpcio nginx-light wrk nghttp2-client)
 # Optional groups, any number of them:
 #   fuzz    clang and its libFuzzer runtime (make fuzz)
