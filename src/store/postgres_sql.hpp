@@ -193,6 +193,32 @@ RETURNING
     (r.xmax = 0) AS inserted
 )sql";
 
+/// Read-only look-up before the claim, optional: the fast path of a replay. Same parameters as
+/// the claim's first three: $1 key text, $2 fingerprint bytea, $3 owner bytea. No row: nothing
+/// live under the key, run claim_sql. One row: the answer, with claim_sql's columns (status,
+/// remaining_ms, record, created_ms; no `inserted`), status never acquired except for a lease
+/// this owner already holds. Why: claim_sql writes the row back even when it only finds it, so
+/// every replay is a commit that waits for its WAL flush (and for a synchronous standby);
+/// measured on one server (docs/stores.md), replays through claim_sql run at about a fifth of
+/// the rate of this read. The price: a first execution takes two round trips, and a replay read
+/// here may show a record whose commit reached the primary but (its writer's wait for the
+/// standby cancelled) not yet the standby. A driver that does not want that reads with
+/// claim_sql alone. Seen in flight or completed here, the answer is final: it is what claim_sql
+/// would answer now, without the write.
+inline constexpr std::string_view lookup_sql = R"sql(
+SELECT CASE WHEN r.owner = $3::bytea AND NOT r.completed THEN 0
+            WHEN r.fingerprint <> $2::bytea THEN 3
+            WHEN r.completed THEN 2
+            ELSE 1 END::int AS status,
+       ceil(extract(epoch FROM r.expires_at - statement_timestamp()) * 1000)::bigint
+           AS remaining_ms,
+       CASE WHEN r.completed AND r.fingerprint = $2::bytea THEN r.record END AS record,
+       r.created_ms
+  FROM {table} AS r
+ WHERE r.key = $1::text
+   AND r.expires_at > statement_timestamp()
+)sql";
+
 /// Fenced complete (store::async_complete): the caller's live lease becomes a record kept for
 /// the ttl. $1 key text, $2 owner bytea, $3 record bytea, $4 ttl ms bigint, $5 kind smallint
 /// (0 kept, 1 evictable). One row back: ok (the caller owned the lease); none: not_owner,

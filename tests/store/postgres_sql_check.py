@@ -76,7 +76,7 @@ def render(sql, table):
 def prepare_all(stmts, table):
     """PREPARE every runtime statement under its own name (no type list: the casts decide)."""
     out = []
-    for name in ("claim", "complete", "release", "extend", "inspect", "purge", "sweep", "ping"):
+    for name in ("claim", "lookup", "complete", "release", "extend", "inspect", "purge", "sweep", "ping"):
         out.append(f"PREPARE {name} AS {render(stmts[name], table)};")
     return "\n".join(out) + "\n"
 
@@ -172,6 +172,9 @@ class Ops:
         return self._op("claim", f"EXECUTE claim({quote_literal(key)}, {b(fp)}, {b(owner)}, "
                                  f"{lease}, {created})")
 
+    def lookup(self, key, fp, owner):
+        return self._op("lookup", f"EXECUTE lookup({quote_literal(key)}, {b(fp)}, {b(owner)})")
+
     def complete(self, key, owner, record, ttl=600, kind=0, raw=False):
         rec = record if raw else b(record)
         return self._op("complete", f"EXECUTE complete({quote_literal(key)}, {b(owner)}, {rec}, "
@@ -231,6 +234,8 @@ class Checker:
 
 def claim_row(rows):
     assert len(rows) == 1, rows
+    if len(rows[0]) == 4:  # lookup_sql: no `inserted`
+        rows = [rows[0] + ["f"]]
     st, remaining, record, created, inserted = rows[0]
     return {"status": int(st), "remaining": int(remaining),
             "record": bytes.fromhex(record[2:]) if record else None,
@@ -421,6 +426,26 @@ def contract(cluster, stmts, check):
     check(c["status"] == COMPLETED and c["created_ms"] == 1764086400123,
           f"replay carries the claim's created_ms: {c}")
 
+    case(check, "lookup (read only) answers as the claim would, or nothing when nothing is live")
+    r = (o(stmts).lookup("q1", "fp-1", "owner-a").claim("q1", "fp-1", "owner-a", lease=300)
+         .lookup("q1", "fp-1", "owner-a").lookup("q1", "fp-1", "owner-b")
+         .lookup("q1", "fp-2", "owner-b").complete("q1", "owner-a", "rec", ttl=300)
+         .sql("SELECT xmin, ctid FROM onceproxy_records WHERE key = 'q1'")
+         .lookup("q1", "fp-1", "owner-b").lookup("q1", "fp-2", "owner-b")
+         .sql("SELECT xmin, ctid FROM onceproxy_records WHERE key = 'q1'")
+         .sleep(400).lookup("q1", "fp-1", "owner-b").run(cluster))
+    check(r[0] == [], f"absent: no row: {r[0]}")
+    check(claim_row(r[2])["status"] == ACQUIRED, "the owner's own lease: acquired")
+    s = claim_row(r[3])
+    check(s["status"] == IN_FLIGHT and 0 < s["remaining"] <= 300, f"in flight: {s}")
+    check(claim_row(r[4])["status"] == MISMATCH, "in flight, other fingerprint: mismatch")
+    c = claim_row(r[7])
+    check(c["status"] == COMPLETED and c["record"] == b"rec", f"completed: {c}")
+    m = claim_row(r[8])
+    check(m["status"] == MISMATCH and m["record"] is None, f"completed, mismatch: {m}")
+    check(r[6] == r[9], f"the look-ups wrote nothing (same row version): {r[6]} {r[9]}")
+    check(r[10] == [], f"expired: no row: {r[10]}")
+
     case(check, "created_ms 0 is the server's clock")
     r = o(stmts).claim("cm1", "fp", "owner-a").sql(
         "SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint").run(cluster)
@@ -489,7 +514,7 @@ def contract(cluster, stmts, check):
     check(r[11] == [["0"]], f"nothing more to sweep: {r[11]}")
 
     case(check, "the sweep is bounded: 2500 expired rows go in batches of 1000")
-    cluster.psql("INSERT INTO onceproxy_records SELECT 'b' || i, '\\x01', '\\x02', true, 0, "
+    cluster.psql("DELETE FROM onceproxy_records;\nINSERT INTO onceproxy_records SELECT 'b' || i, '\\x01', '\\x02', true, 0, "
                  "'\\x03', now(), 0, now() - interval '1 minute' "
                  "FROM generate_series(1, 2500) i;")
     r = o(stmts).sweep().sweep().sweep().sweep().run(cluster)
@@ -568,80 +593,127 @@ def concurrency(cluster, stmts, check):
 
 # --- measurements ----------------------------------------------------------------------------
 
+def timed_runs(cluster, prep, statements):
+    """Runs `statements` (one per line) in one session with \\timing; the server-side times, ms."""
+    out = cluster.psql(prep + "\\timing on\n" + "".join(s + "\n" for s in statements))
+    return [float(m) for m in re.findall(r"Time: ([0-9.]+) ms", out)]
+
+
+def summary(times):
+    t = sorted(times)
+    return f"median {t[len(t) // 2]:.2f} ms, min {t[0]:.2f}, max {t[-1]:.2f} ({len(t)} runs)"
+
+
 def measure(cluster, stmts):
     print("\n== measurements ==")
     table = "onceproxy_records"
     rows = 1_000_000
+    mib = 1024 * 1024
     cluster.psql("DROP TABLE IF EXISTS onceproxy_records; DELETE FROM onceproxy_schema;")
     cluster.psql(render(stmts["migrate_v1"], table))
-    # Realistic rows: key = prefix + 64 hex digits, 32-byte owner, 32-byte fingerprint (SHA-256,
-    # raw), a 1 KiB record of incompressible bytes (records are bodies, often compressed).
+    prep = prepare_all(stmts, table)
+    # The shape of a real record: key = prefix + 64 hex digits (74 B), owner = 32 hex digits,
+    # fingerprint = 32 raw bytes (SHA-256), a 1 KiB record. Rows of 1 KiB stay in line (TOAST
+    # starts near 2 KiB), so the record's bytes need not be random. Expiries: 1 row in 50
+    # (20000) expired and spread over the whole table (the sweep's worst case: one page per row), the other
+    # rows of 1..25000 (24500) expired in insertion order (the common case: one ttl, so expiry follows
+    # insertion), the rest live for up to a day (distinct expiries, as real ones are).
     t0 = time.monotonic()
     cluster.psql(
         "INSERT INTO onceproxy_records "
         "SELECT 'onceproxy:' || encode(sha256(int8send(i)), 'hex'), "
-        "sha256(int8send(-i)), sha256(int8send(i * 7)), true, 0, "
-        "(SELECT string_agg(sha256(int8send(i * 64 + j)), ''::bytea) "
-        "   FROM generate_series(1, 32) j), "
-        "now(), 0, now() + (i % 86400) * interval '1 second' "
+        "convert_to(md5((-i)::text), 'UTF8'), sha256(int8send(i * 7)), true, 0, "
+        "decode(repeat(md5(i::text), 64), 'hex'), now(), 0, "
+        "CASE WHEN i % 50 = 0 THEN now() - interval '2 hours' + i * interval '1 ms' "
+        "     WHEN i <= 25000 THEN now() - interval '1 hour' + i * interval '1 ms' "
+        "     ELSE now() + i * interval '80 ms' END "
         f"FROM generate_series(1, {rows}) i;\nVACUUM ANALYZE onceproxy_records;")
     load = time.monotonic() - t0
     out = cluster.psql(
         "SELECT pg_relation_size('onceproxy_records'), "
-        "pg_relation_size(reltoastrelid) + coalesce((SELECT sum(pg_relation_size(indexrelid)) "
-        "FROM pg_index WHERE indrelid = reltoastrelid), 0), "
+        "pg_total_relation_size(reltoastrelid), "
         "pg_relation_size('onceproxy_records_pkey'), "
         "pg_relation_size('onceproxy_records_expiry'), "
         "pg_total_relation_size('onceproxy_records'), "
         "(SELECT avg(pg_column_size(r.*))::int FROM onceproxy_records r) "
         "FROM pg_class WHERE oid = 'onceproxy_records'::regclass;")
     heap, toast, pkey, expiry, total, avg = map(int, out.strip().split("|"))
-    mib = 1024 * 1024
-    print(f"1M completed records (key 74 B text, owner 32 B, fingerprint 32 B, record 1 KiB):"
-          f" loaded in {load:.0f} s")
-    print(f"  heap {heap / mib:.0f} MiB, toast {toast / mib:.0f} MiB, "
-          f"primary key {pkey / mib:.0f} MiB, expiry index {expiry / mib:.0f} MiB, "
-          f"total {total / mib:.0f} MiB; average row {avg} B")
+    print(f"{rows} completed records (key 74 B, owner 32 B, fingerprint 32 B, record 1 KiB), "
+          f"loaded in {load:.0f} s:")
+    print(f"  heap {heap / mib:.0f} MiB, toast {toast / mib:.1f} MiB, primary key "
+          f"{pkey / mib:.0f} MiB, expiry index {expiry / mib:.0f} MiB; "
+          f"pg_total_relation_size {total / mib:.0f} MiB; average row {avg} B")
 
-    prep = prepare_all(stmts, table)
-
-    # Sweep cost: expire a spread of rows, then time sweeps of 1000.
-    cluster.psql("UPDATE onceproxy_records SET expires_at = now() - interval '1 minute' "
-                 "WHERE created_ms = 0 AND key < 'onceproxy:08';\n"
-                 "VACUUM ANALYZE onceproxy_records;")
-    expired = int(cluster.psql("SELECT count(*) FROM onceproxy_records "
-                               "WHERE expires_at <= now();").strip())
     runs = 20
-    script = prep + "\\timing on\n" + "".join("EXECUTE sweep(1000);\n" for _ in range(runs))
-    out = cluster.psql(script)
-    times = [float(m) for m in re.findall(r"Time: ([0-9.]+) ms", out)]
-    times_sorted = sorted(times)
-    print(f"sweep: {expired} expired rows spread over the table (1 KiB records); {runs} runs of "
-          f"1000: median {times_sorted[len(times) // 2]:.1f} ms, min {times_sorted[0]:.1f} ms, "
-          f"max {times_sorted[-1]:.1f} ms per 1000 rows (one CPU of a shared 2-core VM, "
-          f"fsync {'on' if 'fsync=off' not in cluster.settings else 'off'})")
-    wal = cluster.psql(prep + "SELECT pg_current_wal_lsn() \\gset\nEXECUTE sweep(1000);\n"
-                       "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), :'pg_current_wal_lsn');")
+    t = timed_runs(cluster, prep, ["EXECUTE sweep(1000);"] * runs)
+    print(f"sweep, expired rows spread over the table (one heap page each): {summary(t)} "
+          "per 1000 rows")
+    t = timed_runs(cluster, prep, ["EXECUTE sweep(1000);"] * runs)
+    print(f"sweep, expired rows in insertion order: {summary(t)} per 1000 rows")
+    wal = cluster.psql(prep + "SELECT pg_current_wal_lsn() AS before \\gset\n"
+                       "EXECUTE sweep(1000);\n"
+                       "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), :'before');")
     print(f"  WAL written by one sweep of 1000 rows: {int(float(wal.strip())) // 1024} KiB")
+    left = cluster.psql(prep + "EXECUTE sweep(100000);\n\\echo :ROW_COUNT\n").strip()
+    t = timed_runs(cluster, prep, ["EXECUTE sweep(1000);"] * 5)
+    print(f"sweep finding nothing, {left} rows after the last batch, before a vacuum "
+          f"(dead index entries): {summary(t)}")
+    cluster.psql("VACUUM onceproxy_records;")
+    t = timed_runs(cluster, prep, ["EXECUTE sweep(1000);"] * 5)
+    print(f"sweep finding nothing, after a vacuum: {summary(t)}")
+    out = cluster.psql("SELECT pg_relation_size('onceproxy_records'), "
+                       "pg_relation_size('onceproxy_records_expiry'), count(*) "
+                       "FROM onceproxy_records;")
+    heap, expiry, count = map(int, out.strip().split("|"))
+    print(f"  after sweeping: {count} rows; heap {heap / mib:.0f} MiB (space reused, not "
+          f"returned), expiry index {expiry / mib:.0f} MiB")
 
-    # Claim costs, one session, 2000 statements each: new key; replay of a completed record.
+    # Claims, one session, n statements each: a new key; a replay of a completed record (the
+    # unchanged write-back); the same keys read with a plain SELECT, for comparison.
     n = 2000
-    new_keys = "".join(
-        f"EXECUTE claim('bench-{i}', '\\x01', '\\x02', 30000, 0);\n" for i in range(n))
-    replays = cluster.psql("SELECT key FROM onceproxy_records WHERE expires_at > now() "
-                           f"ORDER BY expires_at DESC LIMIT {n};").split()
-    replay_sql = "".join(
-        f"EXECUTE claim('{k}', '\\x00', '\\x02', 30000, 0);\n" for k in replays)
-    select_sql = "".join(
-        f"SELECT record FROM onceproxy_records WHERE key = '{k}';\n" for k in replays)
-    for label, body in (("claim, new key", new_keys),
-                        ("claim, finds a record (mismatch: no payload)", replay_sql),
-                        ("plain SELECT by key (for comparison)", select_sql)):
-        t0 = time.monotonic()
-        cluster.psql(prep + body)
-        dt = time.monotonic() - t0
-        print(f"  {label}: {dt / n * 1e6:.0f} us per statement over one psql session")
+    live = cluster.psql("SELECT key, encode(fingerprint, 'hex') FROM onceproxy_records "
+                        f"WHERE expires_at > now() ORDER BY key LIMIT {n};").split()
+    pairs = [x.split("|") for x in live]
+    cluster.psql("SELECT pg_stat_reset();")
+    for label, lines in (
+            ("claim, a new key (insert)",
+             [f"EXECUTE claim('bench-{i}', '\\x01', '\\x02', 30000, 0);" for i in range(n)]),
+            ("claim, a replay (a record found, 1 KiB shipped)",
+             [f"EXECUTE claim('{k}', '\\x{fp}', '\\x02', 30000, 0);" for k, fp in pairs]),
+            ("SELECT record by key (no claim, for comparison)",
+             [f"SELECT record FROM onceproxy_records WHERE key = '{k}';" for k, _ in pairs])):
+        print(f"{label}: {summary(timed_runs(cluster, prep, lines))}")
+    time.sleep(1)  # statistics are sent at the end of a session
+    hot = cluster.psql("SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables "
+                       "WHERE relname = 'onceproxy_records';").strip()
+    print(f"  replays' updates (all, HOT): {hot}")
 
+    # Throughput with 8 sessions (pgbench, prepared): replays of live records through the claim
+    # statement against plain SELECTs of the same rows. The key and fingerprint are computed in
+    # the statement from pgbench's random id, the rest is claim_sql as is.
+    key = "'onceproxy:' || encode(sha256(int8send(:id::bigint)), 'hex')"
+    claim = (render(stmts["claim"], table)
+             .replace("$1::text", f"({key})")
+             .replace("$2::bytea", "sha256(int8send(:id::bigint * 7))")
+             .replace("$3::bytea", "'\\x02'::bytea").replace("$4::bigint", "30000")
+             .replace("$5::bigint", "0"))
+    pick = "\\set id 50 * random(2000, 19999) + 1\n"
+    lookup = (render(stmts["lookup"], table).replace("$1::text", f"({key})")
+              .replace("$2::bytea", "sha256(int8send(:id::bigint * 7))")
+              .replace("$3::bytea", "'\\x02'::bytea"))
+    for label, body in (("claim, replay", claim), ("lookup, replay", lookup),
+                        ("SELECT record by key", f"SELECT record FROM {table} WHERE key = {key}")):
+        path = os.path.join(cluster.dir, "bench.sql")
+        with open(path, "w") as f:
+            f.write(pick + " ".join(body.split()) + ";\n")
+        r = subprocess.run([f"{PGBIN}/pgbench", "-n", "-M", "prepared", "-c", "8", "-j", "2",
+                            "-T", "10", "-f", path, "-h", "127.0.0.1", "-p", str(cluster.port),
+                            "-U", "postgres", "postgres"], capture_output=True, text=True)
+        tps = re.search(r"tps = ([0-9.]+)", r.stdout)
+        lat = re.search(r"latency average = ([0-9.]+) ms", r.stdout)
+        print(f"pgbench, 8 sessions, {label}: "
+              f"{tps.group(1) if tps else r.stderr[-300:]} per second, "
+              f"latency {lat.group(1) if lat else '?'} ms")
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
