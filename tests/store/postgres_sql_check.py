@@ -118,13 +118,15 @@ class Cluster:
                                            "-w", "stop"], stdout=subprocess.DEVNULL)
         shutil.rmtree(self.dir, ignore_errors=True)
 
-    def psql_args(self):
+    def psql_args(self, user="postgres"):
         return ["psql", "-X", "-q", "-A", "-t", "-F", "|", "-v", "ON_ERROR_STOP=1",
-                "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres", "-d", "postgres"]
+                "-h", "127.0.0.1", "-p", str(self.port), "-U", user, "-d", "postgres"]
 
-    def psql(self, script, check=True):
-        """Runs `script` in one session; returns its output."""
-        r = subprocess.run(self.psql_args(), input=script, capture_output=True, text=True)
+    def psql(self, script, check=True, user="postgres", errors=None):
+        """Runs `script` in one session as `user`; returns its output (stderr into `errors`)."""
+        r = subprocess.run(self.psql_args(user), input=script, capture_output=True, text=True)
+        if errors is not None:
+            errors.append(r.stderr)
         if check and r.returncode != 0:
             raise RuntimeError(f"psql failed ({r.returncode}): {r.stderr}\n--- script:\n"
                                f"{script[:3000]}")
@@ -205,8 +207,8 @@ class Ops:
         self.lines.append(f"SELECT pg_sleep({ms / 1000.0}) \\g /dev/null\n")
         return self
 
-    def run(self, cluster):
-        out = cluster.psql("".join(self.lines))
+    def run(self, cluster, user="postgres"):
+        out = cluster.psql("".join(self.lines), user=user)
         chunks = out.split(SEP + "\n")
         results = []
         for chunk in chunks[: len(self.labels)]:
@@ -530,6 +532,48 @@ def contract(cluster, stmts, check):
     check(r[0] == [["1"]], f"one row: {r[0]}")
 
 
+def grants(cluster, stmts, check):
+    case(check, "the documented roles: an owner migrates, the proxy's role only reads and writes")
+    table = "idem.onceproxy_records"
+    cluster.psql("""
+CREATE ROLE onceproxy_owner NOLOGIN;
+CREATE ROLE onceproxy_migrator LOGIN IN ROLE onceproxy_owner;
+CREATE ROLE onceproxy LOGIN;
+CREATE SCHEMA idem AUTHORIZATION onceproxy_owner;
+GRANT CONNECT ON DATABASE postgres TO onceproxy;
+GRANT USAGE ON SCHEMA idem TO onceproxy;
+""")
+    err = []
+    cluster.psql(render(stmts["migrate_v1"], table), user="onceproxy", check=False, errors=err)
+    check("permission denied for schema idem" in err[0],
+          f"the proxy's role cannot create the table (migrate: auto needs more): {err[0]!r}")
+    v = cluster.psql(render(stmts["schema_version"], table) + ";", user="onceproxy",
+                     check=False, errors=err)
+    check(v == "" and "does not exist" in err[1],
+          f"migrate: check, before the migration: the version table is missing: {err[1]!r}")
+    cluster.psql("SET ROLE onceproxy_owner;\n" + render(stmts["migrate_v1"], table) + """
+GRANT SELECT, INSERT, UPDATE, DELETE ON idem.onceproxy_records TO onceproxy;
+GRANT SELECT ON idem.onceproxy_schema TO onceproxy;
+""", user="onceproxy_migrator")
+    v = cluster.psql(render(stmts["schema_version"], table) + ";", user="onceproxy")
+    check(v.strip() == "1", f"migrate: check, after it: version 1 ({v!r})")
+    owner = cluster.psql("SELECT tableowner FROM pg_tables WHERE schemaname = 'idem' "
+                         "ORDER BY tablename;").split()
+    check(owner == ["onceproxy_owner"] * 2, f"the tables belong to the owner role: {owner}")
+    r = (Ops(stmts, table).claim("g1", "fp", "owner-a").claim("g2", "fp", "owner-a")
+         .extend("g1", "owner-a").complete("g1", "owner-a", "rec").lookup("g1", "fp", "o")
+         .inspect("g1").release("g2", "owner-a").purge("g1", False).sweep().sql("EXECUTE ping")
+         .run(cluster, user="onceproxy"))
+    check(claim_row(r[0])["status"] == ACQUIRED and fenced(r[3]) == "ok" and
+          claim_row(r[4])["record"] == b"rec" and r[7] == [[str(P_RECORD)]],
+          f"every runtime statement runs with SELECT, INSERT, UPDATE, DELETE: {r}")
+    for stmt in (f"TRUNCATE {table}", f"DROP TABLE {table}",
+                 "UPDATE idem.onceproxy_schema SET version = 0"):
+        cluster.psql(stmt + ";", user="onceproxy", check=False, errors=err)
+        check("must be owner" in err[-1] or "permission denied" in err[-1],
+              f"refused to the proxy's role: {stmt}: {err[-1]!r}")
+
+
 def concurrency(cluster, stmts, check):
     prep = prepare_all(stmts, "onceproxy_records")
 
@@ -644,6 +688,13 @@ def measure(cluster, stmts):
           f"{pkey / mib:.0f} MiB, expiry index {expiry / mib:.0f} MiB; "
           f"pg_total_relation_size {total / mib:.0f} MiB; average row {avg} B")
 
+    cluster.psql("CREATE TABLE ff90 (LIKE onceproxy_records INCLUDING ALL) "
+                 "WITH (fillfactor = 90);\n"
+                 "INSERT INTO ff90 SELECT * FROM onceproxy_records;")
+    ff = int(cluster.psql("SELECT pg_relation_size('ff90');").strip())
+    cluster.psql("DROP TABLE ff90;")
+    print(f"  the same heap at fillfactor 90: {ff / mib:.0f} MiB")
+
     runs = 20
     t = timed_runs(cluster, prep, ["EXECUTE sweep(1000);"] * runs)
     print(f"sweep, expired rows spread over the table (one heap page each): {summary(t)} "
@@ -729,6 +780,7 @@ def main():
         cluster.start()
         print(f"PostgreSQL 15 on 127.0.0.1:{cluster.port}, data in {cluster.dir}")
         contract(cluster, stmts, check)
+        grants(cluster, stmts, check)
         concurrency(cluster, stmts, check)
         if args.measure:
             measure(cluster, stmts)
