@@ -34,16 +34,18 @@
 // TEMPLATES. The names are substituted once, at start, into every text below:
 //
 //   {table}          the records table, quoted: "onceproxy_records" or "billing"."idem"
-//   {schema_table}   the version table beside it: "onceproxy_schema" or "billing"."onceproxy_schema"
-//   {expiry_index}   the sweep index's name, unqualified and quoted: "onceproxy_records_expiry"
-//                    (CREATE INDEX puts it in the table's schema)
+//   {schema_table}   the version table, in the same schema: "onceproxy_schema" or
+//                    "billing"."onceproxy_schema"
+//   {expiry_index}   the sweep index's name, unqualified and quoted:
+//                    "onceproxy_records_expiry" (CREATE INDEX puts it in the table's schema)
 //   {table_literal}  the configured table name as an SQL string literal: 'billing.idem'
 //
-// `store.postgres.table` is `[schema.]table`, split at the one dot; each part 1 to 63 bytes,
-// no NUL. Each part is quoted as an identifier (wrapped in ", an embedded " doubled), so names
-// are taken literally: case and any character kept, nothing in a name can end the identifier.
-// The index name is the table part + "_expiry", then quoted the same way ({table_literal}: the
-// whole name with ' doubled, in '...'). Unqualified names follow the connection's search_path.
+// `store.postgres.table` is `[schema.]table`: at most one dot (more is a config error), each
+// part 1 to 63 bytes, no NUL. Each part is quoted as an identifier (wrapped in ", an embedded "
+// doubled), so names are taken literally: case and any character kept, nothing in a name can end
+// the identifier. The index name is the table part + "_expiry" (cut to 63 bytes by the server),
+// quoted the same way ({table_literal}: the whole name with ' doubled, in '...'). Unqualified names
+// follow the connection's search_path.
 //
 // PARAMETERS. $1, $2, ... carry an explicit type cast in the text, so a statement can be
 // prepared without a type list (PQprepare with paramTypes = NULL). bytea parameters are
@@ -54,8 +56,9 @@
 // pipeline mode, a Sync after each), at READ COMMITTED. Each is safe at that level as written:
 // the claim because INSERT ... ON CONFLICT DO UPDATE always returns the current row version,
 // never a snapshot's view (see claim_sql). A serialization failure (40001) or deadlock (40P01)
-// cannot come from these statements at READ COMMITTED; if the database is run at a stricter
-// default level, the statement is retried as is.
+// cannot come from these statements at READ COMMITTED, so the driver sets that level on its
+// sessions (default_transaction_isolation, a startup option) whatever the database's default;
+// where a stricter level is imposed anyway, a 40001 or 40P01 is retried as is.
 
 #include <string_view>
 
@@ -157,8 +160,8 @@ COMMIT;
 /// in a lease means we hold it (taken now, or by this attempt's earlier claim whose reply was
 /// lost: acquired again, with the lease's remaining time unchanged).
 /// Cost of the unchanged write-back: a claim that finds a live row writes a new row version
-/// (HOT when its page has room: no index entry; vacuumed later). Its commit is a write, so with synchronous
-/// replication the record it replays has reached the standby before it is replayed.
+/// (HOT when its page has room: no index entry; vacuumed later). Its commit is a write, so with
+/// synchronous replication the record it replays has reached the standby before it is replayed.
 inline constexpr std::string_view claim_sql = R"sql(
 INSERT INTO {table} AS r
        (key, owner, fingerprint, completed, kind, record, claimed_at, created_ms, expires_at)

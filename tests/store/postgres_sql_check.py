@@ -55,6 +55,8 @@ def quote_literal(s):
 
 def names_for(table):
     """The template substitutions for `store.postgres.table` = table, as the header describes."""
+    if table.count(".") > 1:
+        raise ValueError(f"more than one dot in {table!r}")
     schema, dot, name = table.partition(".")
     if not dot:
         schema, name = "", table
@@ -736,7 +738,7 @@ def measure(cluster, stmts):
         print(f"{label}: {summary(timed_runs(cluster, prep, lines))}")
     time.sleep(1)  # statistics are sent at the end of a session
     hot = cluster.psql("SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables "
-                       "WHERE relname = 'onceproxy_records';").strip()
+                       "WHERE relid = 'public.onceproxy_records'::regclass;").strip()
     print(f"  replays' updates (all, HOT): {hot}")
 
     # Throughput with 8 sessions (pgbench, prepared): replays of live records through the claim
