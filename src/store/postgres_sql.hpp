@@ -110,8 +110,9 @@ SELECT coalesce(max(version), 0)::int AS version
 ///     (claim_sql), a HOT update only where its page has room; with lookup_sql in front, few
 ///     claims find a row, and fillfactor 90 would cost a fifth more heap for 1 KiB records
 ///     (docs/stores.md). A DBA may still set it (ALTER TABLE ... SET (fillfactor = 90));
-///   - record stored EXTERNAL (out of line, uncompressed): the records are the proxy's own
-///     binary format, mostly compressed or encrypted bodies already; no CPU spent on pglz.
+///   - record keeps the default storage (compressed, then moved out of line, once a row
+///     passes about 2 KiB): a JSON answer shrinks; an encrypted or already compressed one is
+///     stored as is (pglz gives up on its first KiB).
 inline constexpr std::string_view migrate_v1_sql = R"sql(
 BEGIN;
 SELECT pg_advisory_xact_lock(hashtextextended('onceproxy migrate ' || {table_literal}, 0));
@@ -132,7 +133,6 @@ CREATE TABLE IF NOT EXISTS {table} (
     expires_at  timestamptz NOT NULL,
     CHECK (completed = (record IS NOT NULL) AND completed = (kind IS NOT NULL))
 );
-ALTER TABLE {table} ALTER COLUMN record SET STORAGE EXTERNAL;
 CREATE INDEX IF NOT EXISTS {expiry_index} ON {table} (expires_at);
 INSERT INTO {schema_table} AS s (table_name, version) VALUES ({table_literal}, 1)
     ON CONFLICT (table_name) DO UPDATE SET version = greatest(s.version, 1);
