@@ -7,7 +7,7 @@ scratch folder), and walks the store contract of tests/conformance/store_suite.h
 PREPARE each statement as the driver would, EXECUTE it, check the rows. The cluster is torn down
 at the end, pass or fail.
 
-    tests/store/postgres_sql_check.py             # the contract cases (about 15 s)
+    tests/store/postgres_sql_check.py             # the contract cases (20 to 40 s)
     tests/store/postgres_sql_check.py --measure   # also: table size per million rows, sweep cost
 
 Needs: postgresql-15 (Debian's /usr/lib/postgresql/15/bin), psql, root (to run the server as
@@ -613,6 +613,33 @@ def concurrency(cluster, stmts, check):
     cluster.finish(holder)
     check(second.strip() == "",
           f"the naive statement returns no row at all (neither acquired nor found): {second!r}")
+
+    case(check, "the sweep skips an expired row a claim is taking over, without waiting")
+    cluster.psql(prep + "EXECUTE claim('sw1', " + b("fp") + ", " + b("old") + ", 1, 0);\n"
+                 "SELECT pg_sleep(0.05);\n")
+    holder = cluster.start_psql(prep + "BEGIN;\n" + claim_line("sw1", "owner-a") +
+                                "SELECT pg_sleep(1.5) \\g /dev/null\nCOMMIT;\n")
+    time.sleep(0.5)
+    t0 = time.monotonic()
+    swept = cluster.psql(prep + "EXECUTE sweep(1000);\n\\echo :ROW_COUNT\n").strip()
+    waited = time.monotonic() - t0
+    out, _ = cluster.finish(holder)
+    check(claim_row([out.strip().split("|")])["status"] == ACQUIRED, "the claim took it over")
+    check(swept == "0" and waited < 0.9, f"the sweep skipped it at once: {swept} ({waited:.2f} s)")
+    r = Ops(stmts).inspect("sw1").run(cluster)
+    check(inspect_row(r[0])["state"] == "in_flight", "the new lease is there")
+
+    case(check, "a claim waiting on a row the sweep deletes acquires the key")
+    cluster.psql(prep + "EXECUTE claim('sw2', " + b("fp") + ", " + b("old") + ", 1, 0);\n"
+                 "SELECT pg_sleep(0.05);\n")
+    sweeper = cluster.start_psql(prep + "BEGIN;\nEXECUTE sweep(1000);\n\\echo :ROW_COUNT\n"
+                                 "SELECT pg_sleep(1.5) \\g /dev/null\nCOMMIT;\n")
+    time.sleep(0.5)
+    second = cluster.psql(prep + claim_line("sw2", "owner-b"))
+    out, _ = cluster.finish(sweeper)
+    got = claim_row([second.strip().split("|")])
+    check(out.strip() == "1", f"the sweep deleted it: {out!r}")
+    check(got["status"] == ACQUIRED and got["inserted"], f"then the claim inserted: {got}")
 
     n = 32
     case(check, f"{n} sessions started together claim one free key: exactly one acquires")
