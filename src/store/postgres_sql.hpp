@@ -236,8 +236,8 @@ UPDATE {table} AS r SET
     record     = CASE WHEN r.completed THEN r.record ELSE $3::bytea END,
     kind       = CASE WHEN r.completed THEN r.kind ELSE $5::smallint END,
     expires_at = CASE WHEN r.completed THEN r.expires_at
-                      ELSE statement_timestamp() + greatest($4::bigint, 1) * interval '1 millisecond'
-                 END
+                      ELSE statement_timestamp()
+                           + greatest($4::bigint, 1) * interval '1 millisecond' END
  WHERE r.key = $1::text
    AND r.owner = $2::bytea
    AND r.expires_at > statement_timestamp()

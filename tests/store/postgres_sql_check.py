@@ -78,7 +78,8 @@ def render(sql, table):
 def prepare_all(stmts, table):
     """PREPARE every runtime statement under its own name (no type list: the casts decide)."""
     out = []
-    for name in ("claim", "lookup", "complete", "release", "extend", "inspect", "purge", "sweep", "ping"):
+    for name in ("claim", "lookup", "complete", "release", "extend", "inspect", "purge", "sweep",
+                 "ping"):
         out.append(f"PREPARE {name} AS {render(stmts[name], table)};")
     return "\n".join(out) + "\n"
 
@@ -518,7 +519,8 @@ def contract(cluster, stmts, check):
     check(r[11] == [["0"]], f"nothing more to sweep: {r[11]}")
 
     case(check, "the sweep is bounded: 2500 expired rows go in batches of 1000")
-    cluster.psql("DELETE FROM onceproxy_records;\nINSERT INTO onceproxy_records SELECT 'b' || i, '\\x01', '\\x02', true, 0, "
+    cluster.psql("DELETE FROM onceproxy_records;\n"
+                 "INSERT INTO onceproxy_records SELECT 'b' || i, '\\x01', '\\x02', true, 0, "
                  "'\\x03', now(), 0, now() - interval '1 minute' "
                  "FROM generate_series(1, 2500) i;")
     r = o(stmts).sweep().sweep().sweep().sweep().run(cluster)
@@ -688,9 +690,9 @@ def measure(cluster, stmts):
     # The shape of a real record: key = prefix + 64 hex digits (74 B), owner = 32 hex digits,
     # fingerprint = 32 raw bytes (SHA-256), a 1 KiB record. Rows of 1 KiB stay in line (TOAST
     # starts near 2 KiB), so the record's bytes need not be random. Expiries: 1 row in 50
-    # (20000) expired and spread over the whole table (the sweep's worst case: one page per row), the other
-    # rows of 1..25000 (24500) expired in insertion order (the common case: one ttl, so expiry follows
-    # insertion), the rest live for up to a day (distinct expiries, as real ones are).
+    # (20000) expired, spread over the whole table (the sweep's worst case: one page per row);
+    # the other rows of 1..25000 (24500) expired in insertion order (the common case: one ttl,
+    # so expiry follows insertion); the rest live for up to a day (distinct expiries).
     t0 = time.monotonic()
     cluster.psql(
         "INSERT INTO onceproxy_records "
