@@ -319,14 +319,13 @@ public:
             });
         }
         admin_->start();
-        log::info(
-            "app", "listening",
-            {{"host", current_->listen.host},
-             {"port", port_},
-             {"admin_port", admin_port_},
-             {"tls_port", tls_port_},
-             {"workers", workers_.size()},
-             {"store", current_->store.type == config::store_type::memory ? "memory" : "redis"}});
+        log::info("app", "listening",
+                  {{"host", current_->listen.host},
+                   {"port", port_},
+                   {"admin_port", admin_port_},
+                   {"tls_port", tls_port_},
+                   {"workers", workers_.size()},
+                   {"store", config::store_type_name(current_->store.type)}});
         if (!opts_.port_file.empty()) {
             const auto tmp = opts_.port_file + ".tmp";
             std::ofstream out(tmp);

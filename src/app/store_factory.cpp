@@ -15,6 +15,8 @@ std::shared_ptr<store::store> make_store(const config::config& cfg,
                                                      cfg.store.memory.max_bytes_per_holder);
     case config::store_type::redis:
         return std::make_shared<store::redis_store>(cfg.store.redis, workers);
+    case config::store_type::postgres:
+        throw std::runtime_error("the postgres store is not built yet");
     }
     throw std::runtime_error("unknown store type");
 }

@@ -191,8 +191,9 @@ struct upstream_config {
 };
 
 enum class store_type {
-    memory, ///< embedded, one process only
-    redis,  ///< shared by every replica
+    memory,   ///< embedded, one process only
+    redis,    ///< shared by every replica
+    postgres, ///< shared by every replica, in a PostgreSQL database (synchronous standbys)
 };
 
 enum class maxmemory_check {
@@ -248,6 +249,50 @@ struct redis_config {
     friend bool operator==(const redis_config&, const redis_config&) = default;
 };
 
+/// The name of a store type as written in the config.
+constexpr const char* store_type_name(store_type t) noexcept {
+    switch (t) {
+    case store_type::memory:
+        return "memory";
+    case store_type::redis:
+        return "redis";
+    case store_type::postgres:
+        return "postgres";
+    }
+    return "unknown";
+}
+
+/// store.postgres.migrate: what the proxy does with the schema at start.
+enum class postgres_migrate {
+    automatic, ///< `auto`: create or upgrade the table to this build's version (idempotent)
+    check,     ///< only check the version; a missing or older schema refuses to start
+};
+
+/// store.postgres: a PostgreSQL database (or one that speaks its protocol) holds the records.
+struct postgres_config {
+    /// libpq URL: postgresql://user@host:port/db; several hosts (host1:p1,host2:p2) with
+    /// ?target_session_attrs=read-write find the primary after a failover.
+    std::string url = "postgresql://onceproxy@127.0.0.1:5432/onceproxy";
+    std::string password;      ///< resolved: `password`, or the content of password_file
+    std::string password_file; ///< the file password was read from at start; empty: none
+    /// disable | allow | prefer | require | verify-ca | verify-full; empty: the URL's, else
+    /// libpq's default (prefer).
+    std::string sslmode;
+    std::string ssl_root_cert;               ///< CA bundle for verify-ca / verify-full
+    std::string table = "onceproxy_records"; ///< [schema.]table, at most one dot
+    std::string key_prefix = "onceproxy:";   ///< starts every key this proxy writes
+    std::size_t pool = 2;                    ///< connections per worker
+    duration connect_timeout{2'000};         ///< one connection attempt, statements prepared
+    duration statement_timeout{2'000};       ///< server side; the client waits 1 s more
+    postgres_migrate migrate = postgres_migrate::automatic;
+    duration sweep_interval{10'000}; ///< expired rows deleted in batches this often
+    /// true: a read-only look-up answers replays before the claim (fewer commits, but a replay
+    /// may show a record not yet on a synchronous standby); false: every claim is one write.
+    bool lookup_before_claim = false;
+
+    friend bool operator==(const postgres_config&, const postgres_config&) = default;
+};
+
 struct memory_store_config {
     std::size_t max_bytes = 256 * 1024 * 1024; ///< records + leases; full → claims refused
     /// What one holder (a principal, or the client address of an anonymous request) may hold;
@@ -279,6 +324,7 @@ struct store_config {
     store_type type = store_type::memory;
     memory_store_config memory;
     redis_config redis;
+    postgres_config postgres;
     encryption_config encryption;
 
     friend bool operator==(const store_config&, const store_config&) = default;
