@@ -67,11 +67,11 @@ conformance-report: test-build
 
 # bench/run.sh defaults to build/rel (bench/README.md's manual build); `make build` builds
 # the release preset into build/release.
-# It adds the HTTP/2 rows and the gRPC rows (h2load, and the release build's
-# bench/onceproxy_grpc_load; bench/run.sh leaves both out by default) unless BENCH_SCENARIOS
-# says otherwise.
+# It adds the HTTP/2 rows, the gRPC rows (h2load, and the release build's
+# bench/onceproxy_grpc_load) and the PostgreSQL store's rows (a private postgresql-15 server;
+# bench/run.sh leaves all three out by default) unless BENCH_SCENARIOS says otherwise.
 bench: build
-	@BENCH_BUILD_DIR=$(CURDIR)/build/release BENCH_SCENARIOS="$${BENCH_SCENARIOS:-default,h2,grpc}" bench/run.sh
+	@BENCH_BUILD_DIR=$(CURDIR)/build/release BENCH_SCENARIOS="$${BENCH_SCENARIOS:-default,h2,grpc,pg}" bench/run.sh
 
 # Container images with podman (no registry needed: the debian:12 base is bootstrapped with
 # mmdebstrap when absent): localhost/onceproxy:$(IMAGE_TAG) and the test upstream beside it.

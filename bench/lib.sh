@@ -141,6 +141,53 @@ start_redis() {
     wait_tcp "$redis_port" $! "redis-server"
 }
 
+# start_postgres: a private PostgreSQL 15 cluster (Debian's postgresql-15; BENCH_POSTGRES_BIN
+# for another bin directory) initdb'd into $work_dir/pg and started on a free loopback port, its
+# socket in the same folder. As root, initdb and the server run as the `postgres` user
+# (PostgreSQL refuses root): setpriv execs in place, so the process started is the postmaster,
+# whose children are the backends and auxiliary processes (its CPU time counts them all), and
+# it is killed if this script dies without its cleanup. The server's settings are its defaults
+# (fsync, synchronous_commit and full_page_writes on: what users run), trust authentication on
+# 127.0.0.1 only. Sets postgres_bin, postgres_port and postgres_pid.
+start_postgres() {
+    postgres_bin=${BENCH_POSTGRES_BIN:-/usr/lib/postgresql/15/bin}
+    local data="$work_dir/pg" as_user=() i
+    [ -x "$postgres_bin/postgres" ] ||
+        die "no $postgres_bin/postgres: postgresql-15 is not installed (scripts/install-deps.sh)"
+    mkdir -m 0700 "$data"
+    if [ "$(id -u)" -eq 0 ]; then
+        id postgres >/dev/null 2>&1 || die "no postgres user to run the PostgreSQL server as (postgresql-15)"
+        command -v setpriv >/dev/null || die "setpriv is not installed (util-linux)"
+        chmod 0711 "$work_dir" # the server's user reaches its data folder, lists nothing else
+        chown postgres:postgres "$data"
+        as_user=(setpriv --reuid=postgres --regid=postgres --init-groups --pdeathsig=KILL --)
+    fi
+    # --no-sync: initdb's own files only; the server then runs with fsync on.
+    if ! "${as_user[@]}" "$postgres_bin/initdb" -D "$data" -U postgres --auth=trust -E UTF8 \
+        --locale=C --no-sync >"$work_dir/initdb.log" 2>&1; then
+        keep_work_dir=1
+        die "initdb failed (see $work_dir/initdb.log)"
+    fi
+    postgres_port=$(free_port)
+    "${as_user[@]}" "$postgres_bin/postgres" -D "$data" -p "$postgres_port" -k "$data" \
+        -c listen_addresses=127.0.0.1 >"$work_dir/postgres.log" 2>&1 &
+    postgres_pid=$!
+    started_pids+=("$postgres_pid")
+    started_names[$postgres_pid]="postgres"
+    for ((i = 0; i < 100; i++)); do
+        "$postgres_bin/pg_isready" -q -h 127.0.0.1 -p "$postgres_port" && return 0
+        kill -0 "$postgres_pid" 2>/dev/null || die "postgres exited during start-up (see $work_dir/postgres.log)"
+        sleep 0.1
+    done
+    die "postgres did not accept connections on 127.0.0.1:$postgres_port within 10 s"
+}
+
+# psql_bench SQL: runs SQL on the bench's PostgreSQL server, unaligned tuples only.
+psql_bench() {
+    "$postgres_bin/psql" -X -q -A -t -h 127.0.0.1 -p "$postgres_port" -U postgres -d postgres \
+        -v ON_ERROR_STOP=1 -c "$1"
+}
+
 # start_redis_cluster MASTERS TAG: starts a private Redis Cluster of MASTERS cluster-enabled,
 # non-persistent redis-servers without replicas (slots split evenly, config epochs 1..MASTERS,
 # joined with CLUSTER MEET) and waits up to 20 s until every node reports cluster_state:ok and
@@ -201,8 +248,9 @@ start_redis_cluster() {
 }
 
 # write_proxy_config WORKERS STORE [NAME]: writes $work_dir/NAME.yaml (default onceproxy) from
-# the template ($redis_extra, when set, is added to the store.redis settings). STORE is memory,
-# redis (the redis-server of start_redis) or cluster (the nodes of the last start_redis_cluster).
+# the template ($redis_extra, when set, is added to the store.redis settings, $postgres_extra to
+# store.postgres). STORE is memory, redis (the redis-server of start_redis), cluster (the nodes
+# of the last start_redis_cluster) or postgres (the server of start_postgres).
 write_proxy_config() {
     local workers=$1 store=$2 name=${3:-onceproxy} store_block nodes=() node_list
     case "$store" in
@@ -212,7 +260,8 @@ write_proxy_config() {
         IFS=, read -r -a nodes <<<"$cluster_nodes"
         node_list=$(printf '"%s", ' "${nodes[@]}")
         store_block="{ type: redis, redis: { cluster: { nodes: [ ${node_list%, } ] }${redis_extra:+, $redis_extra} } }" ;;
-    *) die "unknown store '$store' (memory|redis|cluster)" ;;
+    postgres) store_block="{ type: postgres, postgres: { url: \"postgresql://postgres@127.0.0.1:$postgres_port/postgres\"${postgres_extra:+, $postgres_extra} } }" ;;
+    *) die "unknown store '$store' (memory|redis|cluster|postgres)" ;;
     esac
     # A self-signed ECDSA P-256 certificate for the TLS rows (nginx serves the same pair).
     if [ ! -f "$work_dir/tls.crt" ]; then
