@@ -282,3 +282,36 @@ TEST_SUITE("postgres_store") {
         CHECK(took < 2'500ms);
     }
 }
+
+TEST_SUITE("postgres_store retries") {
+    TEST_CASE("a serialization failure is sent again; after four the error reaches the caller") {
+        auto& server = shared_server();
+        const auto table = "serial_" + std::to_string(::getpid());
+        store_env env(make_config(server, table));
+        env.open_ready();
+        // A trigger that fails the claims of 'test:serial-*' keys with SQLSTATE 40001 while the
+        // sequence (not rolled back with the statement) stays under its bound.
+        server.psql("SET ROLE onceproxy; CREATE SEQUENCE " + table + "_fails; CREATE FUNCTION " +
+                    table +
+                    "_fail() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN IF NEW.key LIKE "
+                    "'test:serial-%' AND nextval('" +
+                    table +
+                    "_fails') <= 2 THEN RAISE EXCEPTION 'forced' USING ERRCODE = '40001'; "
+                    "END IF; RETURN NEW; END $$; CREATE TRIGGER fail BEFORE INSERT ON " +
+                    table + " FOR EACH ROW EXECUTE FUNCTION " + table + "_fail()");
+        CHECK(env.claim("serial-1", "o").status == store::claim_status::acquired);
+        CHECK(server.psql("SELECT last_value FROM " + table + "_fails") == "3\n");
+        server.psql("SET ROLE onceproxy; ALTER SEQUENCE " + table +
+                    "_fails RESTART WITH 1 MAXVALUE 1000000; " + "CREATE OR REPLACE FUNCTION " +
+                    table +
+                    "_fail() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN IF NEW.key LIKE "
+                    "'test:serial-%' THEN PERFORM nextval('" +
+                    table +
+                    "_fails'); RAISE EXCEPTION 'forced' USING ERRCODE = '40001'; "
+                    "END IF; RETURN NEW; END $$");
+        auto r = env.go(env.store->async_claim({"serial-2", "fp", "o", 30'000ms}));
+        REQUIRE_FALSE(r.has_value());
+        CHECK(r.error() == store::errc::protocol);
+        CHECK(server.psql("SELECT last_value FROM " + table + "_fails") == "4\n");
+    }
+}
