@@ -9,6 +9,8 @@ repo_dir=$(cd "$bench_dir/.." && pwd)
 # PIDs of everything this script started; cleanup kills exactly these.
 started_pids=()
 declare -A started_names=()
+# The signal that stops a started process, where it is not TERM.
+declare -A started_stop_signals=()
 work_dir=""
 keep_work_dir=0
 
@@ -18,7 +20,7 @@ die() { printf '[bench] error: %s\n' "$*" >&2; exit 1; }
 cleanup() {
     local pid
     for pid in "${started_pids[@]}"; do
-        kill -TERM "$pid" 2>/dev/null || true
+        kill "-${started_stop_signals[$pid]:-TERM}" "$pid" 2>/dev/null || true
     done
     # Bounded wait (3 s), then SIGKILL whatever is left.
     local deadline=$((SECONDS + 3))
@@ -141,17 +143,18 @@ start_redis() {
     wait_tcp "$redis_port" $! "redis-server"
 }
 
-# start_postgres: a private PostgreSQL 15 cluster (Debian's postgresql-15; BENCH_POSTGRES_BIN
+# start_postgres [NAME=VALUE...]: a private PostgreSQL 15 cluster (Debian's postgresql-15; BENCH_POSTGRES_BIN
 # for another bin directory) initdb'd into $work_dir/pg and started on a free loopback port, its
 # socket in the same folder. As root, initdb and the server run as the `postgres` user
 # (PostgreSQL refuses root): setpriv execs in place, so the process started is the postmaster,
 # whose children are the backends and auxiliary processes (its CPU time counts them all), and
 # it is killed if this script dies without its cleanup. The server's settings are its defaults
-# (fsync, synchronous_commit and full_page_writes on: what users run), trust authentication on
-# 127.0.0.1 only. Sets postgres_bin, postgres_port and postgres_pid.
+# (fsync, synchronous_commit and full_page_writes on: what users run) but the NAME=VALUE given
+# (each passed as -c), trust authentication on 127.0.0.1 only. Sets postgres_bin, postgres_port and postgres_pid.
 start_postgres() {
     postgres_bin=${BENCH_POSTGRES_BIN:-/usr/lib/postgresql/15/bin}
-    local data="$work_dir/pg" as_user=() i
+    local data="$work_dir/pg" as_user=() settings=() i s
+    for s in "$@"; do settings+=(-c "$s"); done
     [ -x "$postgres_bin/postgres" ] ||
         die "no $postgres_bin/postgres: postgresql-15 is not installed (scripts/install-deps.sh)"
     mkdir -m 0700 "$data"
@@ -170,10 +173,12 @@ start_postgres() {
     fi
     postgres_port=$(free_port)
     "${as_user[@]}" "$postgres_bin/postgres" -D "$data" -p "$postgres_port" -k "$data" \
-        -c listen_addresses=127.0.0.1 >"$work_dir/postgres.log" 2>&1 &
+        -c listen_addresses=127.0.0.1 "${settings[@]}" >"$work_dir/postgres.log" 2>&1 &
     postgres_pid=$!
     started_pids+=("$postgres_pid")
     started_names[$postgres_pid]="postgres"
+    # Its fast shutdown: TERM would wait for the onceproxies' sessions to end.
+    started_stop_signals[$postgres_pid]=INT
     for ((i = 0; i < 100; i++)); do
         "$postgres_bin/pg_isready" -q -h 127.0.0.1 -p "$postgres_port" && return 0
         kill -0 "$postgres_pid" 2>/dev/null || die "postgres exited during start-up (see $work_dir/postgres.log)"

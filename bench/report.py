@@ -400,8 +400,12 @@ def postgres_figures(d: pathlib.Path, meta: dict, med: dict, runs: dict, summary
     fig = summary["figures"]
     settings = d / "postgres-settings.txt"
     print()
+    pool = meta.get("pg_pool", "default")
     print("PostgreSQL store (a private server on the same CPUs; onceproxy with store.postgres at "
-          "its defaults but the url; look-up first: lookup_before_claim: true)")
+          f"its defaults but the url{'' if pool == 'default' else f' and pool: {pool}'}; look-up "
+          "first: lookup_before_claim: true)")
+    if meta.get("pg_settings"):
+        print(f"  server settings given: {meta['pg_settings']} (the rest at the server's defaults)")
     if settings.exists():
         lines = settings.read_text().strip().splitlines()
         summary["postgres_settings"] = lines

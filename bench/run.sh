@@ -13,7 +13,7 @@
 #                [--cluster-masters 1,3] [--h2-connections 2] [--h2-streams 100]
 #                [--grpc-message-bytes 64] [--grpc-load onceproxy_grpc_load|h2load]
 #                [--bulk-bytes 1073741824] [--commandstats] [--commandstats-requests 1000]
-#                [--warmup 1] [--encrypt]
+#                [--warmup 1] [--encrypt] [--pg-pool N] [--pg-setting NAME=VALUE]...
 #                [--build-dir build/rel] [--out DIR]
 #
 # Every option also reads an environment variable (BENCH_DURATION, BENCH_CONNECTIONS,
@@ -27,6 +27,9 @@
 # onceproxy on it per value of lookup_before_claim); none is in the default list, `make bench`
 # adds them all. --encrypt
 # turns on store.encryption (one AES-256-GCM key) to compare against a run without it.
+# --pg-pool sets store.postgres.pool (connections per worker) of the pg rows' onceproxies, and
+# each --pg-setting (BENCH_PG_SETTINGS, comma-separated) is passed to the PostgreSQL server as
+# -c NAME=VALUE (e.g. synchronous_commit=off): the pg rows otherwise run both at their defaults.
 # first_cluster and replay_cluster (with --store redis) run first/replay against a local Redis
 # Cluster of each size in --cluster-masters, through a second onceproxy. Exits non-zero when a
 # component fails to start or dies during the run.
@@ -53,12 +56,15 @@ grpc_message_bytes=${BENCH_GRPC_MESSAGE_BYTES:-64}
 grpc_load=${BENCH_GRPC_LOAD:-onceproxy_grpc_load}
 bulk_bytes=${BENCH_BULK_BYTES:-1073741824}
 build_dir=${BENCH_BUILD_DIR:-$repo_dir/build/rel}
+pg_pool=${BENCH_PG_POOL:-}
+pg_settings=()
+[ -n "${BENCH_PG_SETTINGS:-}" ] && IFS=, read -r -a pg_settings <<<"$BENCH_PG_SETTINGS"
 commandstats=0
 commandstats_requests=1000
 warmup=1
 out_dir=""
 
-usage() { sed -n '2,32p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
+usage() { sed -n '2,35p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
 while [ $# -gt 0 ]; do
     case "$1" in
     --duration) duration=$2; shift 2 ;;
@@ -79,6 +85,8 @@ while [ $# -gt 0 ]; do
     --commandstats-requests) commandstats_requests=$2; shift 2 ;;
     --warmup) warmup=$2; shift 2 ;;
     --encrypt) BENCH_ENCRYPT=1; shift ;;
+    --pg-pool) pg_pool=$2; shift 2 ;;
+    --pg-setting) pg_settings+=("$2"); shift 2 ;;
     --build-dir) build_dir=$2; shift 2 ;;
     --out) out_dir=$2; shift 2 ;;
     -h | --help) usage 0 ;;
@@ -99,6 +107,10 @@ require_int bulk-bytes "$bulk_bytes" 1
 require_int h2-connections "$h2_connections" 1
 require_int h2-streams "$h2_streams" 1
 require_int grpc-message-bytes "$grpc_message_bytes" 0
+[ -z "$pg_pool" ] || require_int pg-pool "$pg_pool" 1
+for setting in "${pg_settings[@]}"; do
+    [[ "$setting" =~ ^[a-z_.]+=[^[:space:]]*$ ]] || die "--pg-setting must be NAME=VALUE, not '$setting'"
+done
 [[ "$workers" == auto || "$workers" =~ ^[1-9][0-9]*$ ]] || die "--workers must be auto or N >= 1"
 case "$store" in memory | redis) ;; *) die "--store must be memory or redis" ;; esac
 case "$grpc_load" in onceproxy_grpc_load | h2load) ;; *) die "--grpc-load must be onceproxy_grpc_load or h2load" ;; esac
@@ -205,7 +217,7 @@ fi
 # store.postgres (pool, timeouts and the rest at their defaults); indexed by variant.
 declare -A pg_proxy_port=() pg_admin_port=() pg_proxy_pid=() pg_engine=()
 if [ ${#pg_variants[@]} -gt 0 ]; then
-    start_postgres
+    start_postgres "${pg_settings[@]}"
     log "postgres on 127.0.0.1:$postgres_port ($("$postgres_bin/postgres" --version))"
     # The settings that decide what a commit costs, as the server runs them.
     psql_bench "SELECT name || ' = ' || setting || coalesce(' ' || unit, '') FROM pg_settings
@@ -215,8 +227,8 @@ if [ ${#pg_variants[@]} -gt 0 ]; then
         die "postgres does not answer queries (see $work_dir/postgres.log)"
     "$postgres_bin/postgres" --version >>"$results/postgres-settings.txt"
     for v in "${pg_variants[@]}"; do
-        postgres_extra=""
-        [ "$v" = lookup ] && postgres_extra="lookup_before_claim: true"
+        postgres_extra=${pg_pool:+pool: $pg_pool}
+        [ "$v" = lookup ] && postgres_extra="${postgres_extra:+$postgres_extra, }lookup_before_claim: true"
         write_proxy_config "$workers" postgres "onceproxy-pg-$v"
         start_proxy_as "onceproxy-pg-$v"
         pg_proxy_port[$v]=$started_proxy_port
@@ -743,6 +755,7 @@ cat >"$results/meta.json" <<JSON
  "bulk_bytes": $bulk_bytes, "cluster_masters": [$cluster_masters],
  "h2_connections": $h2_connections, "h2_streams": $h2_streams,
  "grpc_message_bytes": $grpc_message_bytes, "grpc_load": "$grpc_load",
+ "pg_pool": "${pg_pool:-default}", "pg_settings": "$(IFS=' '; echo "${pg_settings[*]}")",
  "load_start": "$load_start", "load_end": "$load_end"}
 JSON
 status=0
