@@ -404,6 +404,9 @@ def postgres_figures(d: pathlib.Path, meta: dict, med: dict, runs: dict, summary
     print("PostgreSQL store (a private server on the same CPUs; onceproxy with store.postgres at "
           f"its defaults but the url{'' if pool == 'default' else f' and pool: {pool}'}; look-up "
           "first: lookup_before_claim: true)")
+    if meta.get("pg_standby"):
+        print("  with a synchronous standby on this machine (synchronous_standby_names): every "
+              "commit also waits for its WAL flush there; its CPU time is counted in `store`")
     if meta.get("pg_settings"):
         print(f"  server settings given: {meta['pg_settings']} (the rest at the server's defaults)")
     if settings.exists():

@@ -14,6 +14,7 @@
 #                [--grpc-message-bytes 64] [--grpc-load onceproxy_grpc_load|h2load]
 #                [--bulk-bytes 1073741824] [--commandstats] [--commandstats-requests 1000]
 #                [--warmup 1] [--encrypt] [--pg-pool N] [--pg-setting NAME=VALUE]...
+#                [--pg-standby]
 #                [--build-dir build/rel] [--out DIR]
 #
 # Every option also reads an environment variable (BENCH_DURATION, BENCH_CONNECTIONS,
@@ -30,6 +31,7 @@
 # --pg-pool sets store.postgres.pool (connections per worker) of the pg rows' onceproxies, and
 # each --pg-setting (BENCH_PG_SETTINGS, comma-separated) is passed to the PostgreSQL server as
 # -c NAME=VALUE (e.g. synchronous_commit=off): the pg rows otherwise run both at their defaults.
+# --pg-standby (BENCH_PG_STANDBY=1) adds a synchronous standby of that server on this machine.
 # first_cluster and replay_cluster (with --store redis) run first/replay against a local Redis
 # Cluster of each size in --cluster-masters, through a second onceproxy. Exits non-zero when a
 # component fails to start or dies during the run.
@@ -58,13 +60,14 @@ bulk_bytes=${BENCH_BULK_BYTES:-1073741824}
 build_dir=${BENCH_BUILD_DIR:-$repo_dir/build/rel}
 pg_pool=${BENCH_PG_POOL:-}
 pg_settings=()
+pg_standby=${BENCH_PG_STANDBY:-0}
 [ -n "${BENCH_PG_SETTINGS:-}" ] && IFS=, read -r -a pg_settings <<<"$BENCH_PG_SETTINGS"
 commandstats=0
 commandstats_requests=1000
 warmup=1
 out_dir=""
 
-usage() { sed -n '2,35p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
+usage() { sed -n '2,37p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
 while [ $# -gt 0 ]; do
     case "$1" in
     --duration) duration=$2; shift 2 ;;
@@ -87,6 +90,7 @@ while [ $# -gt 0 ]; do
     --encrypt) BENCH_ENCRYPT=1; shift ;;
     --pg-pool) pg_pool=$2; shift 2 ;;
     --pg-setting) pg_settings+=("$2"); shift 2 ;;
+    --pg-standby) pg_standby=1; shift ;;
     --build-dir) build_dir=$2; shift 2 ;;
     --out) out_dir=$2; shift 2 ;;
     -h | --help) usage 0 ;;
@@ -108,6 +112,7 @@ require_int h2-connections "$h2_connections" 1
 require_int h2-streams "$h2_streams" 1
 require_int grpc-message-bytes "$grpc_message_bytes" 0
 [ -z "$pg_pool" ] || require_int pg-pool "$pg_pool" 1
+[[ "$pg_standby" =~ ^[01]$ ]] || die "BENCH_PG_STANDBY must be 0 or 1"
 for setting in "${pg_settings[@]}"; do
     [[ "$setting" =~ ^[a-z_.]+=[^[:space:]]*$ ]] || die "--pg-setting must be NAME=VALUE, not '$setting'"
 done
@@ -219,12 +224,17 @@ declare -A pg_proxy_port=() pg_admin_port=() pg_proxy_pid=() pg_engine=()
 if [ ${#pg_variants[@]} -gt 0 ]; then
     start_postgres "${pg_settings[@]}"
     log "postgres on 127.0.0.1:$postgres_port ($("$postgres_bin/postgres" --version))"
+    if [ "$pg_standby" = 1 ]; then
+        start_postgres_standby "${pg_settings[@]}"
+        log "synchronous standby on 127.0.0.1:$standby_port"
+    fi
     # The settings that decide what a commit costs, as the server runs them.
     psql_bench "SELECT name || ' = ' || setting || coalesce(' ' || unit, '') FROM pg_settings
         WHERE name IN ('fsync', 'synchronous_commit', 'full_page_writes', 'wal_sync_method',
                        'commit_delay', 'shared_buffers', 'max_wal_size', 'synchronous_standby_names')
-        ORDER BY name" >"$results/postgres-settings.txt" ||
-        die "postgres does not answer queries (see $work_dir/postgres.log)"
+        UNION ALL SELECT 'standby ' || application_name || ': ' || sync_state FROM pg_stat_replication
+        ORDER BY 1" >"$results/postgres-settings.txt" ||
+        die "postgres does not answer queries (see $work_dir/pg.log)"
     "$postgres_bin/postgres" --version >>"$results/postgres-settings.txt"
     for v in "${pg_variants[@]}"; do
         postgres_extra=${pg_pool:+pool: $pg_pool}
@@ -431,15 +441,19 @@ redis_pids_of() {
     esac
 }
 
-# postgres_ticks: CPU clock ticks of the whole PostgreSQL server so far: the postmaster, the
-# children it has waited for (fields 16 and 17: backends and autovacuum workers that exited)
-# and its live children (backends, checkpointer, WAL writer, background writer, autovacuum).
+# postgres_ticks: CPU clock ticks of the whole PostgreSQL server so far (and of its standby,
+# with --pg-standby): each postmaster, the children it has waited for (fields 16 and 17:
+# backends and autovacuum workers that exited) and its live children (backends, checkpointer,
+# WAL writer, background writer, autovacuum; WAL sender and receiver, startup process).
 postgres_ticks() {
-    [ -r "/proc/$postgres_pid/stat" ] || { echo 0; return; }
-    local own
-    own=$(sed 's/^.*) //' "/proc/$postgres_pid/stat" | awk '{print $12 + $13 + $14 + $15}')
-    # shellcheck disable=SC2046
-    echo $((own + $(cpu_ticks $(pgrep -P "$postgres_pid" || true))))
+    local total=0 pid
+    for pid in "${postgres_pids[@]}"; do
+        [ -r "/proc/$pid/stat" ] || continue
+        total=$((total + $(sed 's/^.*) //' "/proc/$pid/stat" | awk '{print $12 + $13 + $14 + $15}')))
+        # shellcheck disable=SC2046
+        total=$((total + $(cpu_ticks $(pgrep -P "$pid" || true))))
+    done
+    echo "$total"
 }
 # postgres_counters: "NEXT_XID WAL_BYTES": the transaction id the server will assign next (one
 # per transaction that wrote) and the WAL written so far, in bytes.
@@ -755,7 +769,7 @@ cat >"$results/meta.json" <<JSON
  "bulk_bytes": $bulk_bytes, "cluster_masters": [$cluster_masters],
  "h2_connections": $h2_connections, "h2_streams": $h2_streams,
  "grpc_message_bytes": $grpc_message_bytes, "grpc_load": "$grpc_load",
- "pg_pool": "${pg_pool:-default}", "pg_settings": "$(IFS=' '; echo "${pg_settings[*]}")",
+ "pg_pool": "${pg_pool:-default}", "pg_standby": $pg_standby, "pg_settings": "$(IFS=' '; echo "${pg_settings[*]}")",
  "load_start": "$load_start", "load_end": "$load_end"}
 JSON
 status=0
