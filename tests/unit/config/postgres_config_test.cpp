@@ -83,6 +83,16 @@ TEST_SUITE("store.postgres") {
         CHECK(c->store.redis == cfg::redis_config{});
     }
 
+    TEST_CASE("conf/postgres.yaml: the defaults but the url") {
+        const auto c = cfg::load_file(std::string{ONCEPROXY_SOURCE_DIR} + "/conf/postgres.yaml");
+        CHECK(c->store.type == cfg::store_type::postgres);
+        auto p = c->store.postgres;
+        CHECK(p.url ==
+              "postgresql://onceproxy@db1:5432,db2:5432/app?target_session_attrs=read-write");
+        p.url = cfg::postgres_config{}.url;
+        CHECK(p == cfg::postgres_config{});
+    }
+
     TEST_CASE("defaults: a type alone, and each field left out") {
         const auto c = cfg::load_string(std::string{onceproxy::test::minimal_config} +
                                             "store: { type: postgres }\n",
