@@ -938,9 +938,9 @@ private:
                 return false;
             }
             if (part.size() > max_identifier_bytes) {
-                w_.error(f, "the " + std::string{what} + " name of table is " +
-                                std::to_string(part.size()) + " bytes; at most " +
-                                std::to_string(max_identifier_bytes) + " are allowed");
+                w_.error(f, "the " + std::string{what} + " name is " + std::to_string(part.size()) +
+                                " bytes; at most " + std::to_string(max_identifier_bytes) +
+                                " are allowed (PostgreSQL's identifier length)");
                 return false;
             }
             return true;

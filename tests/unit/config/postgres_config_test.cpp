@@ -180,9 +180,9 @@ TEST_SUITE("store.postgres") {
         check_one_error("    table: \"idem.\"\n", "store.postgres.table", 6,
                         "the table name is empty");
         check_one_error("    table: " + std::string(64, 't') + "\n", "store.postgres.table", 6,
-                        "table name of table is 64 bytes; at most 63");
+                        "the table name is 64 bytes; at most 63");
         check_one_error("    table: s" + std::string(64, 's') + ".t\n", "store.postgres.table", 6,
-                        "schema name of table is 65 bytes; at most 63");
+                        "the schema name is 65 bytes; at most 63");
         check_one_error("    table: \"a\\0b\"\n", "store.postgres.table", 6, "NUL");
         check_one_error("    key_prefix: \"\"\n", "store.postgres.key_prefix", 6, "is empty");
         check_one_error("    key_prefix: \"a b\"\n", "store.postgres.key_prefix", 6,
