@@ -192,8 +192,10 @@ start_postgres_standby() {
     fi
     start_postgres_server pg-standby cluster_name=standby "$@"
     standby_port=$started_postgres_port
-    psql_bench "ALTER SYSTEM SET synchronous_standby_names = 'standby'" >/dev/null &&
-        psql_bench "SELECT pg_reload_conf()" >/dev/null || die "cannot make the standby synchronous"
+    if ! psql_bench "ALTER SYSTEM SET synchronous_standby_names = 'standby'" >/dev/null ||
+        ! psql_bench "SELECT pg_reload_conf()" >/dev/null; then
+        die "cannot make the standby synchronous"
+    fi
     for ((i = 0; i < 200; i++)); do
         state=$(psql_bench "SELECT sync_state FROM pg_stat_replication WHERE application_name = 'standby'" || true)
         [ "$state" = sync ] && return 0
