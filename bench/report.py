@@ -459,7 +459,7 @@ def postgres_figures(d: pathlib.Path, meta: dict, med: dict, runs: dict, summary
         cpu = plain["cpu_us"] / med[name]["cpu_us"]
         fig[f"{name}_vs_plain_get"] = rps
         fig[f"{name}_vs_plain_get_cpu"] = cpu
-        target = "  [>= 0.8x, issue 30]" if name == "pg_replay" else ""
+        target = ""
         print(f"  {name} throughput / plain GET {rps:5.2f}x{target}{per_round(name, 'proxy')}; "
               f"by onceproxy CPU time per request {cpu:.2f}x ({med[name]['cpu_us']:.1f} vs "
               f"{plain['cpu_us']:.1f} us){warn(name)}")
