@@ -125,7 +125,7 @@ int run_keys(int argc, char** argv) {
         return 2;
     }
     const auto& k = std::get<resolved_key>(resolved);
-    if (cfg->store.type != config::store_type::redis) {
+    if (cfg->store.type == config::store_type::memory) {
         std::fprintf(stderr,
                      "onceproxy keys: %s uses the memory store, which lives inside the running "
                      "proxy process: this command cannot reach it. Use the admin API "
@@ -147,8 +147,11 @@ int run_keys(int argc, char** argv) {
     // operation fails with errc::unavailable (nothing was sent), so it is tried again, bounded
     // by the connect timeout.
     auto with_connection = [&](auto op) -> decltype(op()) {
-        const auto until = std::chrono::steady_clock::now() + cfg->store.redis.connect_timeout +
-                           std::chrono::seconds(1);
+        const auto connect_timeout = cfg->store.type == config::store_type::postgres
+                                         ? cfg->store.postgres.connect_timeout
+                                         : cfg->store.redis.connect_timeout;
+        const auto until =
+            std::chrono::steady_clock::now() + connect_timeout + std::chrono::seconds(1);
         boost::asio::steady_timer pause(ioc);
         for (;;) {
             auto r = co_await op();

@@ -35,6 +35,7 @@
 #include <map>
 #include <optional>
 #include <thread>
+#include <tuple>
 
 namespace onceproxy::app {
 
@@ -147,8 +148,11 @@ std::uint64_t connection_limit(const config::config& cfg) {
     // The admin listener holds at most admin.max_connections (one more for a moment, to close
     // a connection above its cap).
     const std::uint64_t admin = cfg.admin.listen ? cfg.admin.max_connections + 1 : 0;
-    const std::uint64_t reserve =
-        32 + admin + workers * (8 + cfg.store.redis.connections_per_worker * redis_nodes);
+    const std::uint64_t store_connections =
+        cfg.store.type == config::store_type::postgres
+            ? cfg.store.postgres.pool
+            : cfg.store.redis.connections_per_worker * redis_nodes;
+    const std::uint64_t reserve = 32 + admin + workers * (8 + store_connections);
     const std::uint64_t fit = rl.rlim_cur > reserve ? (rl.rlim_cur - reserve) / 2 : 1;
     const std::uint64_t limit =
         std::max<std::uint64_t>(1, std::min<std::uint64_t>(cfg.limits.max_connections, fit));
@@ -675,14 +679,20 @@ private:
             return;
         }
         log::set_min_level(log_level_of(next->log.level));
-        const auto& redis = next->store.redis;
-        if (next->store.type == config::store_type::redis && !redis.password_file.empty() &&
-            redis.password != current_->store.redis.password) {
-            // A rotated Secret: changes_needing_restart lets only this credential change live.
-            st_->set_password(redis.password);
+        // A rotated Secret: changes_needing_restart lets only this credential change live.
+        const auto [password, password_file, previous] =
+            next->store.type == config::store_type::postgres
+                ? std::tuple{next->store.postgres.password, next->store.postgres.password_file,
+                             current_->store.postgres.password}
+                : std::tuple{next->store.redis.password, next->store.redis.password_file,
+                             current_->store.redis.password};
+        if (next->store.type != config::store_type::memory && !password_file.empty() &&
+            password != previous) {
+            st_->set_password(password);
             log::info("store",
-                      "redis password changed in password_file; used from the next connection",
-                      {{"password_file", redis.password_file}});
+                      "store password changed in password_file; used from the next "
+                      "connection",
+                      {{"password_file", password_file}});
         }
         if (next->limits.max_connections != current_->limits.max_connections) {
             reg_.gauge(metrics::family::connection_limit).set(connection_limit(*next));

@@ -1,6 +1,7 @@
 #include "app/store_factory.hpp"
 
 #include "onceproxy/store/memory_store.hpp"
+#include "onceproxy/store/postgres_store.hpp"
 #include "onceproxy/store/redis_store.hpp"
 
 #include <stdexcept>
@@ -16,7 +17,7 @@ std::shared_ptr<store::store> make_store(const config::config& cfg,
     case config::store_type::redis:
         return std::make_shared<store::redis_store>(cfg.store.redis, workers);
     case config::store_type::postgres:
-        throw std::runtime_error("the postgres store is not built yet");
+        return std::make_shared<store::postgres_store>(cfg.store.postgres, workers);
     }
     throw std::runtime_error("unknown store type");
 }

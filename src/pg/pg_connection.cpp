@@ -446,9 +446,16 @@ struct pg_connection::impl : std::enable_shared_from_this<impl> {
         auto self = shared_from_this();
         close();
         const auto gen = generation;
-        const char* keys[] = {"dbname", nullptr};
-        const char* values[] = {options.conninfo.c_str(), nullptr};
-        conn = PQconnectStartParams(keys, values, 1);
+        // conninfo is expanded first (expand_dbname); later keywords win over its values.
+        std::vector<const char*> keys{"dbname"};
+        std::vector<const char*> values{options.conninfo.c_str()};
+        for (const auto& [k, v] : options.settings) {
+            keys.push_back(k.c_str());
+            values.push_back(v.c_str());
+        }
+        keys.push_back(nullptr);
+        values.push_back(nullptr);
+        conn = PQconnectStartParams(keys.data(), values.data(), 1);
         connecting = true;
         connect_timed_out = false;
         connect_timer.expires_after(options.connect_timeout);

@@ -99,10 +99,12 @@ SELECT coalesce(max(version), 0)::int AS version
  WHERE table_name = {table_literal}
 )sql";
 
-/// Migration to version 1, for `migrate: auto`: one transaction, sent as a simple query
-/// (several statements, no parameters). Replicas starting together are serialised by a
-/// transaction-level advisory lock on the table's name; each statement is a no-op when its
-/// object exists, so running it on a migrated table changes nothing. The records table:
+/// Migration to version 1, for `migrate: auto`: ONE statement (a DO block, so it runs as one
+/// transaction through the pipelined driver, which sends one statement per call), no parameters.
+/// Replicas starting together are serialised by a transaction-level advisory lock on the table's
+/// name; each step is a no-op when its object exists, so running it on a migrated table changes
+/// nothing. The block's quote tag is $migrate$: a table name containing it is refused at start.
+/// The records table:
 ///   - primary key on key (the claim's ON CONFLICT target, and every other statement's look-up);
 ///   - {expiry_index} on expires_at, for the sweep (its ORDER BY expires_at LIMIT n reads the
 ///     oldest expired rows off the index, never the whole table);
@@ -114,8 +116,9 @@ SELECT coalesce(max(version), 0)::int AS version
 ///     passes about 2 KiB): a JSON answer shrinks; an encrypted or already compressed one is
 ///     stored as is (pglz gives up on its first KiB).
 inline constexpr std::string_view migrate_v1_sql = R"sql(
-BEGIN;
-SELECT pg_advisory_xact_lock(hashtextextended('onceproxy migrate ' || {table_literal}, 0));
+DO $migrate$
+BEGIN
+PERFORM pg_advisory_xact_lock(hashtextextended('onceproxy migrate ' || {table_literal}, 0));
 CREATE TABLE IF NOT EXISTS {schema_table} (
     table_name  text        PRIMARY KEY,
     version     integer     NOT NULL,
@@ -136,7 +139,8 @@ CREATE TABLE IF NOT EXISTS {table} (
 CREATE INDEX IF NOT EXISTS {expiry_index} ON {table} (expires_at);
 INSERT INTO {schema_table} AS s (table_name, version) VALUES ({table_literal}, 1)
     ON CONFLICT (table_name) DO UPDATE SET version = greatest(s.version, 1);
-COMMIT;
+END
+$migrate$
 )sql";
 
 // --- runtime ------------------------------------------------------------------------------

@@ -555,7 +555,7 @@ GRANT USAGE ON SCHEMA idem TO onceproxy;
                      check=False, errors=err)
     check(v == "" and "does not exist" in err[1],
           f"migrate: check, before the migration: the version table is missing: {err[1]!r}")
-    cluster.psql("SET ROLE onceproxy_owner;\n" + render(stmts["migrate_v1"], table) + """
+    cluster.psql("SET ROLE onceproxy_owner;\n" + render(stmts["migrate_v1"], table) + """;
 GRANT SELECT, INSERT, UPDATE, DELETE ON idem.onceproxy_records TO onceproxy;
 GRANT SELECT ON idem.onceproxy_schema TO onceproxy;
 """, user="onceproxy_migrator")

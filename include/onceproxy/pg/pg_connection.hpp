@@ -38,6 +38,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace onceproxy::pg {
@@ -52,6 +53,9 @@ struct pg_connection_options {
     /// libpq connection string: a URL (postgresql://user:pw@host:port/db?...) or key=value
     /// pairs. Several hosts with target_session_attrs=read-write find the primary.
     std::string conninfo;
+    /// More libpq connection parameters (keyword, value), applied after conninfo's and winning
+    /// over them: a password kept out of the URL, sslmode, options, application_name.
+    std::vector<std::pair<std::string, std::string>> settings;
     std::chrono::milliseconds connect_timeout{2'000}; ///< the whole attempt, statements prepared
     std::chrono::milliseconds command_timeout{1'000}; ///< each statement, from issue to result
     std::vector<pg_statement> statements;
