@@ -969,6 +969,8 @@ PG_SETTINGS = ["fsync=on", "synchronous_commit=on", "full_page_writes=on", "wal_
                "max_wal_senders=4", "hot_standby=on", "listen_addresses=127.0.0.1",
                "unix_socket_directories=", "wal_retrieve_retry_interval=200ms"]
 
+PG_STREAM_CUT_S = 0.5  # the standby's stream frozen before each kill (PostgresPair.kill_primary)
+
 PG_FAILOVER_STORE = """\
 store:
   type: postgres
@@ -991,6 +993,15 @@ def pid_alive(pid):
     except OSError:
         return False
     return stat[stat.rfind(")") + 2:][:1] != "Z"
+
+
+def cmdline(pid):
+    """/proc/PID/cmdline, where a PostgreSQL process shows its role (b"" once it is gone)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read()
+    except OSError:
+        return b""
 
 
 def pg_children(parent):
@@ -1158,6 +1169,14 @@ class PostgresPair:
         new = next(p for p in self.ports if p != old)
         p = self.nodes.pop(old)
         self.procs.expected_exit.add(p)
+        # The standby falls behind first: the WAL sender is frozen PG_STREAM_CUT_S before the
+        # kill. Only a commit that did not wait for the standby can be acknowledged meanwhile,
+        # so a setup whose commits do not wait (asynchronous replication, synchronous_commit
+        # local or off) loses records here and fails the run.
+        senders = [pid for pid in pg_children(p.pid) if b"walsender" in cmdline(pid)]
+        for pid in senders:
+            os.kill(pid, signal.SIGSTOP)
+        time.sleep(PG_STREAM_CUT_S)
         t0 = time.monotonic()
         os.kill(p.pid, signal.SIGSTOP)
         backends = pg_children(p.pid)
