@@ -711,13 +711,14 @@ private:
     }
 
     void read_store(const yaml_field& f, store_config& store) {
-        if (!f.present() || !w_.mapping(f, {"type", "memory", "redis", "encryption"})) {
+        if (!f.present() || !w_.mapping(f, {"type", "memory", "redis", "postgres", "encryption"})) {
             return;
         }
         read_encryption(w_.get(f, "encryption"), store.encryption);
         set(store.type,
-            w_.enumeration<store_type>(
-                w_.get(f, "type"), {{"memory", store_type::memory}, {"redis", store_type::redis}}));
+            w_.enumeration<store_type>(w_.get(f, "type"), {{"memory", store_type::memory},
+                                                           {"redis", store_type::redis},
+                                                           {"postgres", store_type::postgres}}));
         const yaml_field memory = w_.get(f, "memory");
         if (memory.present() && w_.mapping(memory, {"max_bytes", "max_bytes_per_holder"})) {
             set(store.memory.max_bytes, w_.positive_size(w_.get(memory, "max_bytes")));
@@ -746,7 +747,7 @@ private:
                     r.url = *text;
                 }
             }
-            read_key_prefix(w_.get(redis, "key_prefix"), r);
+            read_key_prefix(w_.get(redis, "key_prefix"), r.key_prefix, true);
             set(r.connect_timeout, w_.positive_duration(w_.get(redis, "connect_timeout")));
             set(r.command_timeout, w_.positive_duration(w_.get(redis, "command_timeout")));
             if (auto n = w_.integer(w_.get(redis, "connections_per_worker"), 1, 64)) {
@@ -764,6 +765,205 @@ private:
             read_durability(redis, r);
             read_redis_cluster(w_.get(redis, "cluster"), url, r);
         }
+        read_postgres(w_.get(f, "postgres"), store.postgres);
+    }
+
+    /// store.postgres: read and checked whatever store.type is (as store.redis is), used when
+    /// it is postgres.
+    void read_postgres(const yaml_field& f, postgres_config& p) {
+        if (!f.present() ||
+            !w_.mapping(f, {"url", "password", "password_file", "sslmode", "ssl_root_cert", "table",
+                            "key_prefix", "pool", "connect_timeout", "statement_timeout", "migrate",
+                            "sweep_interval", "lookup_before_claim"})) {
+            return;
+        }
+        const yaml_field url = w_.get(f, "url");
+        const bool url_ok = read_postgres_url(url, p);
+        if (read_password(f, p.password, p.password_file) && url_ok &&
+            postgres_url_has_password(p.url)) {
+            w_.error(url, "the url carries a password and password/password_file is set too; "
+                          "keep one of them");
+        }
+        const yaml_field sslmode = w_.get(f, "sslmode");
+        bool sslmode_ok = !sslmode.present();
+        if (auto mode = w_.scalar(sslmode, "a string")) {
+            sslmode_ok = valid_sslmode(*mode);
+            if (sslmode_ok) {
+                p.sslmode = *mode;
+            } else {
+                w_.error(sslmode, "invalid sslmode '" + *mode + "'; expected one of " +
+                                      std::string{sslmodes});
+            }
+        }
+        const yaml_field root_cert = w_.get(f, "ssl_root_cert");
+        if (auto path = w_.string(root_cert); path && sslmode_ok) {
+            // The mode in force: the field, else the url's own sslmode parameter.
+            const std::string mode = sslmode.present()
+                                         ? p.sslmode
+                                         : postgres_url_parameter(p.url, "sslmode").value_or("");
+            if (mode != "verify-ca" && mode != "verify-full") {
+                w_.error(root_cert, "ssl_root_cert needs sslmode verify-ca or verify-full (the "
+                                    "only modes that check the server's certificate)");
+            } else if (load_ca_file(root_cert, *path)) {
+                p.ssl_root_cert = *path;
+            }
+        }
+        read_postgres_table(w_.get(f, "table"), p);
+        read_key_prefix(w_.get(f, "key_prefix"), p.key_prefix, false);
+        if (auto n = w_.integer(w_.get(f, "pool"), 1, 64)) {
+            p.pool = static_cast<std::size_t>(*n);
+        }
+        set(p.connect_timeout, w_.positive_duration(w_.get(f, "connect_timeout")));
+        const yaml_field statement_timeout = w_.get(f, "statement_timeout");
+        if (auto d = w_.positive_duration(statement_timeout)) {
+            if (*d > duration{60'000}) {
+                w_.error(statement_timeout, "statement_timeout is " + format_duration(*d) +
+                                                "; at most 60s is allowed");
+            } else {
+                p.statement_timeout = *d;
+            }
+        }
+        set(p.migrate, w_.enumeration<postgres_migrate>(w_.get(f, "migrate"),
+                                                        {{"auto", postgres_migrate::automatic},
+                                                         {"check", postgres_migrate::check}}));
+        const yaml_field sweep = w_.get(f, "sweep_interval");
+        if (auto d = w_.positive_duration(sweep)) {
+            if (*d < duration{1'000}) {
+                w_.error(sweep,
+                         "sweep_interval is " + format_duration(*d) + "; at least 1s is allowed");
+            } else {
+                p.sweep_interval = *d;
+            }
+        }
+        set(p.lookup_before_claim, w_.boolean(w_.get(f, "lookup_before_claim")));
+    }
+
+    /// libpq's sslmode values, weakest first.
+    static constexpr std::string_view sslmodes =
+        "disable, allow, prefer, require, verify-ca, verify-full";
+
+    static bool valid_sslmode(std::string_view mode) {
+        for (const std::string_view m :
+             {"disable", "allow", "prefer", "require", "verify-ca", "verify-full"}) {
+            if (mode == m) {
+                return true;
+            }
+        }
+        return false;
+    }
+
+    /// url: libpq's URL form, postgresql:// or postgres://; a sslmode parameter in it must be
+    /// one libpq knows. True when the url is usable (or absent: the default is).
+    bool read_postgres_url(const yaml_field& f, postgres_config& p) {
+        const auto text = w_.string(f);
+        if (!text) {
+            return !f.present();
+        }
+        // The value may hold a password: it is never echoed.
+        if (!text->starts_with("postgresql://") && !text->starts_with("postgres://")) {
+            w_.error(f, "invalid postgres url; expected postgresql://[user[:password]@]host"
+                        "[:port][,host2[:port2]...][/dbname][?parameter=value...] (or "
+                        "postgres://)");
+            return false;
+        }
+        const auto mode = postgres_url_parameter(*text, "sslmode");
+        if (mode && !valid_sslmode(*mode)) {
+            w_.error(f, "invalid sslmode '" + *mode + "' in the url; expected one of " +
+                            std::string{sslmodes});
+            return false;
+        }
+        p.url = *text;
+        return true;
+    }
+
+    /// The value of parameter `name` in the query of a libpq URL, as written (not
+    /// percent-decoded: the parameters looked at here have plain values); nullopt when absent.
+    static std::optional<std::string> postgres_url_parameter(std::string_view url,
+                                                             std::string_view name) {
+        const auto question = url.find('?');
+        if (question == std::string_view::npos) {
+            return std::nullopt;
+        }
+        std::string_view query = url.substr(question + 1);
+        while (!query.empty()) {
+            const auto amp = query.find('&');
+            const std::string_view pair = query.substr(0, amp);
+            const auto eq = pair.find('=');
+            if (eq != std::string_view::npos && pair.substr(0, eq) == name) {
+                return std::string{pair.substr(eq + 1)};
+            }
+            query = amp == std::string_view::npos ? std::string_view{} : query.substr(amp + 1);
+        }
+        return std::nullopt;
+    }
+
+    /// Whether a libpq URL carries a password: user:password@ before the hosts (libpq takes the
+    /// user information up to the first '@' before any '/'), or a password parameter.
+    static bool postgres_url_has_password(std::string_view url) {
+        const auto scheme_end = url.find("://");
+        if (scheme_end == std::string_view::npos) {
+            return false;
+        }
+        const std::string_view rest = url.substr(scheme_end + 3);
+        const auto at = rest.find_first_of("@/");
+        if (at != std::string_view::npos && rest[at] == '@' &&
+            rest.substr(0, at).find(':') != std::string_view::npos) {
+            return true;
+        }
+        return postgres_url_parameter(url, "password").has_value();
+    }
+
+    /// table: [schema.]table, at most one dot, each part 1 to 63 bytes (PostgreSQL's
+    /// NAMEDATALEN - 1), no NUL. The store quotes each part, so any other character is kept.
+    void read_postgres_table(const yaml_field& f, postgres_config& p) {
+        const auto text = w_.string(f);
+        if (!text) {
+            return;
+        }
+        constexpr std::size_t max_identifier_bytes = 63;
+        if (text->find('\0') != std::string::npos) {
+            w_.error(f, "table contains a NUL byte");
+            return;
+        }
+        const auto dot = text->find('.');
+        if (dot != std::string::npos && text->find('.', dot + 1) != std::string::npos) {
+            w_.error(f, "invalid table '" + *text +
+                            "'; expected [schema.]table, with at most one dot");
+            return;
+        }
+        const std::string_view name = *text;
+        const auto check_part = [&](std::string_view part, const char* what) {
+            if (part.empty()) {
+                w_.error(f, "invalid table '" + *text + "'; the " + what + " name is empty");
+                return false;
+            }
+            if (part.size() > max_identifier_bytes) {
+                w_.error(f, "the " + std::string{what} + " name is " + std::to_string(part.size()) +
+                                " bytes; at most " + std::to_string(max_identifier_bytes) +
+                                " are allowed (PostgreSQL's identifier length)");
+                return false;
+            }
+            return true;
+        };
+        const bool ok = dot == std::string::npos ? check_part(name, "table")
+                                                 : check_part(name.substr(0, dot), "schema") &&
+                                                       check_part(name.substr(dot + 1), "table");
+        if (ok) {
+            p.table = *text;
+        }
+    }
+
+    /// A CA bundle loaded as a TLS client would load it; false (error at `f`) when it cannot
+    /// be read or holds no usable certificate.
+    bool load_ca_file(const yaml_field& f, const std::string& path) {
+        upstream_tls_config settings;
+        settings.ca_file = path;
+        const auto built = make_upstream_tls_context(settings);
+        if (!built.ctx) {
+            w_.error(f, built.error);
+            return false;
+        }
+        return true;
     }
 
     /// sentinel: { master, nodes, username, password | password_file, tls }, instead of url.
@@ -996,12 +1196,13 @@ private:
         return {};
     }
 
-    /// key_prefix starts every Redis key of this proxy; services that share one Redis tell their
-    /// keys apart (and purge them with SCAN MATCH prefix*) by it. It is written into keys and
-    /// MATCH patterns as it is, so it must be visible text: no whitespace or control bytes. `{`
-    /// and `}` are refused because a Redis Cluster layout will put every key of one record under
-    /// one hash tag, and a brace in the prefix would become (or break) that tag.
-    void read_key_prefix(const yaml_field& f, redis_config& r) {
+    /// key_prefix starts every store key of this proxy; services that share one Redis (or one
+    /// records table) tell their keys apart (and purge them with SCAN MATCH prefix*) by it. It
+    /// is written into keys and MATCH patterns as it is, so it must be visible text: no
+    /// whitespace or control bytes. With `hash_tags` (Redis), `{` and `}` are refused because a
+    /// Redis Cluster layout will put every key of one record under one hash tag, and a brace in
+    /// the prefix would become (or break) that tag; a PostgreSQL key is plain text.
+    void read_key_prefix(const yaml_field& f, std::string& key_prefix, bool hash_tags) {
         constexpr std::size_t max_key_prefix_bytes = 64;
         const auto text = w_.scalar(f, "a string");
         if (!text) {
@@ -1022,13 +1223,13 @@ private:
                 w_.error(f, "key_prefix contains whitespace or a control character");
                 return;
             }
-            if (c == '{' || c == '}') {
+            if (hash_tags && (c == '{' || c == '}')) {
                 w_.error(f, "key_prefix contains '{' or '}', which are reserved for Redis "
                             "Cluster hash tags");
                 return;
             }
         }
-        r.key_prefix = *text;
+        key_prefix = *text;
     }
 
     /// username, password, password_file of `block` (store.redis, or its sentinel block):
@@ -1036,9 +1237,19 @@ private:
     bool read_credentials(const yaml_field& block, std::string& username, std::string& password,
                           std::string& password_file) {
         const yaml_field user = w_.get(block, "username");
+        set(username, w_.string(user));
+        const bool any_password = read_password(block, password, password_file);
+        if (user.present() && !any_password) {
+            w_.error(user, "a username needs password or password_file");
+        }
+        return user.present() || any_password;
+    }
+
+    /// password, password_file of `block`: one or the other, never both. True when either is
+    /// set.
+    bool read_password(const yaml_field& block, std::string& password, std::string& password_file) {
         const yaml_field pass = w_.get(block, "password");
         const yaml_field pass_file = w_.get(block, "password_file");
-        set(username, w_.string(user));
         // Values are never echoed: they are secrets.
         if (pass.present()) {
             if (auto text = w_.scalar(pass, "a string")) {
@@ -1055,10 +1266,7 @@ private:
                 read_password_file(pass_file, *path, password, password_file);
             }
         }
-        if (user.present() && !pass.present() && !pass_file.present()) {
-            w_.error(user, "a username needs password or password_file");
-        }
-        return user.present() || pass.present() || pass_file.present();
+        return pass.present() || pass_file.present();
     }
 
     /// store.redis's credentials; the url may not carry credentials too.

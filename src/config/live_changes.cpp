@@ -85,6 +85,22 @@ std::vector<std::string> changes_needing_restart(const config& running, const co
     // The content of an unchanged password_file may change (a rotated Secret); a password
     // written in the config itself is bound at start like the URL.
     changed(a.password_file.empty() && a.password != b.password, "store.redis.password");
+    const auto& pa = running.store.postgres;
+    const auto& pb = next.store.postgres;
+    changed(pa.url != pb.url, "store.postgres.url");
+    changed(pa.password_file != pb.password_file, "store.postgres.password_file");
+    // As for Redis: a rotated Secret behind an unchanged password_file is no restart.
+    changed(pa.password_file.empty() && pa.password != pb.password, "store.postgres.password");
+    changed(pa.sslmode != pb.sslmode, "store.postgres.sslmode");
+    changed(pa.ssl_root_cert != pb.ssl_root_cert, "store.postgres.ssl_root_cert");
+    changed(pa.table != pb.table, "store.postgres.table");
+    changed(pa.key_prefix != pb.key_prefix, "store.postgres.key_prefix");
+    changed(pa.pool != pb.pool, "store.postgres.pool");
+    changed(pa.connect_timeout != pb.connect_timeout, "store.postgres.connect_timeout");
+    changed(pa.statement_timeout != pb.statement_timeout, "store.postgres.statement_timeout");
+    changed(pa.migrate != pb.migrate, "store.postgres.migrate");
+    changed(pa.sweep_interval != pb.sweep_interval, "store.postgres.sweep_interval");
+    changed(pa.lookup_before_claim != pb.lookup_before_claim, "store.postgres.lookup_before_claim");
     return out;
 }
 

@@ -5,6 +5,7 @@
 // counts) observe.
 
 #include "support/http_client.hpp"
+#include "support/postgres_server.hpp"
 #include "support/process.hpp"
 #include "support/proxy_fixture.hpp"
 #include "support/redis_server.hpp"
@@ -59,6 +60,19 @@ proxy_config admin_config(unsigned short upstream_port, const temp_dir& dir, boo
 std::vector<std::string> redis_store(const std::string& url) {
     return {"type: redis", "redis:", "  url: \"" + url + "\"", "  command_timeout: 500ms",
             "  connect_timeout: 500ms"};
+}
+
+std::vector<std::string> postgres_store(const std::string& url) {
+    return {"type: postgres", "postgres:", "  url: \"" + url + "\"", "  connect_timeout: 2s",
+            "  statement_timeout: 2s"};
+}
+
+/// Waits (bounded) until the proxy's store answers: the port file is written before the
+/// per-worker store connections are up.
+void wait_store(const proxy_process& p) {
+    REQUIRE(eventually(
+        [&] { return p.admin("/readyz").body.find("store: answering") != std::string::npos; },
+        20s));
 }
 
 header_list auth(const std::string& t = token) {
@@ -342,6 +356,41 @@ TEST_CASE("keys API on Redis: a forced purge fences the owner in flight") {
     temp_dir dir;
     proxy_process p(admin_config(up.port, dir, true, redis_store(redis.url())).yaml());
     force_purge_fences_the_owner(p, up, unique_key("ka", "redis-force"));
+}
+
+TEST_CASE("keys API on PostgreSQL: a forced purge fences the owner in flight") {
+    postgres_server pg;
+    upstream_process up(2);
+    temp_dir dir;
+    proxy_process p(admin_config(up.port, dir, true, postgres_store(pg.url())).yaml());
+    wait_store(p);
+    force_purge_fences_the_owner(p, up, unique_key("ka", "pg-force"));
+}
+
+TEST_CASE("onceproxy keys: inspect and purge on PostgreSQL, seen by the running proxy") {
+    postgres_server pg;
+    upstream_process up;
+    temp_dir dir;
+    proxy_process p(admin_config(up.port, dir, true, postgres_store(pg.url())).yaml());
+    wait_store(p);
+    const std::string key = unique_key("ka", "pg-cli");
+    REQUIRE(pay(p, key).status == 200);
+    std::string out;
+    const std::vector<std::string> address{"--config", p.config_file, "--route",
+                                           "pay",      "--key",       key};
+    auto with = [&](std::vector<std::string> head) {
+        head.insert(head.end(), address.begin(), address.end());
+        return head;
+    };
+    CHECK(run_cli(with({"keys", "inspect"}), out) == 0);
+    CHECK(json_value(out, "state") == "completed");
+    CHECK(json_value(out, "status") == "200");
+    CHECK(run_cli(with({"keys", "purge"}), out) == 0);
+    CHECK(json_value(out, "was") == "completed");
+    CHECK(run_cli(with({"keys", "inspect"}), out) == 0);
+    CHECK(json_value(out, "state") == "absent");
+    CHECK(pay(p, key).header("Idempotency-Status") != "replayed");
+    CHECK(up.count(key) == 2);
 }
 
 TEST_CASE("keys API on Redis: a purge through one replica is seen by the other") {

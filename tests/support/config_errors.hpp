@@ -1,6 +1,6 @@
 #pragma once
 // For config unit tests: the errors load_string reports about a YAML text, and a file to point
-// a `*_file` setting at.
+// a `*_file` setting at, and a CA certificate to put in one.
 
 #include "onceproxy/config/load.hpp"
 
@@ -50,6 +50,21 @@ inline void check_one_error(const std::string& yaml, int line, const std::string
     CHECK(errors[0].column > 0);
     CHECK(errors[0].to_string().find(text) != std::string::npos);
 }
+
+/// A self-signed CA certificate (EC P-256, valid until 2126): the content of a CA file that
+/// loads.
+inline constexpr const char* ca_certificate_pem =
+    "-----BEGIN CERTIFICATE-----\n"
+    "MIIBmjCCAT+gAwIBAgIUVHRlLfWTiLoAeOO9pBJjO6eZpwkwCgYIKoZIzj0EAwIw\n"
+    "ITEfMB0GA1UEAwwWb25jZXByb3h5IHVuaXQgdGVzdCBDQTAgFw0yNjExMjcwNzE2\n"
+    "NThaGA8yMTI2MTEwMzA3MTY1OFowITEfMB0GA1UEAwwWb25jZXByb3h5IHVuaXQg\n"
+    "dGVzdCBDQTBZMBMGByqGSM49AgEGCCqGSM49AwEHA0IABP0erKomXcnEpevCRvIT\n"
+    "QAj5G9cnHECZWpiunP6c4SfLixi68gA+AjRpbFjN3JOYYfvAEMOdXONq/NAWRmqQ\n"
+    "1pOjUzBRMB0GA1UdDgQWBBStYV8pXCJePCVjrnyjI1lK8chk/DAfBgNVHSMEGDAW\n"
+    "gBStYV8pXCJePCVjrnyjI1lK8chk/DAPBgNVHRMBAf8EBTADAQH/MAoGCCqGSM49\n"
+    "BAMCA0kAMEYCIQDtTSC9j2af5RZl+NO1UT8QIjfCIxp/NCPPloCTI6uLYwIhAK44\n"
+    "J4gMUKRP5ZJfXnUW0zkTSGxMHMJIBsX8b8oOLBRM\n"
+    "-----END CERTIFICATE-----\n";
 
 /// A file under /tmp holding `content`, removed at scope exit.
 struct temp_file {

@@ -15,8 +15,9 @@ namespace onceproxy::config {
 ///
 /// Needing a restart: listen, tls, admin (its listener and readiness checks, including the
 /// settings of the upstream a readiness check probes), workers, and the store (type and every
-/// connection setting). A Redis password read from `password_file` is the exception: a new
-/// password in the same file is not a change here (the store uses it on its next connection).
+/// connection setting). A Redis or PostgreSQL password read from `password_file` is the
+/// exception: a new password in the same file is not a change here (the store uses it on its
+/// next connection).
 std::vector<std::string> changes_needing_restart(const config& running, const config& next);
 
 } // namespace onceproxy::config

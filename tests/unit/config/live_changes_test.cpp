@@ -2,9 +2,15 @@
 
 #include "onceproxy/config/load.hpp"
 
+#include "support/config_errors.hpp"
+
 #include <doctest/doctest.h>
 
+#include <unistd.h>
+
+#include <fstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace cfg = onceproxy::config;
@@ -76,6 +82,68 @@ TEST_SUITE("live_changes") {
         CHECK(restart(redis, std::string(base) +
                                  "store: { type: redis, redis: { url: \"redis://127.0.0.1:6379/0\","
                                  " password: s3cret } }\n") == list{"store.redis.password"});
+    }
+
+    TEST_CASE("store.postgres: every field needs a restart but a rotated password_file") {
+        const auto pg = [](const std::string& fields) {
+            return base + "store:\n  type: postgres\n  postgres:\n" + fields;
+        };
+        const std::string running = base + "store:\n  type: postgres\n";
+        CHECK(restart(base, running) == list{"store.type"});
+        CHECK(restart(running, running).empty());
+        const std::vector<std::pair<std::string, std::string>> fields{
+            {"    url: \"postgresql://app@db2/app\"\n", "store.postgres.url"},
+            {"    password: s3cret\n", "store.postgres.password"},
+            {"    sslmode: require\n", "store.postgres.sslmode"},
+            {"    table: other\n", "store.postgres.table"},
+            {"    key_prefix: \"x:\"\n", "store.postgres.key_prefix"},
+            {"    pool: 3\n", "store.postgres.pool"},
+            {"    connect_timeout: 5s\n", "store.postgres.connect_timeout"},
+            {"    statement_timeout: 5s\n", "store.postgres.statement_timeout"},
+            {"    migrate: check\n", "store.postgres.migrate"},
+            {"    sweep_interval: 1m\n", "store.postgres.sweep_interval"},
+            {"    lookup_before_claim: true\n", "store.postgres.lookup_before_claim"},
+        };
+        for (const auto& [field, path] : fields) {
+            CAPTURE(field);
+            const auto changes = restart(running, pg(field));
+            REQUIRE_FALSE(changes.empty());
+            CHECK(changes.front() == path);
+        }
+        // ssl_root_cert alone (same sslmode on both sides).
+        const onceproxy::test::temp_file ca(onceproxy::test::ca_certificate_pem);
+        const std::string verify = pg("    sslmode: verify-ca\n");
+        CHECK(restart(verify, verify + "    ssl_root_cert: " + ca.path + "\n") ==
+              list{"store.postgres.ssl_root_cert"});
+        // A postgres block changed under another store type still needs a restart, as a
+        // store.redis block does: the running store keeps the settings it started with.
+        CHECK(restart(base, base + "store: { postgres: { pool: 3 } }\n") ==
+              list{"store.postgres.pool"});
+    }
+
+    TEST_CASE("store.postgres.password_file: new content is live, a new file is not") {
+        const std::string path = "/tmp/onceproxy-unit-pg-password-" + std::to_string(::getpid());
+        const std::string other = path + "-other";
+        const auto pg = [](const std::string& file) {
+            return base + "store:\n  type: postgres\n  postgres:\n    password_file: " + file +
+                   "\n";
+        };
+        std::ofstream(path) << "first\n";
+        std::ofstream(other) << "first\n";
+        const auto running = cfg::load_string(pg(path), "a.yaml");
+        std::ofstream(path) << "rotated\n";
+        const auto rotated = cfg::load_string(pg(path), "b.yaml");
+        CHECK(rotated->store.postgres.password == "rotated");
+        CHECK(cfg::changes_needing_restart(*running, *rotated).empty());
+        CHECK(cfg::changes_needing_restart(*running, *cfg::load_string(pg(other), "c.yaml")) ==
+              list{"store.postgres.password_file"});
+        // From a password written in the file to a password_file: both are named.
+        const auto inline_password = cfg::load_string(
+            base + "store:\n  type: postgres\n  postgres:\n    password: first\n", "d.yaml");
+        CHECK(cfg::changes_needing_restart(*inline_password, *rotated) ==
+              list{"store.postgres.password_file", "store.postgres.password"});
+        ::unlink(path.c_str());
+        ::unlink(other.c_str());
     }
 
     TEST_CASE("the upstream a readiness check probes is bound at start") {
