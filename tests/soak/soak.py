@@ -979,7 +979,7 @@ store:
     password_file: {password_file}
     table: onceproxy_records
     pool: 2
-    connect_timeout: 1s
+    connect_timeout: 2s
     statement_timeout: 2s
     migrate: auto
 """
