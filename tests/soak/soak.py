@@ -1027,7 +1027,8 @@ class PostgresPair:
 
     Both run as the `postgres` user when we are root (PostgreSQL refuses root), through setpriv,
     which execs the server in place (so the Popen is the postmaster) and kills it if this script
-    dies. A kill freezes and SIGKILLs the postmaster and all its backends (a machine lost), the
+    dies. A kill first freezes the WAL sender for a moment (the standby falls behind), then
+    freezes and SIGKILLs the postmaster and all its backends (a machine lost); the
     standby is promoted with synchronous_standby_names = '' (with no standby left, every commit
     would wait forever: a failover manager such as Patroni does the same), and the killed node
     comes back on its port as the new primary's standby, rebuilt with pg_basebackup into a fresh
@@ -1072,15 +1073,14 @@ class PostgresPair:
         with open(os.path.join(self.procs.work, "pg-tools.log"), "a") as f:
             f.write(f"{time.strftime('%H:%M:%S')}.{int(time.time() * 1000) % 1000:03d} {what}\n")
 
-    def run(self, what, argv, env=None):
+    def run(self, what, argv):
         self.note(what)
         logf = os.path.join(self.procs.work, "pg-tools.log")
         with open(logf, "ab") as f:
             f.write(f"$ {' '.join(argv)}\n".encode())
             f.flush()
             r = subprocess.run(self.as_postgres + argv, stdout=f, stderr=subprocess.STDOUT,
-                               stdin=subprocess.DEVNULL, timeout=120,
-                               env=dict(os.environ, **(env or {})))
+                               stdin=subprocess.DEVNULL, timeout=120)
         if r.returncode != 0:
             raise RuntimeError(f"{what} failed with status {r.returncode} (see {logf})")
 
@@ -1216,7 +1216,9 @@ class PostgresPair:
     def stop_all(self):
         for p in self.nodes.values():
             if p.poll() is None:
-                p.send_signal(signal.SIGINT)  # fast shutdown; procs.stop_all() waits for it
+                # Immediate shutdown (the postmaster stops its backends and exits without a
+                # checkpoint: the data is thrown away); procs.stop_all() waits for it.
+                p.send_signal(signal.SIGQUIT)
 
 
 def failover_main(args):
