@@ -38,14 +38,15 @@ test: test-build check-config
 
 # The multi-worker suites again under ThreadSanitizer. Reports go to files (the proxies run as
 # child processes, whose stderr the tests do not read); any report fails the target.
-TSAN_TARGETS = onceproxy onceproxy_test_upstream unit_store it_proxy_test it_idempotency_test
+TSAN_TARGETS = onceproxy onceproxy_test_upstream unit_store it_proxy_test it_idempotency_test \
+               it_postgres_proxy_test
 TSAN_REPORTS = $(CURDIR)/build/tsan/reports
 test-tsan: deps
 	@cmake --preset tsan >/dev/null
 	@cmake --build --preset tsan -j $(JOBS) --target $(TSAN_TARGETS)
 	@rm -rf $(TSAN_REPORTS) && mkdir -p $(TSAN_REPORTS)
 	@TSAN_OPTIONS="log_path=$(TSAN_REPORTS)/tsan halt_on_error=0" \
-	  ctest --preset tsan -j $(JOBS) -R '^(unit\.store|integration\.proxy_test|integration\.idempotency_test)$$'
+	  ctest --preset tsan -j $(JOBS) -R '^(unit\.store|integration\.(proxy|idempotency|postgres_proxy)_test)$$'
 	@if ls $(TSAN_REPORTS)/tsan* >/dev/null 2>&1; then \
 	  head -c 20000 $(TSAN_REPORTS)/tsan*; echo "ThreadSanitizer reported problems (above)"; exit 1; \
 	else echo "ThreadSanitizer: no reports"; fi
@@ -67,11 +68,11 @@ conformance-report: test-build
 
 # bench/run.sh defaults to build/rel (bench/README.md's manual build); `make build` builds
 # the release preset into build/release.
-# It adds the HTTP/2 rows and the gRPC rows (h2load, and the release build's
-# bench/onceproxy_grpc_load; bench/run.sh leaves both out by default) unless BENCH_SCENARIOS
-# says otherwise.
+# It adds the HTTP/2 rows, the gRPC rows (h2load, and the release build's
+# bench/onceproxy_grpc_load) and the PostgreSQL store's rows (a private postgresql-15 server;
+# bench/run.sh leaves all three out by default) unless BENCH_SCENARIOS says otherwise.
 bench: build
-	@BENCH_BUILD_DIR=$(CURDIR)/build/release BENCH_SCENARIOS="$${BENCH_SCENARIOS:-default,h2,grpc}" bench/run.sh
+	@BENCH_BUILD_DIR=$(CURDIR)/build/release BENCH_SCENARIOS="$${BENCH_SCENARIOS:-default,h2,grpc,pg}" bench/run.sh
 
 # Container images with podman (no registry needed: the debian:12 base is bootstrapped with
 # mmdebstrap when absent): localhost/onceproxy:$(IMAGE_TAG) and the test upstream beside it.

@@ -9,6 +9,8 @@ repo_dir=$(cd "$bench_dir/.." && pwd)
 # PIDs of everything this script started; cleanup kills exactly these.
 started_pids=()
 declare -A started_names=()
+# The signal that stops a started process, where it is not TERM.
+declare -A started_stop_signals=()
 work_dir=""
 keep_work_dir=0
 
@@ -18,7 +20,7 @@ die() { printf '[bench] error: %s\n' "$*" >&2; exit 1; }
 cleanup() {
     local pid
     for pid in "${started_pids[@]}"; do
-        kill -TERM "$pid" 2>/dev/null || true
+        kill "-${started_stop_signals[$pid]:-TERM}" "$pid" 2>/dev/null || true
     done
     # Bounded wait (3 s), then SIGKILL whatever is left.
     local deadline=$((SECONDS + 3))
@@ -141,6 +143,108 @@ start_redis() {
     wait_tcp "$redis_port" $! "redis-server"
 }
 
+# start_postgres [NAME=VALUE...]: a private PostgreSQL 15 cluster (Debian's postgresql-15;
+# BENCH_POSTGRES_BIN for another bin directory) initdb'd into $work_dir/pg and started on a free
+# loopback port, its socket in the same folder. As root, initdb and the server run as the
+# `postgres` user (PostgreSQL refuses root): setpriv execs in place, so the process started is
+# the postmaster, whose children are the backends and auxiliary processes (its CPU time counts
+# them all), and it is killed if this script dies without its cleanup. The server's settings
+# are its defaults (fsync, synchronous_commit and full_page_writes on: what users run) but the
+# NAME=VALUE given (each passed as -c), trust authentication on 127.0.0.1 only. Sets
+# postgres_bin, postgres_port, postgres_pid and postgres_pids (the postmasters started).
+start_postgres() {
+    postgres_bin=${BENCH_POSTGRES_BIN:-/usr/lib/postgresql/15/bin}
+    postgres_as_user=()
+    postgres_pids=()
+    [ -x "$postgres_bin/postgres" ] ||
+        die "no $postgres_bin/postgres: postgresql-15 is not installed (scripts/install-deps.sh)"
+    if [ "$(id -u)" -eq 0 ]; then
+        id postgres >/dev/null 2>&1 || die "no postgres user to run the PostgreSQL server as (postgresql-15)"
+        command -v setpriv >/dev/null || die "setpriv is not installed (util-linux)"
+        chmod 0711 "$work_dir" # the server's user reaches its data folders, lists nothing else
+        postgres_as_user=(setpriv --reuid=postgres --regid=postgres --init-groups --pdeathsig=KILL --)
+    fi
+    postgres_data_dir pg
+    # --no-sync: initdb's own files only; the server then runs with fsync on.
+    if ! "${postgres_as_user[@]}" "$postgres_bin/initdb" -D "$work_dir/pg" -U postgres \
+        --auth=trust -E UTF8 --locale=C --no-sync >"$work_dir/initdb.log" 2>&1; then
+        keep_work_dir=1
+        die "initdb failed (see $work_dir/initdb.log)"
+    fi
+    start_postgres_server pg "$@"
+    postgres_port=$started_postgres_port
+    postgres_pid=$started_postgres_pid
+}
+
+# start_postgres_standby [NAME=VALUE...]: a synchronous standby of the server of start_postgres
+# (pg_basebackup -R into $work_dir/pg-standby, started on a free loopback port with
+# cluster_name=standby), then synchronous_standby_names = 'standby' on the primary; waits up to
+# 20 s until the primary reports it as `sync`. From then on every commit on the primary waits
+# for the standby's WAL flush too (synchronous_commit = on). Sets standby_port.
+start_postgres_standby() {
+    local i state
+    postgres_data_dir pg-standby
+    if ! "${postgres_as_user[@]}" "$postgres_bin/pg_basebackup" -h 127.0.0.1 -p "$postgres_port" \
+        -U postgres -D "$work_dir/pg-standby" -R -X stream --no-sync \
+        >"$work_dir/pg_basebackup.log" 2>&1; then
+        keep_work_dir=1
+        die "pg_basebackup failed (see $work_dir/pg_basebackup.log)"
+    fi
+    start_postgres_server pg-standby cluster_name=standby "$@"
+    standby_port=$started_postgres_port
+    if ! psql_bench "ALTER SYSTEM SET synchronous_standby_names = 'standby'" >/dev/null ||
+        ! psql_bench "SELECT pg_reload_conf()" >/dev/null; then
+        die "cannot make the standby synchronous"
+    fi
+    for ((i = 0; i < 200; i++)); do
+        state=$(psql_bench "SELECT sync_state FROM pg_stat_replication WHERE application_name = 'standby'" || true)
+        [ "$state" = sync ] && return 0
+        sleep 0.1
+    done
+    die "the standby did not become synchronous within 20 s (state '${state:-none}')"
+}
+
+# postgres_data_dir NAME: an empty $work_dir/NAME (0700) that the server's user owns.
+postgres_data_dir() {
+    mkdir -m 0700 "$work_dir/$1"
+    [ "$(id -u)" -ne 0 ] || chown postgres:postgres "$work_dir/$1"
+}
+
+# start_postgres_server NAME [NAME=VALUE...]: starts the server of $work_dir/NAME on a free
+# loopback port (log NAME.log) and waits up to 10 s until it accepts connections; sets
+# started_postgres_port and started_postgres_pid, and adds the pid to postgres_pids.
+start_postgres_server() {
+    local name=$1 port settings=() s i pid
+    shift
+    for s in "$@"; do settings+=(-c "$s"); done
+    port=$(free_port)
+    "${postgres_as_user[@]}" "$postgres_bin/postgres" -D "$work_dir/$name" -p "$port" \
+        -k "$work_dir/$name" -c listen_addresses=127.0.0.1 "${settings[@]}" \
+        >"$work_dir/$name.log" 2>&1 &
+    pid=$!
+    started_pids+=("$pid")
+    started_names[$pid]="postgres ($name)"
+    # Its fast shutdown: TERM would wait for the onceproxies' sessions to end.
+    started_stop_signals[$pid]=INT
+    postgres_pids+=("$pid")
+    for ((i = 0; i < 100; i++)); do
+        if "$postgres_bin/pg_isready" -q -h 127.0.0.1 -p "$port"; then
+            started_postgres_port=$port
+            started_postgres_pid=$pid
+            return 0
+        fi
+        kill -0 "$pid" 2>/dev/null || die "postgres ($name) exited during start-up (see $work_dir/$name.log)"
+        sleep 0.1
+    done
+    die "postgres ($name) did not accept connections on 127.0.0.1:$port within 10 s"
+}
+
+# psql_bench SQL: runs SQL on the bench's PostgreSQL server, unaligned tuples only.
+psql_bench() {
+    "$postgres_bin/psql" -X -q -A -t -h 127.0.0.1 -p "$postgres_port" -U postgres -d postgres \
+        -v ON_ERROR_STOP=1 -c "$1"
+}
+
 # start_redis_cluster MASTERS TAG: starts a private Redis Cluster of MASTERS cluster-enabled,
 # non-persistent redis-servers without replicas (slots split evenly, config epochs 1..MASTERS,
 # joined with CLUSTER MEET) and waits up to 20 s until every node reports cluster_state:ok and
@@ -201,8 +305,9 @@ start_redis_cluster() {
 }
 
 # write_proxy_config WORKERS STORE [NAME]: writes $work_dir/NAME.yaml (default onceproxy) from
-# the template ($redis_extra, when set, is added to the store.redis settings). STORE is memory,
-# redis (the redis-server of start_redis) or cluster (the nodes of the last start_redis_cluster).
+# the template ($redis_extra, when set, is added to the store.redis settings, $postgres_extra to
+# store.postgres). STORE is memory, redis (the redis-server of start_redis), cluster (the nodes
+# of the last start_redis_cluster) or postgres (the server of start_postgres).
 write_proxy_config() {
     local workers=$1 store=$2 name=${3:-onceproxy} store_block nodes=() node_list
     case "$store" in
@@ -212,7 +317,8 @@ write_proxy_config() {
         IFS=, read -r -a nodes <<<"$cluster_nodes"
         node_list=$(printf '"%s", ' "${nodes[@]}")
         store_block="{ type: redis, redis: { cluster: { nodes: [ ${node_list%, } ] }${redis_extra:+, $redis_extra} } }" ;;
-    *) die "unknown store '$store' (memory|redis|cluster)" ;;
+    postgres) store_block="{ type: postgres, postgres: { url: \"postgresql://postgres@127.0.0.1:$postgres_port/postgres\"${postgres_extra:+, $postgres_extra} } }" ;;
+    *) die "unknown store '$store' (memory|redis|cluster|postgres)" ;;
     esac
     # A self-signed ECDSA P-256 certificate for the TLS rows (nginx serves the same pair).
     if [ ! -f "$work_dir/tls.crt" ]; then

@@ -10,7 +10,11 @@ meta.json (run parameters), engine-grpc.txt (as engine.txt, for the guarded gRPC
 and, optionally, engine.txt (first line "available" or the reason the idempotency scenarios
 were not measured), engine-cluster<N>.txt and metrics-cluster<N>.txt (the same for the
 onceproxy of the Redis Cluster of N masters, whose loads are r<round>-first_cluster<N>.txt and
-r<round>-replay_cluster<N>.txt), r<round>-bulk_<mode>_<target>.json (one large transfer each, from bulk.py)
+r<round>-replay_cluster<N>.txt), engine-pg-<variant>.txt, metrics-pg-<variant>.txt and
+postgres-settings.txt (the PostgreSQL rows: onceproxy on a private PostgreSQL server, variant
+claim or lookup; their loads' .postgres-cpu and .postgres-counters files hold the server's CPU
+time and its next transaction id and WAL position before and after),
+r<round>-bulk_<mode>_<target>.json (one large transfer each, from bulk.py)
 and, with --commandstats, commandstats-{first,replay}.txt (INFO commandstats
 after N sequential requests of each kind) or commandstats-unavailable.txt.
 """
@@ -41,6 +45,10 @@ SCENARIOS = [
     ("replay", "onceproxy guarded, replay"),
     ("first", "onceproxy guarded, first execution"),
     ("observe", "onceproxy observe mode, first execution"),
+    ("pg_first", "PostgreSQL store, first execution"),
+    ("pg_replay", "PostgreSQL store, replay"),
+    ("pg_first_lookup", "PostgreSQL, look-up first, first exec."),
+    ("pg_replay_lookup", "PostgreSQL, look-up first, replay"),
     ("half_direct", "upstream directly, GET, half load"),
     ("half_nginx", "nginx, GET, half load"),
     ("half_proxy", "onceproxy plain route, GET, half load"),
@@ -181,8 +189,9 @@ def cluster_scenarios(meta: dict) -> list:
 
 
 def proxy_round_trips(d: pathlib.Path, summary: dict, name: str = "metrics",
-                      label: str = "", route: str = "guarded") -> None:
-    """Store round trips per request of a guarded route, from onceproxy's own /metrics."""
+                      label: str = "", route: str = "guarded", stored_target: int = 2) -> None:
+    """Store round trips per request of a guarded route, from onceproxy's own /metrics
+    (stored_target: 3 with PostgreSQL's look-up first, which reads before it claims)."""
     f = d / f"{name}.txt"
     if not f.exists():
         return
@@ -193,7 +202,7 @@ def proxy_round_trips(d: pathlib.Path, summary: dict, name: str = "metrics",
         if m:
             series[(m.group(1), m.group(2))] = int(m.group(3))
     parts = []
-    for outcome, target in (("replayed", 1), ("stored", 2)):
+    for outcome, target in (("replayed", 1), ("stored", stored_target)):
         n = series.get(("onceproxy_requests_total", outcome), 0)
         if n == 0 or ("onceproxy_store_round_trips_total", outcome) not in series:
             continue  # no such requests, or a onceproxy that does not count its round trips
@@ -330,6 +339,25 @@ def machine_share(f: pathlib.Path, requests: int) -> dict:
     return out
 
 
+def postgres_share(f: pathlib.Path, requests: int) -> dict:
+    """The PostgreSQL server during one load (NaN where a file is missing): its CPU time per
+    request (all its processes), and the write transactions and WAL bytes per request."""
+    out = {"postgres_us": float("nan"), "xacts": float("nan"), "wal_bytes": float("nan")}
+    if requests <= 0:
+        return out
+    cpu = f.with_name(f.name + ".postgres-cpu")
+    if cpu.exists():
+        ticks, hz = (int(x) for x in cpu.read_text().split())
+        out["postgres_us"] = ticks * 1e6 / hz / requests
+    counters = f.with_name(f.name + ".postgres-counters")
+    if counters.exists():
+        xid0, wal0, xid1, wal1 = (int(x) for x in counters.read_text().split())
+        if xid0 > 0 and xid1 > 0:
+            out["xacts"] = (xid1 - xid0) / requests
+            out["wal_bytes"] = (wal1 - wal0) / requests
+    return out
+
+
 def budget(meta: dict, med: dict, fig: dict) -> None:
     """Where the shared CPUs go per request, for the plain and guarded loads, and the most the
     first-execution throughput ratio could reach with every CPU busy: the ratio of the whole
@@ -355,6 +383,108 @@ def budget(meta: dict, med: dict, fig: dict) -> None:
         fig["first_vs_plain_get_bound_all_cpus_busy"] = bound
         print(f"  first execution / plain GET, bounded by the whole machine's CPU per request: "
               f"at most {bound:.2f}x with every CPU busy")
+
+
+PG_ROWS = (("first", "Redis store, first execution"), ("replay", "Redis store, replay"),
+           ("pg_first", "PostgreSQL, first execution"), ("pg_replay", "PostgreSQL, replay"),
+           ("pg_first_lookup", "PostgreSQL, look-up first, first exec."),
+           ("pg_replay_lookup", "PostgreSQL, look-up first, replay"))
+
+
+def postgres_figures(d: pathlib.Path, meta: dict, med: dict, runs: dict, summary: dict) -> None:
+    """The PostgreSQL rows beside the Redis ones: CPU time per request of every process first
+    (onceproxy, the store server, the upstream, wrk), then throughput and latency, the write
+    transactions (commits) and WAL bytes per request; the ratios against plain GET and Redis."""
+    names = meta["scenarios"].split(",")
+    if not any(n.startswith("pg_") for n in names):
+        return
+    fig = summary["figures"]
+    settings = d / "postgres-settings.txt"
+    print()
+    pool = meta.get("pg_pool", "default")
+    print("PostgreSQL store (a private server on the same CPUs; onceproxy with store.postgres at "
+          f"its defaults but the url{'' if pool == 'default' else f' and pool: {pool}'}; look-up "
+          "first: lookup_before_claim: true)")
+    if meta.get("pg_standby"):
+        print("  with a synchronous standby on this machine (synchronous_standby_names): every "
+              "commit also waits for its WAL flush there; its CPU time is counted in `store`")
+    if meta.get("pg_settings"):
+        print(f"  server settings given: {meta['pg_settings']} (the rest at the server's defaults)")
+    if settings.exists():
+        lines = settings.read_text().strip().splitlines()
+        summary["postgres_settings"] = lines
+        print("  server: " + "; ".join(lines))
+    for v in ("claim", "lookup"):
+        f = d / f"engine-pg-{v}.txt"
+        if f.exists() and f.read_text().strip().splitlines()[0] != "available":
+            print(f"  variant {v}: engine not available ({f.read_text().strip().splitlines()[0]})")
+    print("CPU time per request, us (median over rounds): onceproxy, the store server (Redis: "
+          "redis-server; PostgreSQL: postmaster and every backend and auxiliary process), the "
+          "test upstream, wrk; then throughput, write transactions and WAL bytes per request")
+    print(f"{'scenario':<40} {'proxy':>7} {'store':>7} {'upstream':>8} {'wrk':>6} {'req/s':>9} "
+          f"{'p50 ms':>7} {'p99 ms':>7} {'xact/req':>8} {'WAL B/req':>9} {'non-2xx':>7} "
+          f"{'errors':>6}")
+    out = summary.setdefault("postgres", {})
+    for name, label in PG_ROWS:
+        if name not in med:
+            continue
+        r = med[name]
+        store = r["postgres_us"] if name.startswith("pg_") else r["redis_us"]
+        out[name] = {"proxy_us": r["cpu_us"], "store_us": store, "rps": r["rps"],
+                     "p50_ms": r["p50"], "p99_ms": r["p99"], "xacts_per_request": r["xacts"],
+                     "wal_bytes_per_request": r["wal_bytes"]}
+        xacts = "" if math.isnan(r["xacts"]) else f"{r['xacts']:.2f}"
+        wal = "" if math.isnan(r["wal_bytes"]) else f"{r['wal_bytes']:.0f}"
+        print(f"{label:<40} {r['cpu_us']:>7.1f} {store:>7.1f} {r['upstream_us']:>8.1f} "
+              f"{r['wrk_us']:>6.1f} {fmt(r['rps']):>9} {fmt_ms(r['p50']):>7} "
+              f"{fmt_ms(r['p99']):>7} {xacts:>8} {wal:>9} {r['non2xx']:>7} {r['errors']:>6}")
+    print("  xact/req: transactions that wrote (transaction ids assigned) per request; each one's "
+          "commit waits for its WAL flush (synchronous_commit). Statements sent in one event-loop "
+          "turn share one transaction, so it can be below the statements per request")
+
+    def warn(name: str) -> str:
+        bad = med[name]["non2xx"] + med[name]["errors"]
+        return f"  WARNING: {bad} non-2xx/errors" if bad else ""
+
+    def per_round(a: str, b: str) -> str:
+        mine, base = med[a]["rps_by_round"], med[b]["rps_by_round"]
+        pr = [mine[k] / base[k] for k in sorted(mine) if base.get(k, 0) > 0]
+        return "; per round " + " ".join(f"{x:.2f}" for x in pr) if len(pr) > 1 else ""
+
+    plain = med.get("proxy")
+    for name in ("pg_replay", "pg_replay_lookup", "pg_first", "pg_first_lookup"):
+        if name not in med or not plain or plain["rps"] <= 0 or med[name]["cpu_us"] <= 0:
+            continue
+        rps = med[name]["rps"] / plain["rps"]
+        cpu = plain["cpu_us"] / med[name]["cpu_us"]
+        fig[f"{name}_vs_plain_get"] = rps
+        fig[f"{name}_vs_plain_get_cpu"] = cpu
+        target = "  [>= 0.8x, issue 30]" if name == "pg_replay" else ""
+        print(f"  {name} throughput / plain GET {rps:5.2f}x{target}{per_round(name, 'proxy')}; "
+              f"by onceproxy CPU time per request {cpu:.2f}x ({med[name]['cpu_us']:.1f} vs "
+              f"{plain['cpu_us']:.1f} us){warn(name)}")
+    for pg, redis in (("pg_first", "first"), ("pg_replay", "replay")):
+        if pg not in med or redis not in med or med[redis]["rps"] <= 0:
+            continue
+        a, b = med[pg], med[redis]
+        rps = a["rps"] / b["rps"]
+        fig[f"{pg}_vs_redis"] = rps
+        print(f"  PostgreSQL / Redis, {redis}: throughput {rps:5.2f}x{per_round(pg, redis)}; "
+              f"onceproxy {a['cpu_us']:.1f} vs {b['cpu_us']:.1f} us, store server "
+              f"{a['postgres_us']:.1f} vs {b['redis_us']:.1f} us per request")
+    for path in ("first", "replay"):
+        a, b = f"pg_{path}_lookup", f"pg_{path}"
+        if a not in med or b not in med or med[b]["rps"] <= 0:
+            continue
+        rps = med[a]["rps"] / med[b]["rps"]
+        fig[f"{a}_vs_claim"] = rps
+        print(f"  look-up first / claim alone, {path}: throughput {rps:5.2f}x{per_round(a, b)}; "
+              f"PostgreSQL CPU {med[a]['postgres_us']:.1f} vs {med[b]['postgres_us']:.1f} us, "
+              f"onceproxy {med[a]['cpu_us']:.1f} vs {med[b]['cpu_us']:.1f} us, write "
+              f"transactions {med[a]['xacts']:.2f} vs {med[b]['xacts']:.2f} per request")
+    proxy_round_trips(d, summary, "metrics-pg-claim", ", PostgreSQL")
+    proxy_round_trips(d, summary, "metrics-pg-lookup", ", PostgreSQL with look-up first",
+                      stored_target=3)
 
 
 GRPC_ROWS = ("nginx_grpc", "proxy_grpc", "grpc_replay", "grpc_first")
@@ -480,6 +610,7 @@ def main() -> int:
             if redis_file.exists() and parsed["requests"] > 0:
                 ticks, hz = (int(x) for x in redis_file.read_text().split())
                 parsed["redis_us"] = ticks * 1e6 / hz / parsed["requests"]
+            parsed.update(postgres_share(f, parsed["requests"]))
             parsed.update(machine_share(f, parsed["requests"]))
             parsed["round"] = int(m.group(1))
             runs.setdefault(m.group(2), []).append(parsed)
@@ -490,7 +621,7 @@ def main() -> int:
     for name, rs in runs.items():
         med[name] = {k: statistics.median(r[k] for r in rs)
                      for k in ("rps", "p50", "p99", "cpu_us", "redis_us", "upstream_us", "wrk_us",
-                               "idle")}
+                               "idle", "postgres_us", "xacts", "wal_bytes")}
         if "mean_ms" in rs[0]:
             med[name]["mean_ms"] = statistics.median(r["mean_ms"] for r in rs)
         med[name]["non2xx"] = sum(r["non2xx"] for r in rs)
@@ -512,13 +643,14 @@ def main() -> int:
         print(f"load average (1, 5, 15 min) at the start of the load {meta['load_start']}, "
               f"at the end {meta.get('load_end', '?')}")
     print(f"{'scenario':<40} {'req/s':>10} {'p50 ms':>8} {'p99 ms':>8} {'CPU us/req':>10} "
-          f"{'Redis us/req':>12} {'non-2xx':>8} {'errors':>7}  req/s per round")
+          f"{'store us/req':>12} {'non-2xx':>8} {'errors':>7}  req/s per round")
     for name, label in SCENARIOS + cluster_scenarios(meta):
         if name in med:
             r = med[name]
             per_round = " ".join(fmt(x) for x in r["rounds_rps"])
+            store = r["postgres_us"] if name.startswith("pg_") else r["redis_us"]
             print(f"{label:<40} {fmt(r['rps']):>10} {fmt_ms(r['p50']):>8} "
-                  f"{fmt_ms(r['p99']):>8} {r['cpu_us']:>10.1f} {r['redis_us']:>12.1f} {r['non2xx']:>8} "
+                  f"{fmt_ms(r['p99']):>8} {r['cpu_us']:>10.1f} {store:>12.1f} {r['non2xx']:>8} "
                   f"{r['errors']:>7}  "
                   f"{per_round}")
         elif name in ("replay", "first", "observe") and not engine_ok and name in meta["scenarios"]:
@@ -648,6 +780,7 @@ def main() -> int:
     grpc_figures(d, meta, med, fig)
     budget(meta, med, fig)
     cluster_figures(d, meta, med, runs, summary)
+    postgres_figures(d, meta, med, runs, summary)
     proxy_round_trips(d, summary)
     proxy_round_trips(d, summary, label=", guarded gRPC route", route="grpc_guarded")
     for n in meta.get("cluster_masters", []):

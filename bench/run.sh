@@ -7,23 +7,31 @@
 #                [--scenarios direct,nginx,proxy,nginx_tls,proxy_tls,proxy_post,replay,first,
 #                             observe,first_cluster,replay_cluster,half,upload,download,
 #                             nginx_h2c,proxy_h2c,nginx_h2,proxy_h2,nginx_h2c_h2c,
-#                             proxy_h2c_h2c,nginx_grpc,proxy_grpc,grpc_first,grpc_replay |
-#                             default | h2 | grpc]
+#                             proxy_h2c_h2c,nginx_grpc,proxy_grpc,grpc_first,grpc_replay,
+#                             pg_first,pg_replay,pg_first_lookup,pg_replay_lookup |
+#                             default | h2 | grpc | pg]
 #                [--cluster-masters 1,3] [--h2-connections 2] [--h2-streams 100]
 #                [--grpc-message-bytes 64] [--grpc-load onceproxy_grpc_load|h2load]
 #                [--bulk-bytes 1073741824] [--commandstats] [--commandstats-requests 1000]
-#                [--warmup 1] [--encrypt]
+#                [--warmup 1] [--encrypt] [--pg-pool N] [--pg-setting NAME=VALUE]...
+#                [--pg-standby]
 #                [--build-dir build/rel] [--out DIR]
 #
 # Every option also reads an environment variable (BENCH_DURATION, BENCH_CONNECTIONS,
 # BENCH_ROUNDS, BENCH_WORKERS, BENCH_UPSTREAM_THREADS, BENCH_STORE, BENCH_KEYS, BENCH_SCENARIOS,
 # BENCH_BULK_BYTES, BENCH_CLUSTER_MASTERS, BENCH_H2_CONNECTIONS, BENCH_H2_STREAMS,
 # BENCH_GRPC_MESSAGE_BYTES, BENCH_BUILD_DIR, BENCH_ENCRYPT=1). In --scenarios, `default` stands
-# for the default list, `h2` for the HTTP/2 rows (h2load) and `grpc` for the unary gRPC rows
+# for the default list, `h2` for the HTTP/2 rows (h2load), `grpc` for the unary gRPC rows
 # (the build's bench/onceproxy_grpc_load, which counts grpc-status; --grpc-load h2load loads
-# all but grpc_first with h2load, which sees HTTP statuses only); neither is in the default
-# list, `make bench` adds both. --encrypt
+# all but grpc_first with h2load, which sees HTTP statuses only) and `pg` for first/replay on
+# the PostgreSQL store (a private PostgreSQL 15 with its default durability, and one more
+# onceproxy on it per value of lookup_before_claim); none is in the default list, `make bench`
+# adds them all. --encrypt
 # turns on store.encryption (one AES-256-GCM key) to compare against a run without it.
+# --pg-pool sets store.postgres.pool (connections per worker) of the pg rows' onceproxies, and
+# each --pg-setting (BENCH_PG_SETTINGS, comma-separated) is passed to the PostgreSQL server as
+# -c NAME=VALUE (e.g. synchronous_commit=off): the pg rows otherwise run both at their defaults.
+# --pg-standby (BENCH_PG_STANDBY=1) adds a synchronous standby of that server on this machine.
 # first_cluster and replay_cluster (with --store redis) run first/replay against a local Redis
 # Cluster of each size in --cluster-masters, through a second onceproxy. Exits non-zero when a
 # component fails to start or dies during the run.
@@ -41,6 +49,7 @@ keys=${BENCH_KEYS:-1000}
 default_scenarios=direct,nginx,proxy,nginx_tls,proxy_tls,proxy_post,replay,first,observe,first_cluster,replay_cluster,half,upload,download
 h2_scenarios=nginx_h2c,proxy_h2c,nginx_h2,proxy_h2,nginx_h2c_h2c,proxy_h2c_h2c
 grpc_scenarios=nginx_grpc,proxy_grpc,grpc_first,grpc_replay
+pg_scenarios=pg_first,pg_replay,pg_first_lookup,pg_replay_lookup
 scenarios=${BENCH_SCENARIOS:-default}
 cluster_masters=${BENCH_CLUSTER_MASTERS:-1,3}
 h2_connections=${BENCH_H2_CONNECTIONS:-2}
@@ -49,12 +58,16 @@ grpc_message_bytes=${BENCH_GRPC_MESSAGE_BYTES:-64}
 grpc_load=${BENCH_GRPC_LOAD:-onceproxy_grpc_load}
 bulk_bytes=${BENCH_BULK_BYTES:-1073741824}
 build_dir=${BENCH_BUILD_DIR:-$repo_dir/build/rel}
+pg_pool=${BENCH_PG_POOL:-}
+pg_settings=()
+pg_standby=${BENCH_PG_STANDBY:-0}
+[ -n "${BENCH_PG_SETTINGS:-}" ] && IFS=, read -r -a pg_settings <<<"$BENCH_PG_SETTINGS"
 commandstats=0
 commandstats_requests=1000
 warmup=1
 out_dir=""
 
-usage() { sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
+usage() { sed -n '2,37p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
 while [ $# -gt 0 ]; do
     case "$1" in
     --duration) duration=$2; shift 2 ;;
@@ -75,6 +88,9 @@ while [ $# -gt 0 ]; do
     --commandstats-requests) commandstats_requests=$2; shift 2 ;;
     --warmup) warmup=$2; shift 2 ;;
     --encrypt) BENCH_ENCRYPT=1; shift ;;
+    --pg-pool) pg_pool=$2; shift 2 ;;
+    --pg-setting) pg_settings+=("$2"); shift 2 ;;
+    --pg-standby) pg_standby=1; shift ;;
     --build-dir) build_dir=$2; shift 2 ;;
     --out) out_dir=$2; shift 2 ;;
     -h | --help) usage 0 ;;
@@ -95,6 +111,11 @@ require_int bulk-bytes "$bulk_bytes" 1
 require_int h2-connections "$h2_connections" 1
 require_int h2-streams "$h2_streams" 1
 require_int grpc-message-bytes "$grpc_message_bytes" 0
+[ -z "$pg_pool" ] || require_int pg-pool "$pg_pool" 1
+[[ "$pg_standby" =~ ^[01]$ ]] || die "BENCH_PG_STANDBY must be 0 or 1"
+for setting in "${pg_settings[@]}"; do
+    [[ "$setting" =~ ^[a-z_.]+=[^[:space:]]*$ ]] || die "--pg-setting must be NAME=VALUE, not '$setting'"
+done
 [[ "$workers" == auto || "$workers" =~ ^[1-9][0-9]*$ ]] || die "--workers must be auto or N >= 1"
 case "$store" in memory | redis) ;; *) die "--store must be memory or redis" ;; esac
 case "$grpc_load" in onceproxy_grpc_load | h2load) ;; *) die "--grpc-load must be onceproxy_grpc_load or h2load" ;; esac
@@ -110,7 +131,7 @@ done
 find_binaries "$build_dir"
 
 scenarios=$(sed -e "s/\bdefault\b/$default_scenarios/" -e "s/\bh2\b/$h2_scenarios/" \
-    -e "s/\bgrpc\b/$grpc_scenarios/" <<<"$scenarios")
+    -e "s/\bgrpc\b/$grpc_scenarios/" -e "s/\bpg\b/$pg_scenarios/" <<<"$scenarios")
 IFS=, read -r -a scenario_list <<<"$scenarios"
 kept=()
 for s in "${scenario_list[@]}"; do
@@ -125,13 +146,14 @@ for s in "${scenario_list[@]}"; do
         if { [ "$s" = grpc_first ] || [ "$grpc_load" = onceproxy_grpc_load ]; } && [ ! -x "$grpc_load_bin" ]; then
             die "no $grpc_load_bin (the gRPC rows' load generator): build the release preset (bench/README.md)"
         fi ;;
+    pg_first | pg_replay | pg_first_lookup | pg_replay_lookup) ;;
     first_cluster | replay_cluster)
         # Cluster / single-node ratios: the single node is the run's own Redis store.
         if [ "$store" != redis ]; then
             log "skipping $s: the Cluster scenarios compare against --store redis"
             continue
         fi ;;
-    *) die "unknown scenario '$s' ($default_scenarios,$h2_scenarios,$grpc_scenarios; default; h2; grpc)" ;;
+    *) die "unknown scenario '$s' ($default_scenarios,$h2_scenarios,$grpc_scenarios,$pg_scenarios; default; h2; grpc; pg)" ;;
     esac
     kept+=("$s")
 done
@@ -140,6 +162,12 @@ scenarios=$(IFS=,; echo "${scenario_list[*]}")
 want() { [[ ",$scenarios," == *",$1,"* ]]; }
 want_cluster() { want first_cluster || want replay_cluster; }
 want_grpc() { want nginx_grpc || want proxy_grpc || want grpc_first || want grpc_replay; }
+# The PostgreSQL rows' onceproxy variants: `claim` (every claim a write, the default) and
+# `lookup` (lookup_before_claim: true, a replay is a read).
+pg_variants=()
+{ want pg_first || want pg_replay; } && pg_variants+=(claim)
+{ want pg_first_lookup || want pg_replay_lookup; } && pg_variants+=(lookup)
+pg_variant_of() { [[ "$1" == *_lookup ]] && echo lookup || echo claim; }
 half_connections=$((connections / 2))
 cpus=$(nproc)
 nginx_workers=$workers
@@ -189,6 +217,36 @@ if want_cluster; then
         cluster_redis_pids[$n]="${cluster_pids[*]}"
         log "onceproxy on 127.0.0.1:$started_proxy_port (admin $started_admin_port), store=cluster of $n"
     done
+fi
+# A private PostgreSQL server and one more onceproxy on it per variant, the same config but
+# store.postgres (pool, timeouts and the rest at their defaults); indexed by variant.
+declare -A pg_proxy_port=() pg_admin_port=() pg_proxy_pid=() pg_engine=()
+if [ ${#pg_variants[@]} -gt 0 ]; then
+    start_postgres "${pg_settings[@]}"
+    log "postgres on 127.0.0.1:$postgres_port ($("$postgres_bin/postgres" --version))"
+    if [ "$pg_standby" = 1 ]; then
+        start_postgres_standby "${pg_settings[@]}"
+        log "synchronous standby on 127.0.0.1:$standby_port"
+    fi
+    # The settings that decide what a commit costs, as the server runs them.
+    psql_bench "SELECT name || ' = ' || setting || coalesce(' ' || unit, '') FROM pg_settings
+        WHERE name IN ('fsync', 'synchronous_commit', 'full_page_writes', 'wal_sync_method',
+                       'commit_delay', 'shared_buffers', 'max_wal_size', 'synchronous_standby_names')
+        UNION ALL SELECT 'standby ' || application_name || ': ' || sync_state FROM pg_stat_replication
+        ORDER BY 1" >"$results/postgres-settings.txt" ||
+        die "postgres does not answer queries (see $work_dir/pg.log)"
+    "$postgres_bin/postgres" --version >>"$results/postgres-settings.txt"
+    for v in "${pg_variants[@]}"; do
+        postgres_extra=${pg_pool:+pool: $pg_pool}
+        [ "$v" = lookup ] && postgres_extra="${postgres_extra:+$postgres_extra, }lookup_before_claim: true"
+        write_proxy_config "$workers" postgres "onceproxy-pg-$v"
+        start_proxy_as "onceproxy-pg-$v"
+        pg_proxy_port[$v]=$started_proxy_port
+        pg_admin_port[$v]=$started_admin_port
+        pg_proxy_pid[$v]=$started_proxy_pid
+        log "onceproxy on 127.0.0.1:$started_proxy_port (admin $started_admin_port), store=postgres${postgres_extra:+, $postgres_extra}"
+    done
+    postgres_extra=""
 fi
 load_start=$(cut -d' ' -f1-3 /proc/loadavg)
 
@@ -306,6 +364,15 @@ if want_cluster; then
     done
     check_alive "while checking the idempotency engine on the Cluster"
 fi
+for v in "${pg_variants[@]}"; do
+    pool=""
+    { want "pg_replay" && [ "$v" = claim ]; } || { want pg_replay_lookup && [ "$v" = lookup ]; } &&
+        pool="pr$v-$run_id-"
+    pg_engine[$v]=$(check_engine "${pg_proxy_port[$v]}" "$pool")
+    log "idempotency engine, PostgreSQL ($v): ${pg_engine[$v]}"
+    printf '%s\n' "${pg_engine[$v]}" >"$results/engine-pg-$v.txt"
+    check_alive "while checking the idempotency engine on PostgreSQL"
+done
 printf '%s\n' "$engine" >"$results/engine.txt"
 # The same proof for the guarded gRPC route, with grpcio: a key stored, then replayed. That key
 # is grpc_replay's: every one of its calls replays it.
@@ -353,6 +420,7 @@ measured_pids() {
     nginx | nginx_tls | nginx_h2c | nginx_h2 | nginx_h2c_h2c | nginx_grpc | half_nginx) echo "$nginx_pid" $(pgrep -P "$nginx_pid" || true) ;;
     direct | half_direct) echo "$upstream_pid" ;;
     first_cluster* | replay_cluster*) echo "${cluster_proxy_pid[${1##*_cluster}]}" ;;
+    pg_*) echo "${pg_proxy_pid[$(pg_variant_of "$1")]}" ;;
     *) echo "$proxy_pid" ;;
     esac
 }
@@ -368,8 +436,30 @@ upstream_pids_of() {
 redis_pids_of() {
     case "$1" in
     first_cluster* | replay_cluster*) echo "${cluster_redis_pids[${1##*_cluster}]}" ;;
+    pg_*) ;;
     *) echo "${redis_pid:-}" ;;
     esac
+}
+
+# postgres_ticks: CPU clock ticks of the whole PostgreSQL server so far (and of its standby,
+# with --pg-standby): each postmaster, the children it has waited for (fields 16 and 17:
+# backends and autovacuum workers that exited) and its live children (backends, checkpointer,
+# WAL writer, background writer, autovacuum; WAL sender and receiver, startup process).
+postgres_ticks() {
+    local total=0 pid
+    for pid in "${postgres_pids[@]}"; do
+        [ -r "/proc/$pid/stat" ] || continue
+        total=$((total + $(sed 's/^.*) //' "/proc/$pid/stat" | awk '{print $12 + $13 + $14 + $15}')))
+        # shellcheck disable=SC2046
+        total=$((total + $(cpu_ticks $(pgrep -P "$pid" || true))))
+    done
+    echo "$total"
+}
+# postgres_counters: "NEXT_XID WAL_BYTES": the transaction id the server will assign next (one
+# per transaction that wrote) and the WAL written so far, in bytes.
+postgres_counters() {
+    psql_bench "SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint || ' ' ||
+        pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint" 2>/dev/null || echo "0 0"
 }
 
 # run_wrk ROUND NAME CONNECTIONS URL [SCRIPT ARGS...]: one bounded wrk run into the results.
@@ -431,6 +521,13 @@ run_load() {
     before=$(cpu_ticks $pids)
     # shellcheck disable=SC2086
     [ -n "$redis_pids" ] && redis_before=$(cpu_ticks $redis_pids)
+    # The PostgreSQL rows: its counters (read by a session of its own, outside the CPU window)
+    # and the CPU time of all its processes.
+    local pg_counters_before="" pg_before=0
+    if [[ "$name" == pg_* ]]; then
+        pg_counters_before=$(postgres_counters)
+        pg_before=$(postgres_ticks)
+    fi
     local up_before machine_before up_pids
     up_pids=$(upstream_pids_of "$name")
     # shellcheck disable=SC2086
@@ -444,6 +541,10 @@ run_load() {
     # shellcheck disable=SC2086
     after=$(cpu_ticks $pids)
     echo "$((after - before)) $(getconf CLK_TCK)" >"$out.cpu"
+    if [ -n "$pg_counters_before" ]; then
+        echo "$(($(postgres_ticks) - pg_before)) $(getconf CLK_TCK)" >"$out.postgres-cpu"
+        echo "$pg_counters_before $(postgres_counters)" >"$out.postgres-counters"
+    fi
     # shellcheck disable=SC2086
     echo "$(($(cpu_ticks $up_pids) - up_before)) $(getconf CLK_TCK)" >"$out.upstream-cpu"
     echo "$machine_before $(machine_ticks)" >"$out.machine"
@@ -519,6 +620,18 @@ run_scenario() {
         [ "$engine_ok" -eq 1 ] || return 0
         run_wrk "$round" first "$connections" "http://127.0.0.1:$proxy_port/pay/first" \
             fresh.lua "fe-$run_id-$round" ;;
+    pg_first | pg_first_lookup | pg_replay | pg_replay_lookup)
+        # The same loads as first/replay, through the onceproxy on PostgreSQL of the variant.
+        local v
+        v=$(pg_variant_of "$name")
+        [ "${pg_engine[$v]}" = available ] || return 0
+        if [[ "$name" == pg_first* ]]; then
+            run_wrk "$round" "$name" "$connections" "http://127.0.0.1:${pg_proxy_port[$v]}/pay/first" \
+                fresh.lua "pf$v-$run_id-$round"
+        else
+            run_wrk "$round" "$name" "$connections" "http://127.0.0.1:${pg_proxy_port[$v]}/pay/replay" \
+                replay.lua "pr$v-$run_id-" "$keys"
+        fi ;;
     first_cluster | replay_cluster)
         # The same loads as first/replay, through the onceproxy of each Cluster.
         local n path=${name%_cluster}
@@ -606,6 +719,10 @@ for n in "${!cluster_admin_port[@]}"; do
     curl -s --max-time 5 "http://127.0.0.1:${cluster_admin_port[$n]}/metrics" \
         >"$results/metrics-cluster$n.txt" || true
 done
+for v in "${!pg_admin_port[@]}"; do
+    curl -s --max-time 5 "http://127.0.0.1:${pg_admin_port[$v]}/metrics" \
+        >"$results/metrics-pg-$v.txt" || true
+done
 load_end=$(cut -d' ' -f1-3 /proc/loadavg)
 
 # ---- Redis commands per request ---------------------------------------------------------
@@ -652,6 +769,7 @@ cat >"$results/meta.json" <<JSON
  "bulk_bytes": $bulk_bytes, "cluster_masters": [$cluster_masters],
  "h2_connections": $h2_connections, "h2_streams": $h2_streams,
  "grpc_message_bytes": $grpc_message_bytes, "grpc_load": "$grpc_load",
+ "pg_pool": "${pg_pool:-default}", "pg_standby": $pg_standby, "pg_settings": "$(IFS=' '; echo "${pg_settings[*]}")",
  "load_start": "$load_start", "load_end": "$load_end"}
 JSON
 status=0

@@ -9,6 +9,7 @@
 #include "support/postgres_server.hpp"
 #include "support/process.hpp"
 #include "support/run_awaitable.hpp"
+#include "support/test_pki.hpp"
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -17,6 +18,8 @@
 
 #include <doctest/doctest.h>
 
+#include <pwd.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -313,5 +316,44 @@ TEST_SUITE("postgres_store retries") {
         REQUIRE_FALSE(r.has_value());
         CHECK(r.error() == store::errc::protocol);
         CHECK(server.psql("SELECT last_value FROM " + table + "_fails") == "4\n");
+    }
+}
+
+TEST_SUITE("postgres_store tls") {
+    TEST_CASE("sslmode verify-full with the server's CA connects over TLS; another CA is refused") {
+        onceproxy::test::temp_dir pki_dir;
+        ::chmod(pki_dir.path().c_str(), 0711); // the server's user reads its files in here
+        const onceproxy::test::test_pki pki(pki_dir.path());
+        const auto leaf = pki.issue("server");
+        // PostgreSQL takes a key owned by root only with mode 0640 at most, readable by its group.
+        const passwd* pw = ::getpwnam("postgres");
+        REQUIRE(pw != nullptr);
+        REQUIRE(::chown(leaf.key_file.c_str(), 0, pw->pw_gid) == 0);
+        REQUIRE(::chmod(leaf.key_file.c_str(), 0640) == 0);
+        REQUIRE(::chmod(leaf.cert_file.c_str(), 0644) == 0);
+        postgres_server_options o;
+        o.settings = {"ssl=on", "ssl_cert_file=" + leaf.cert_file, "ssl_key_file=" + leaf.key_file};
+        postgres_server server(o);
+
+        auto cfg = make_config(server);
+        cfg.sslmode = "verify-full";
+        cfg.ssl_root_cert = pki.ca_file();
+        {
+            store_env env(cfg);
+            env.open_ready();
+            CHECK(env.claim("tls", "o").status == store::claim_status::acquired);
+            // Every connection of the proxy's role is encrypted.
+            CHECK(server.psql("SELECT count(*) > 0, bool_and(s.ssl) FROM pg_stat_ssl s JOIN "
+                              "pg_stat_activity a USING (pid) WHERE a.usename = 'onceproxy'") ==
+                  "t|t\n");
+        }
+        onceproxy::test::temp_dir other_dir;
+        const onceproxy::test::test_pki other(other_dir.path(), "another-ca");
+        cfg.ssl_root_cert = other.ca_file();
+        store_env env(cfg);
+        const auto r = env.open();
+        CHECK(r.ec);
+        CHECK_FALSE(r.degraded);
+        CHECK_MESSAGE(r.message.find("certificate") != std::string::npos, r.message);
     }
 }
