@@ -106,7 +106,7 @@ soak-short: build
 # FAILOVER_INTERVAL s; then every key is retried and duplicate executions are counted. Redis
 # behind Sentinel (a master, two replicas, three sentinels) with durability async and
 # replicated, then PostgreSQL with a synchronous standby (promoted on each kill, the killed node
-# rebuilt as its standby) (tests/soak/README.md). The short form (CI) takes about 3.5 minutes.
+# rebuilt as its standby) (tests/soak/README.md). The short form (CI) takes about 3 minutes.
 FAILOVER_SECONDS ?= 120
 FAILOVER_INTERVAL ?= 15
 failover-chaos: build
