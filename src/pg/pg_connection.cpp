@@ -151,6 +151,11 @@ struct pg_connection::impl : std::enable_shared_from_this<impl> {
     /// error in the batch, sent again after the Sync.
     std::vector<request_ptr> held;
     std::vector<request_ptr> retry;
+    /// Statements issued while a batch is in flight: they go out together as the next batch
+    /// when its Sync result arrives, so one commit (one WAL flush) serves them all, instead of
+    /// one per event-loop turn queueing behind each other in the server.
+    std::vector<request_ptr> waiting;
+    unsigned syncs_in_flight = 0;
 
     static void complete(const request_ptr& r, pg_result result) {
         if (r->done) {
@@ -183,8 +188,14 @@ struct pg_connection::impl : std::enable_shared_from_this<impl> {
         held.clear();
         retry.clear();
         queue.clear();
+        syncs_in_flight = 0;
+        const auto unsent = std::move(waiting);
+        waiting.clear();
         for (const auto& r : pending) {
             complete(r, failure(e, message, true));
+        }
+        for (const auto& r : unsent) {
+            complete(r, failure(e, message, false)); // never handed to libpq: no effect
         }
     }
 
@@ -248,6 +259,7 @@ struct pg_connection::impl : std::enable_shared_from_this<impl> {
         }
         queue.push_back(nullptr);
         ++syncs;
+        ++syncs_in_flight;
         flush();
     }
 
@@ -343,6 +355,7 @@ struct pg_connection::impl : std::enable_shared_from_this<impl> {
                 return;
             }
             queue.pop_front();
+            --syncs_in_flight;
             end_batch();
             return;
         }
@@ -387,8 +400,10 @@ struct pg_connection::impl : std::enable_shared_from_this<impl> {
             complete(r, std::move(r->result));
         }
         held.clear();
-        const auto again = std::move(retry);
+        auto again = std::move(retry);
         retry.clear();
+        again.insert(again.end(), waiting.begin(), waiting.end());
+        waiting.clear();
         for (const auto& r : again) {
             if (conn == nullptr) { // lost while sending the ones before
                 complete(r, failure(errc::connection_lost, "connection lost", true));
@@ -410,6 +425,10 @@ struct pg_connection::impl : std::enable_shared_from_this<impl> {
     /// Sends `r` on the open connection; its command_timeout starts now.
     void start(const request_ptr& r) {
         r->timer.expires_after(options.command_timeout);
+        if (syncs_in_flight > 0 && ready) {
+            waiting.push_back(r); // joins the next batch (see `waiting`)
+            return;
+        }
         send(r);
     }
 

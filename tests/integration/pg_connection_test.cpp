@@ -11,6 +11,7 @@
 #include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
 #include <doctest/doctest.h>
@@ -18,6 +19,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -181,6 +183,48 @@ TEST_SUITE("integration.pg_connection") {
             const auto& r = *out.results[i];
             REQUIRE_MESSAGE(!r.ec, r.message);
             CHECK(r.rows.at(0).at(0) == std::optional<std::string>(std::to_string(i)));
+        }
+    }
+
+    TEST_CASE("statements issued while a batch is in flight wait for it and go out as one "
+              "batch, in order") {
+        net::io_context ioc;
+        pg::pg_connection conn(ioc.get_executor(), options_for(shared_server()));
+        connect(ioc, conn);
+        const auto syncs_before = conn.sync_count();
+        constexpr std::size_t n = 50;
+        collected out;
+        out.results.resize(n + 1);
+        // The first batch takes 300 ms in the server; 50 statements are issued meanwhile, each
+        // in an event-loop turn of its own.
+        net::co_spawn(ioc, query_into(conn, "SELECT pg_sleep(0.3)::text", out, 0), net::detached);
+        net::steady_timer pause(ioc);
+        std::size_t issued = 0;
+        std::function<void()> issue_next = [&] {
+            if (issued == n) {
+                return;
+            }
+            ++issued;
+            net::co_spawn(
+                ioc,
+                exec_into(conn, "echo", {pg::pg_param::text(std::to_string(issued))}, out, issued),
+                net::detached);
+            pause.expires_after(2ms);
+            pause.async_wait([&](const boost::system::error_code&) { issue_next(); });
+        };
+        issue_next();
+        REQUIRE(run_until(
+            ioc, [&] { return out.order.size() == n + 1; }, 15s));
+        CHECK(issued == n);
+        // The sleep's batch, then one (or, when issuing outlasted the sleep, a few) more.
+        CHECK(conn.sync_count() - syncs_before <= 3);
+        for (std::size_t i = 0; i <= n; ++i) {
+            CHECK(out.order[i] == i);
+            const auto& r = *out.results[i];
+            REQUIRE_MESSAGE(!r.ec, r.message);
+            if (i > 0) {
+                CHECK(r.rows.at(0).at(0) == std::optional<std::string>(std::to_string(i)));
+            }
         }
     }
 

@@ -6,7 +6,10 @@
 //   (PQsocket) to be readable or writable through Asio, and never reads it itself.
 // - Many statements in flight: each async_exec hands its statement to libpq at once; the
 //   statements of one event-loop turn are closed by one Sync (PQpipelineSync) and go out in one
-//   write. Results are matched to the statements in order.
+//   write. While a batch is in flight, new statements wait and go out together as the next
+//   batch when its Sync result arrives: the server commits them in one transaction, so one WAL
+//   flush serves them all (under load, the batch grows instead of the queue of commits).
+//   Results are matched to the statements in order.
 // - The statements between two Syncs run in one implicit transaction on the server: an error
 //   in one rolls back those before it and skips those after it. The driver hides this: it
 //   hands a statement's success to its caller only once the Sync confirmed the commit, and
