@@ -102,20 +102,23 @@ soak: build
 soak-short: build
 	@SOAK_SECONDS=60 SOAK_FAULT_INTERVAL=10 python3 tests/soak/soak.py --build build/release
 
-# Redis behind Sentinel (a master, two replicas, three sentinels), two proxies under a load of
-# unique keys, the master SIGKILLed every FAILOVER_INTERVAL s; then every key is retried and
-# duplicate executions are counted, once with durability async and once replicated
-# (tests/soak/README.md). The short form (CI) takes under 3 minutes.
+# Two proxies under a load of unique keys while the store's primary is SIGKILLed every
+# FAILOVER_INTERVAL s; then every key is retried and duplicate executions are counted. Redis
+# behind Sentinel (a master, two replicas, three sentinels) with durability async and
+# replicated, then PostgreSQL with a synchronous standby (promoted on each kill, the killed node
+# rebuilt as its standby) (tests/soak/README.md). The short form (CI) takes about 3 minutes.
 FAILOVER_SECONDS ?= 120
 FAILOVER_INTERVAL ?= 15
 failover-chaos: build
-	@for d in async replicated; do python3 tests/soak/soak.py --build build/release \
+	@for d in async replicated postgres; do python3 tests/soak/soak.py --build build/release \
 	  --failover $$d --seconds $(FAILOVER_SECONDS) --fault-interval $(FAILOVER_INTERVAL) \
 	  --clients 8 || exit 1; done
 
 failover-chaos-short: build
 	@for d in async replicated; do python3 tests/soak/soak.py --build build/release \
 	  --failover $$d --seconds 30 --fault-interval 12 --clients 8 || exit 1; done
+	@python3 tests/soak/soak.py --build build/release --failover postgres --seconds 40 \
+	  --fault-interval 20 --clients 8
 
 format:
 	@git ls-files '*.cpp' '*.hpp' | xargs clang-format -i
