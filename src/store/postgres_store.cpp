@@ -328,6 +328,13 @@ struct postgres_store::impl : std::enable_shared_from_this<impl> {
         }
     }
 
+    /// Wakes every keeper of `w`, also one waiting out its backoff: reconnect now.
+    static void wake_all(worker& w) {
+        for (auto& s : w.slots) {
+            s->wake.cancel();
+        }
+    }
+
     /// A ready connection of `w`, round robin; nullptr when none is ready.
     static std::shared_ptr<pg::pg_connection> pick(worker& w) {
         const auto n = w.slots.size();
@@ -357,8 +364,13 @@ struct postgres_store::impl : std::enable_shared_from_this<impl> {
             auto c = pick(*w);
             if (!c && give_up) {
                 // An answer was lost: wait for a connection to come back, within the bound.
+                // The keepers are woken every 200 ms, also out of their backoff, so a primary
+                // promoted meanwhile is found within the bound rather than at their next step.
                 net::steady_timer pause(ex);
-                while (!c && !closed && steady_clock::now() < *give_up) {
+                for (int waited = 0; !c && !closed && steady_clock::now() < *give_up; ++waited) {
+                    if (waited % 10 == 0) {
+                        wake_all(*w);
+                    }
                     pause.expires_after(milliseconds(20));
                     co_await pause.async_wait(use_tuple);
                     c = pick(*w);
