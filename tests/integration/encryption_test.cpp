@@ -93,15 +93,6 @@ void reload(proxy_process& p, long long count) {
                     p.log());
 }
 
-void wait_ready(const proxy_process& p) {
-    REQUIRE_MESSAGE(eventually([&] {
-                        const auto r = p.admin("/readyz");
-                        return r.status == 200 &&
-                               r.body.find("store: answering") != std::string::npos;
-                    }),
-                    p.log());
-}
-
 /// The Redis keys under `prefix`.
 std::set<std::string> redis_keys(const redis_server& redis, const std::string& prefix) {
     std::istringstream in(redis.cli({"--scan", "--pattern", prefix + "*"}));
@@ -196,10 +187,10 @@ TEST_SUITE("encryption at rest") {
         proxy_process a(same), b(same);
         proxy_process c(config(up.port, store_lines(redis.url(), prefix, {{"k1", wrong}})));
         proxy_process plain(config(up.port, store_lines(redis.url(), prefix, {})));
-        wait_ready(a);
-        wait_ready(b);
-        wait_ready(c);
-        wait_ready(plain);
+        wait_store_answering(a);
+        wait_store_answering(b);
+        wait_store_answering(c);
+        wait_store_answering(plain);
 
         const auto key = unique_key("enc", "redis");
         const auto first = post(a.port, key);
@@ -271,7 +262,7 @@ TEST_SUITE("encryption at rest") {
         const auto k2 = keys.write("k2", key_b + "\n");
         const std::string prefix = "enc-r:";
         proxy_process p(config(up.port, store_lines(redis.url(), prefix, {{"k1", k1}})));
-        wait_ready(p);
+        wait_store_answering(p);
         const auto old_key = unique_key("enc", "rot-old");
         const auto old_answer = post(p.port, old_key);
         REQUIRE(old_answer.header("Idempotency-Status") == "stored");
@@ -282,7 +273,7 @@ TEST_SUITE("encryption at rest") {
         rewrite_config(p,
                        config(up.port, store_lines(redis.url(), prefix, {{"k2", k2}, {"k1", k1}})));
         reload(p, 1);
-        wait_ready(p);
+        wait_store_answering(p);
         const auto replay = post(p.port, old_key);
         CHECK(replay.header("Idempotency-Status") == "replayed");
         CHECK(replay.body == old_answer.body);
@@ -309,7 +300,7 @@ TEST_SUITE("encryption at rest") {
         const auto k1 = keys.write("k1", key_a);
         const std::string prefix = "enc-c:";
         proxy_process p(config(up.port, store_lines(redis.url(), prefix, {{"k1", k1}})));
-        wait_ready(p);
+        wait_store_answering(p);
         const auto key = unique_key("enc", "created");
         const auto first = post(p.port, key);
         REQUIRE(first.header("Idempotency-Status") == "stored");

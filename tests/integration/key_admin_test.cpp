@@ -67,14 +67,6 @@ std::vector<std::string> postgres_store(const std::string& url) {
             "  statement_timeout: 2s"};
 }
 
-/// Waits (bounded) until the proxy's store answers: the port file is written before the
-/// per-worker store connections are up.
-void wait_store(const proxy_process& p) {
-    REQUIRE(eventually(
-        [&] { return p.admin("/readyz").body.find("store: answering") != std::string::npos; },
-        20s));
-}
-
 header_list auth(const std::string& t = token) {
     return {{"Authorization", "Bearer " + t}};
 }
@@ -363,7 +355,7 @@ TEST_CASE("keys API on PostgreSQL: a forced purge fences the owner in flight") {
     upstream_process up(2);
     temp_dir dir;
     proxy_process p(admin_config(up.port, dir, true, postgres_store(pg.url())).yaml());
-    wait_store(p);
+    wait_store_answering(p);
     force_purge_fences_the_owner(p, up, unique_key("ka", "pg-force"));
 }
 
@@ -372,7 +364,7 @@ TEST_CASE("onceproxy keys: inspect and purge on PostgreSQL, seen by the running 
     upstream_process up;
     temp_dir dir;
     proxy_process p(admin_config(up.port, dir, true, postgres_store(pg.url())).yaml());
-    wait_store(p);
+    wait_store_answering(p);
     const std::string key = unique_key("ka", "pg-cli");
     REQUIRE(pay(p, key).status == 200);
     std::string out;

@@ -39,13 +39,6 @@ std::vector<std::string> pg_store_lines(const std::string& url,
     return lines;
 }
 
-std::string guarded_route(const std::string& name, const std::string& prefix,
-                          const std::string& settings = "") {
-    return "  - name: " + name + "\n    match: { prefix: " + prefix +
-           " }\n    upstream: app\n    idempotency: { mode: required" +
-           (settings.empty() ? "" : ", " + settings) + " }\n";
-}
-
 proxy_config pg_proxy_config(unsigned short upstream_port, const std::string& url,
                              const std::string& routes,
                              const std::vector<std::string>& store_extra = {}) {
@@ -69,18 +62,6 @@ http_response post(unsigned short port, const std::string& path, const std::stri
     return fetch(port, "POST", path, keyed(key, std::move(extra)), payment_body);
 }
 
-void wait_ready(const proxy_process& p) {
-    const bool ready = eventually(
-        [&] {
-            const auto r = p.admin("/readyz");
-            return r.status == 200 && r.body.find("store: answering") != std::string::npos;
-        },
-        20s);
-    if (!ready) {
-        FAIL("/readyz did not report the store answering within 20 s; proxy log:\n" << p.log());
-    }
-}
-
 bool contains(const std::string& text, const std::string& part) {
     return text.find(part) != std::string::npos;
 }
@@ -95,8 +76,8 @@ TEST_SUITE("postgres proxy") {
         upstream_process up(2);
         const auto cfg = pg_proxy_config(up.port, pg.url(), guarded_route("pay", "/v1/pay"));
         proxy_process a(cfg.yaml()), b(cfg.yaml());
-        wait_ready(a);
-        wait_ready(b);
+        wait_store_answering(a);
+        wait_store_answering(b);
         const std::vector<unsigned short> ports{a.port, b.port};
         const auto key = unique_pg_key("burst");
 
@@ -154,7 +135,7 @@ TEST_SUITE("postgres proxy") {
                             guarded_route("closed", "/closed", "on_store_error: fail_closed") +
                                 guarded_route("open", "/open", "on_store_error: fail_open"));
         proxy_process proxy(cfg.yaml());
-        wait_ready(proxy);
+        wait_store_answering(proxy);
         const auto before = unique_pg_key("before");
         const auto first = post(proxy.port, "/closed/pay", before);
         REQUIRE(first.header("Idempotency-Status") == "stored");
@@ -244,7 +225,7 @@ TEST_SUITE("postgres proxy") {
                           "idempotency.store_unavailable");
             CHECK(up.count(key) == 0);
             pg.start();
-            wait_ready(degraded);
+            wait_store_answering(degraded);
             CHECK(post(degraded.port, "/v1/pay", key).header("Idempotency-Status") == "stored");
             CHECK(post(degraded.port, "/v1/pay", key).header("Idempotency-Status") == "replayed");
             CHECK(up.count(key) == 1);
@@ -261,7 +242,7 @@ TEST_SUITE("postgres proxy") {
         cfg.store.push_back("  keys:");
         cfg.store.push_back("    - { id: k1, file: " + key_file + " }");
         proxy_process proxy(cfg.yaml());
-        wait_ready(proxy);
+        wait_store_answering(proxy);
         const auto key = unique_pg_key("sealed");
         const auto first = post(proxy.port, "/v1/pay", key);
         REQUIRE(first.header("Idempotency-Status") == "stored");

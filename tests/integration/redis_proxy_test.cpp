@@ -51,14 +51,6 @@ std::vector<std::string> redis_store_lines(const std::string& url,
     return lines;
 }
 
-/// A guarded route on `prefix` with the inline idempotency settings `settings`.
-std::string guarded_route(const std::string& name, const std::string& prefix,
-                          const std::string& settings = "") {
-    return "  - name: " + name + "\n    match: { prefix: " + prefix +
-           " }\n    upstream: app\n    idempotency: { mode: required" +
-           (settings.empty() ? "" : ", " + settings) + " }\n";
-}
-
 /// A proxy config in front of `upstream_port` using the Redis at `url`, with `routes`.
 proxy_config redis_proxy_config(unsigned short upstream_port, const std::string& url,
                                 const std::string& routes,
@@ -86,20 +78,6 @@ http_response post(unsigned short port, const std::string& path, const std::stri
 
 bool is_in_progress(const http_response& r) {
     return r.status == 409 && json_member(r.body, "code") == "idempotency.in_progress";
-}
-
-/// Waits (bounded) until the proxy's /readyz says ready and that the store answers (SPEC §6;
-/// without require_store, readiness itself does not wait for the store). The port file is
-/// written before the per-worker Redis connections are up, so a guarded request sent before
-/// that may be refused with 503 like during any store outage.
-void wait_ready(const proxy_process& p) {
-    const bool ready = eventually([&] {
-        const auto r = p.admin("/readyz");
-        return r.status == 200 && r.body.find("store: answering") != std::string::npos;
-    });
-    if (!ready) {
-        FAIL("/readyz did not report the store answering within 10 s; proxy log:\n" << p.log());
-    }
 }
 
 /// What a onceproxy that must refuse to start did.
@@ -193,8 +171,8 @@ TEST_SUITE("redis proxy") {
         const auto cfg =
             redis_proxy_config(up.port, redis.url() + "/0", guarded_route("pay", "/v1/pay"));
         proxy_process a(cfg.yaml()), b(cfg.yaml());
-        wait_ready(a);
-        wait_ready(b);
+        wait_store_answering(a);
+        wait_store_answering(b);
         const std::vector<unsigned short> ports{a.port, b.port};
         const auto key = unique_key("burst");
 
@@ -267,8 +245,8 @@ TEST_SUITE("redis proxy") {
                                       guarded_route("pay", "/v1/pay", "lease: 1s"));
         cfg.upstream_settings = {"timeout: 1s"}; // the config requires timeout <= lease
         proxy_process a(cfg.yaml()), b(cfg.yaml());
-        wait_ready(a);
-        wait_ready(b);
+        wait_store_answering(a);
+        wait_store_answering(b);
         const auto key = unique_key("kill");
 
         http_client first(a.port);
@@ -331,7 +309,7 @@ TEST_SUITE("redis proxy") {
                                guarded_route("closed", "/closed", "on_store_error: fail_closed") +
                                    guarded_route("open", "/open", "on_store_error: fail_open"));
         proxy_process proxy(cfg.yaml());
-        wait_ready(proxy);
+        wait_store_answering(proxy);
 
         const auto before_key = unique_key("before");
         const auto before = post(proxy.port, "/closed/pay", before_key);
@@ -551,7 +529,7 @@ TEST_SUITE("redis proxy") {
             proxy_process ok(redis_proxy_config(
                                  up.port, "redis://:right-secret@127.0.0.1:" + port + "/0", routes)
                                  .yaml());
-            wait_ready(ok);
+            wait_store_answering(ok);
             const auto key = unique_key("auth");
             CHECK(post(ok.port, "/v1/pay", key).header("Idempotency-Status") == "stored");
             CHECK(post(ok.port, "/v1/pay", key).header("Idempotency-Status") == "replayed");
@@ -581,7 +559,7 @@ TEST_SUITE("redis proxy") {
 
             proxy_process warned(
                 redis_proxy_config(up.port, url, routes, {"maxmemory_policy: warn"}).yaml());
-            wait_ready(warned);
+            wait_store_answering(warned);
             CHECK(contains(warned.log(), "allkeys-lru"));
             const auto key = unique_key("lru");
             const auto r1 = post(warned.port, "/v1/pay", key);
@@ -612,7 +590,7 @@ TEST_SUITE("redis proxy") {
             proxy_process proxy(redis_proxy_config(up.port, url, routes,
                                                    {"tls_ca_file: \"" + pki.file("ca.crt") + "\""})
                                     .yaml());
-            wait_ready(proxy);
+            wait_store_answering(proxy);
             const auto key = unique_key("tls");
             const auto r1 = post(proxy.port, "/v1/pay", key);
             CHECK(r1.status == 200);
@@ -645,8 +623,8 @@ TEST_SUITE("redis proxy") {
                                             guarded_route("pay", "/v1/pay", "ttl: 2h"));
         proxy_process a(cfg.yaml());
         proxy_process b(cfg.yaml());
-        wait_ready(a);
-        wait_ready(b);
+        wait_store_answering(a);
+        wait_store_answering(b);
 
         const auto key = unique_key("expires");
         const auto before = std::chrono::system_clock::now();
@@ -689,7 +667,7 @@ TEST_SUITE("redis proxy") {
             redis_proxy_config(up.port, redis.url() + "/0", guarded_route("pay", "/v1/pay"),
                                {"health_check_interval: 50ms"});
         proxy_process proxy(cfg.yaml());
-        wait_ready(proxy);
+        wait_store_answering(proxy);
         // The start-up check and the connections' SCRIPT LOADs are behind us; health-check
         // PINGs are counted as ping; commands run inside scripts are counted under their own
         // names too: the completion script runs one GET and one SET, so the client's own
@@ -740,8 +718,8 @@ TEST_SUITE("redis proxy") {
                 .yaml();
         };
         proxy_process a(config_with("svc-a:")), b(config_with("svc-b:"));
-        wait_ready(a);
-        wait_ready(b);
+        wait_store_answering(a);
+        wait_store_answering(b);
         const auto key = unique_key("prefix");
 
         // Same key, same body, same route name: one service's record must not answer the other.
@@ -825,8 +803,8 @@ TEST_SUITE("redis proxy") {
         cfg.workers = 2;
         auto a = std::make_unique<proxy_process>(cfg.yaml());
         proxy_process b(cfg.yaml());
-        wait_ready(*a);
-        wait_ready(b);
+        wait_store_answering(*a);
+        wait_store_answering(b);
 
         struct sample {
             std::string key;
@@ -889,7 +867,7 @@ TEST_SUITE("redis proxy") {
             REQUIRE(a->proc.wait(3s) == 128 + SIGKILL);
         }
         a = std::make_unique<proxy_process>(cfg.yaml());
-        wait_ready(*a);
+        wait_store_answering(*a);
         take_over(killed_key);
         // A owns a lease (its upstream call takes 2.5 s) and is frozen; the lease (2 s, not
         // extended while A is frozen) lapses and B takes the key over; A, resumed, finds its

@@ -40,13 +40,6 @@ http_response keyed_post(unsigned short port, const std::string& path, const std
                  R"({"amount":100})");
 }
 
-std::string guarded_route(const std::string& name, const std::string& prefix,
-                          const std::string& settings = "") {
-    return "  - name: " + name + "\n    match: { prefix: " + prefix +
-           " }\n    upstream: app\n    idempotency: { mode: required" +
-           (settings.empty() ? "" : ", " + settings) + " }\n";
-}
-
 std::vector<std::string> redis_lines(const std::string& url,
                                      const std::vector<std::string>& extra = {}) {
     std::vector<std::string> lines{"type: redis", "redis:", "  url: \"" + url + "\"",

@@ -1,5 +1,7 @@
 #include "support/proxy_fixture.hpp"
 
+#include "support/wait.hpp"
+
 #include <signal.h>
 
 #include <algorithm>
@@ -221,6 +223,26 @@ std::string basic_config(unsigned short upstream_port, std::string extra_routes,
     c.routes = std::move(extra_routes);
     c.top = std::move(extra_top);
     return c.yaml();
+}
+
+std::string guarded_route(const std::string& name, const std::string& prefix,
+                          const std::string& settings) {
+    return "  - name: " + name + "\n    match: { prefix: " + prefix +
+           " }\n    upstream: app\n    idempotency: { mode: required" +
+           (settings.empty() ? "" : ", " + settings) + " }\n";
+}
+
+void wait_store_answering(const proxy_process& p, std::chrono::milliseconds bound) {
+    const bool ready = eventually(
+        [&] {
+            const auto r = p.admin("/readyz");
+            return r.status == 200 && r.body.find("store: answering") != std::string::npos;
+        },
+        bound);
+    if (!ready) {
+        throw std::runtime_error("/readyz did not report the store answering within " +
+                                 std::to_string(bound.count()) + " ms; proxy log:\n" + p.log());
+    }
 }
 
 } // namespace onceproxy::test

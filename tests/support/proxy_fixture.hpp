@@ -109,4 +109,14 @@ struct proxy_config {
 std::string basic_config(unsigned short upstream_port, std::string extra_routes = "",
                          std::string extra_top = "");
 
+/// A guarded route (a YAML list item for proxy_config::routes) on path prefix `prefix` to
+/// upstream `app`, `idempotency: { mode: required[, settings] }`.
+std::string guarded_route(const std::string& name, const std::string& prefix,
+                          const std::string& settings = "");
+
+/// Waits (bounded) until the proxy's /readyz says the store answers: the port file is written
+/// before the per-worker store connections are up. Throws with the proxy's log after `bound`.
+void wait_store_answering(const proxy_process& p,
+                          std::chrono::milliseconds bound = std::chrono::seconds(20));
+
 } // namespace onceproxy::test
