@@ -349,16 +349,6 @@ test::http_response post(unsigned short port, const std::string& key) {
                        payment_body);
 }
 
-void wait_store_answering(const test::proxy_process& p) {
-    const bool ok = test::eventually(
-        [&] {
-            const auto r = p.admin("/readyz");
-            return r.status == 200 && r.body.find("store: answering") != std::string::npos;
-        },
-        15s);
-    REQUIRE_MESSAGE(ok, "the proxy's store did not answer within 15 s; log:\n" << p.log());
-}
-
 } // namespace
 
 TEST_CASE("redis cluster proxy: resharding under load loses and doubles nothing") {
@@ -366,7 +356,7 @@ TEST_CASE("redis cluster proxy: resharding under load loses and doubles nothing"
     test_cluster cluster;
     test::upstream_process up(2);
     test::proxy_process proxy(cluster_proxy_config(up.port, cluster.addresses()).yaml());
-    wait_store_answering(proxy);
+    test::wait_store_answering(proxy);
 
     struct sample {
         std::string key;
