@@ -49,19 +49,6 @@ proxy_config pg_proxy_config(unsigned short upstream_port, const std::string& ur
     return c;
 }
 
-constexpr const char* payment_body = R"({"amount":100,"currency":"EUR"})";
-
-header_list keyed(const std::string& key, header_list extra = {}) {
-    header_list h{{"Idempotency-Key", key}, {"Content-Type", "application/json"}};
-    h.insert(h.end(), extra.begin(), extra.end());
-    return h;
-}
-
-http_response post(unsigned short port, const std::string& path, const std::string& key,
-                   header_list extra = {}) {
-    return fetch(port, "POST", path, keyed(key, std::move(extra)), payment_body);
-}
-
 bool contains(const std::string& text, const std::string& part) {
     return text.find(part) != std::string::npos;
 }
@@ -86,7 +73,8 @@ TEST_SUITE("postgres proxy") {
             clients.push_back(std::make_unique<http_client>(ports[i % 2]));
         }
         const auto bytes =
-            make_request("POST", "/v1/pay", keyed(key, {{"X-Test-Delay-Ms", "300"}}), payment_body);
+            make_request("POST", "/v1/pay", idempotency_headers(key, {{"X-Test-Delay-Ms", "300"}}),
+                         keyed_payment_json);
         for (auto& c : clients) {
             c->send_raw(bytes);
         }
@@ -110,7 +98,7 @@ TEST_SUITE("postgres proxy") {
         CHECK(stored == 1);
         CHECK(up.count(key) == 1);
         for (const auto port : ports) {
-            const auto r = post(port, "/v1/pay", key);
+            const auto r = post_keyed_payment(port, "/v1/pay", key);
             CHECK(r.status == 200);
             CHECK(r.header("Idempotency-Status") == "replayed");
             CHECK(r.body == body);
@@ -120,7 +108,8 @@ TEST_SUITE("postgres proxy") {
         CHECK(pg.psql("SELECT count(*), bool_and(completed), bool_and(key LIKE 'onceproxy:%') "
                       "FROM onceproxy_records") == "1|t|t\n");
         // The same body again with another payload is a mismatch, answered without executing.
-        const auto other = fetch(a.port, "POST", "/v1/pay", keyed(key), R"({"amount":999})");
+        const auto other =
+            fetch(a.port, "POST", "/v1/pay", idempotency_headers(key), R"({"amount":999})");
         CHECK(other.status == 422);
         CHECK(up.count(key) == 1);
     }
@@ -137,17 +126,17 @@ TEST_SUITE("postgres proxy") {
         proxy_process proxy(cfg.yaml());
         wait_store_answering(proxy);
         const auto before = unique_pg_key("before");
-        const auto first = post(proxy.port, "/closed/pay", before);
+        const auto first = post_keyed_payment(proxy.port, "/closed/pay", before);
         REQUIRE(first.header("Idempotency-Status") == "stored");
 
         pg.kill();
         const auto closed_key = unique_pg_key("down-closed");
-        const auto r = post(proxy.port, "/closed/pay", closed_key);
+        const auto r = post_keyed_payment(proxy.port, "/closed/pay", closed_key);
         check_problem(r, 503, "idempotency.store_unavailable");
         CHECK_FALSE(r.header("Retry-After").empty());
         CHECK(up.count(closed_key) == 0);
         const auto open_key = unique_pg_key("down-open");
-        const auto o = post(proxy.port, "/open/pay", open_key);
+        const auto o = post_keyed_payment(proxy.port, "/open/pay", open_key);
         CHECK(o.status == 200);
         CHECK(o.header("Idempotency-Status") != "stored");
         CHECK(up.count(open_key) == 1);
@@ -161,7 +150,7 @@ TEST_SUITE("postgres proxy") {
             [&] {
                 while (run < 10) {
                     const auto k = unique_pg_key("back");
-                    const auto a = post(proxy.port, "/closed/pay", k);
+                    const auto a = post_keyed_payment(proxy.port, "/closed/pay", k);
                     if (a.header("Idempotency-Status") != "stored") {
                         check_problem(a, 503, "idempotency.store_unavailable");
                         CHECK(up.count(k) == 0);
@@ -174,7 +163,7 @@ TEST_SUITE("postgres proxy") {
             },
             20s, 100ms);
         CHECK(back);
-        const auto again = post(proxy.port, "/closed/pay", before);
+        const auto again = post_keyed_payment(proxy.port, "/closed/pay", before);
         CHECK(again.header("Idempotency-Status") == "replayed");
         CHECK(again.body == first.body);
         CHECK(up.count(before) == 1);
@@ -221,13 +210,15 @@ TEST_SUITE("postgres proxy") {
             CHECK(degraded.proc.running());
             CHECK(contains(degraded.log(), "starting degraded"));
             const auto key = unique_pg_key("degraded");
-            check_problem(post(degraded.port, "/v1/pay", key), 503,
+            check_problem(post_keyed_payment(degraded.port, "/v1/pay", key), 503,
                           "idempotency.store_unavailable");
             CHECK(up.count(key) == 0);
             pg.start();
             wait_store_answering(degraded);
-            CHECK(post(degraded.port, "/v1/pay", key).header("Idempotency-Status") == "stored");
-            CHECK(post(degraded.port, "/v1/pay", key).header("Idempotency-Status") == "replayed");
+            CHECK(post_keyed_payment(degraded.port, "/v1/pay", key).header("Idempotency-Status") ==
+                  "stored");
+            CHECK(post_keyed_payment(degraded.port, "/v1/pay", key).header("Idempotency-Status") ==
+                  "replayed");
             CHECK(up.count(key) == 1);
         }
     }
@@ -244,14 +235,14 @@ TEST_SUITE("postgres proxy") {
         proxy_process proxy(cfg.yaml());
         wait_store_answering(proxy);
         const auto key = unique_pg_key("sealed");
-        const auto first = post(proxy.port, "/v1/pay", key);
+        const auto first = post_keyed_payment(proxy.port, "/v1/pay", key);
         REQUIRE(first.header("Idempotency-Status") == "stored");
         REQUIRE(contains(first.body, "execution_id"));
         // The answer's body is in the answer, not in the table.
         CHECK(pg.psql("SELECT count(*) FROM onceproxy_records WHERE position('execution_id'::bytea "
                       "IN record) > 0") == "0\n");
         CHECK(pg.psql("SELECT count(*) FROM onceproxy_records WHERE completed") == "1\n");
-        const auto again = post(proxy.port, "/v1/pay", key);
+        const auto again = post_keyed_payment(proxy.port, "/v1/pay", key);
         CHECK(again.header("Idempotency-Status") == "replayed");
         CHECK(again.body == first.body);
     }

@@ -62,20 +62,6 @@ proxy_config redis_proxy_config(unsigned short upstream_port, const std::string&
     return c;
 }
 
-constexpr const char* payment_body = R"({"amount":100,"currency":"EUR"})";
-
-/// A keyed POST of the same body every time (same fingerprint), plus `extra` headers.
-header_list keyed(const std::string& key, header_list extra = {}) {
-    header_list h{{"Idempotency-Key", key}, {"Content-Type", "application/json"}};
-    h.insert(h.end(), extra.begin(), extra.end());
-    return h;
-}
-
-http_response post(unsigned short port, const std::string& path, const std::string& key,
-                   header_list extra = {}) {
-    return fetch(port, "POST", path, keyed(key, std::move(extra)), payment_body);
-}
-
 bool is_in_progress(const http_response& r) {
     return r.status == 409 && json_member(r.body, "code") == "idempotency.in_progress";
 }
@@ -184,7 +170,8 @@ TEST_SUITE("redis proxy") {
             clients.push_back(std::make_unique<http_client>(ports[i % 2]));
         }
         const auto bytes =
-            make_request("POST", "/v1/pay", keyed(key, {{"X-Test-Delay-Ms", "300"}}), payment_body);
+            make_request("POST", "/v1/pay", idempotency_headers(key, {{"X-Test-Delay-Ms", "300"}}),
+                         keyed_payment_json);
         for (auto& c : clients) {
             c->send_raw(bytes);
         }
@@ -228,7 +215,7 @@ TEST_SUITE("redis proxy") {
 
         for (const auto port : ports) {
             CAPTURE(port);
-            const auto r = post(port, "/v1/pay", key);
+            const auto r = post_keyed_payment(port, "/v1/pay", key);
             CHECK(r.status == 200);
             CHECK(r.header("Idempotency-Status") == "replayed");
             CHECK(r.body == body);
@@ -251,8 +238,9 @@ TEST_SUITE("redis proxy") {
 
         http_client first(a.port);
         const auto sent = clock_type::now();
-        first.send_raw(make_request("POST", "/v1/pay", keyed(key, {{"X-Test-Delay-Ms", "3000"}}),
-                                    payment_body));
+        first.send_raw(make_request("POST", "/v1/pay",
+                                    idempotency_headers(key, {{"X-Test-Delay-Ms", "3000"}}),
+                                    keyed_payment_json));
         // The upstream counts a request when it arrives, i.e. after A claimed the key.
         REQUIRE(eventually([&] { return up.count(key) != 0; }, 3s, 10ms));
         REQUIRE(up.count(key) == 1);
@@ -261,7 +249,7 @@ TEST_SUITE("redis proxy") {
         REQUIRE(a.proc.wait(3s) == 128 + SIGKILL);
 
         // The lease is still A's: B refuses the retry.
-        const auto early = post(b.port, "/v1/pay", key);
+        const auto early = post_keyed_payment(b.port, "/v1/pay", key);
         check_problem(early, 409, "idempotency.in_progress");
         CHECK_FALSE(early.header("Retry-After").empty());
 
@@ -271,7 +259,7 @@ TEST_SUITE("redis proxy") {
         std::size_t refusals = 1;
         eventually(
             [&] {
-                auto r = post(b.port, "/v1/pay", key);
+                auto r = post_keyed_payment(b.port, "/v1/pay", key);
                 if (is_in_progress(r)) {
                     ++refusals;
                     return false;
@@ -291,7 +279,7 @@ TEST_SUITE("redis proxy") {
         CHECK(ms(executed_at - sent) >= 950);
         CHECK(refusals >= 2);
 
-        const auto again = post(b.port, "/v1/pay", key);
+        const auto again = post_keyed_payment(b.port, "/v1/pay", key);
         CHECK(again.status == 200);
         CHECK(again.header("Idempotency-Status") == "replayed");
         CHECK(again.body == executed->body);
@@ -312,7 +300,7 @@ TEST_SUITE("redis proxy") {
         wait_store_answering(proxy);
 
         const auto before_key = unique_key("before");
-        const auto before = post(proxy.port, "/closed/pay", before_key);
+        const auto before = post_keyed_payment(proxy.port, "/closed/pay", before_key);
         REQUIRE(before.status == 200);
         REQUIRE(before.header("Idempotency-Status") == "stored");
 
@@ -329,7 +317,8 @@ TEST_SUITE("redis proxy") {
             for (std::size_t i = 0; !stop_load.load(); ++i) {
                 sample s{unique_key("load"), i % 2 == 0, std::nullopt};
                 try {
-                    s.answer = post(proxy.port, s.closed ? "/closed/x" : "/open/x", s.key);
+                    s.answer =
+                        post_keyed_payment(proxy.port, s.closed ? "/closed/x" : "/open/x", s.key);
                 } catch (const std::exception&) {
                     s.answer.reset();
                 }
@@ -355,13 +344,13 @@ TEST_SUITE("redis proxy") {
         {
             // The outage, seen from a fail-closed route: 503 with Retry-After, nothing executed.
             const auto closed_key = unique_key("down-closed");
-            const auto r = post(proxy.port, "/closed/pay", closed_key);
+            const auto r = post_keyed_payment(proxy.port, "/closed/pay", closed_key);
             check_problem(r, 503, "idempotency.store_unavailable");
             CHECK_FALSE(r.header("Retry-After").empty());
             CHECK(up.count(closed_key) == 0);
             // ... and from a fail-open route: forwarded unprotected.
             const auto open_key = unique_key("down-open");
-            const auto o = post(proxy.port, "/open/pay", open_key);
+            const auto o = post_keyed_payment(proxy.port, "/open/pay", open_key);
             CHECK(o.status == 200);
             CHECK(o.header("Idempotency-Status") != "stored");
             CHECK(up.count(open_key) == 1);
@@ -383,7 +372,7 @@ TEST_SUITE("redis proxy") {
             [&] {
                 while (run < wanted_run) {
                     const auto k = unique_key("back");
-                    const auto r = post(proxy.port, "/closed/pay", k);
+                    const auto r = post_keyed_payment(proxy.port, "/closed/pay", k);
                     if (r.status == 200 && r.header("Idempotency-Status") == "stored") {
                         ++run;
                         CHECK(up.count(k) == 1);
@@ -403,7 +392,7 @@ TEST_SUITE("redis proxy") {
         REQUIRE(recovered);
 
         // The record written before the restart came back from the AOF.
-        const auto replay = post(proxy.port, "/closed/pay", before_key);
+        const auto replay = post_keyed_payment(proxy.port, "/closed/pay", before_key);
         CHECK(replay.status == 200);
         CHECK(replay.header("Idempotency-Status") == "replayed");
         CHECK(replay.body == before.body);
@@ -474,7 +463,8 @@ TEST_SUITE("redis proxy") {
             CAPTURE(s.key);
             CAPTURE(first.status);
             CAPTURE(first_status);
-            const auto r = post(proxy.port, s.closed ? "/closed/x" : "/open/x", s.key);
+            const auto r =
+                post_keyed_payment(proxy.port, s.closed ? "/closed/x" : "/open/x", s.key);
             CAPTURE(r.status);
             CAPTURE(r.body);
             const auto status = r.header("Idempotency-Status");
@@ -494,10 +484,10 @@ TEST_SUITE("redis proxy") {
         redis.cli({"SCRIPT", "FLUSH"});
         const auto evals_before = redis.command_calls("eval");
         const auto flushed_key = unique_key("flushed");
-        const auto f1 = post(proxy.port, "/closed/pay", flushed_key);
+        const auto f1 = post_keyed_payment(proxy.port, "/closed/pay", flushed_key);
         CHECK(f1.status == 200);
         CHECK(f1.header("Idempotency-Status") == "stored");
-        const auto f2 = post(proxy.port, "/closed/pay", flushed_key);
+        const auto f2 = post_keyed_payment(proxy.port, "/closed/pay", flushed_key);
         CHECK(f2.status == 200);
         CHECK(f2.header("Idempotency-Status") == "replayed");
         CHECK(f2.body == f1.body);
@@ -531,8 +521,10 @@ TEST_SUITE("redis proxy") {
                                  .yaml());
             wait_store_answering(ok);
             const auto key = unique_key("auth");
-            CHECK(post(ok.port, "/v1/pay", key).header("Idempotency-Status") == "stored");
-            CHECK(post(ok.port, "/v1/pay", key).header("Idempotency-Status") == "replayed");
+            CHECK(post_keyed_payment(ok.port, "/v1/pay", key).header("Idempotency-Status") ==
+                  "stored");
+            CHECK(post_keyed_payment(ok.port, "/v1/pay", key).header("Idempotency-Status") ==
+                  "replayed");
         }
 
         SUBCASE("Redis unreachable (closed port): not refused, started degraded (issue 9; "
@@ -562,10 +554,10 @@ TEST_SUITE("redis proxy") {
             wait_store_answering(warned);
             CHECK(contains(warned.log(), "allkeys-lru"));
             const auto key = unique_key("lru");
-            const auto r1 = post(warned.port, "/v1/pay", key);
+            const auto r1 = post_keyed_payment(warned.port, "/v1/pay", key);
             CHECK(r1.status == 200);
             CHECK(r1.header("Idempotency-Status") == "stored");
-            const auto r2 = post(warned.port, "/v1/pay", key);
+            const auto r2 = post_keyed_payment(warned.port, "/v1/pay", key);
             CHECK(r2.header("Idempotency-Status") == "replayed");
             CHECK(r2.body == r1.body);
             CHECK(up.count(key) == 1);
@@ -592,10 +584,10 @@ TEST_SUITE("redis proxy") {
                                     .yaml());
             wait_store_answering(proxy);
             const auto key = unique_key("tls");
-            const auto r1 = post(proxy.port, "/v1/pay", key);
+            const auto r1 = post_keyed_payment(proxy.port, "/v1/pay", key);
             CHECK(r1.status == 200);
             CHECK(r1.header("Idempotency-Status") == "stored");
-            const auto r2 = post(proxy.port, "/v1/pay", key);
+            const auto r2 = post_keyed_payment(proxy.port, "/v1/pay", key);
             CHECK(r2.status == 200);
             CHECK(r2.header("Idempotency-Status") == "replayed");
             CHECK(r2.body == r1.body);
@@ -628,7 +620,7 @@ TEST_SUITE("redis proxy") {
 
         const auto key = unique_key("expires");
         const auto before = std::chrono::system_clock::now();
-        const auto first = post(a.port, "/v1/pay", key);
+        const auto first = post_keyed_payment(a.port, "/v1/pay", key);
         const auto after = std::chrono::system_clock::now();
         REQUIRE(first.header("Idempotency-Status") == "stored");
         const auto expires = first.header("Idempotency-Expires");
@@ -639,21 +631,21 @@ TEST_SUITE("redis proxy") {
         CHECK(*when <= after + 2h + 2s);
 
         // The other proxy has only Redis to go by.
-        const auto replay = post(b.port, "/v1/pay", key);
+        const auto replay = post_keyed_payment(b.port, "/v1/pay", key);
         REQUIRE(replay.header("Idempotency-Status") == "replayed");
         CHECK(replay.header("Idempotency-Expires") == expires);
 
         wait_past_second(std::chrono::system_clock::now()); // now + ttl names a later second
-        const auto later = post(a.port, "/v1/pay", key);
+        const auto later = post_keyed_payment(a.port, "/v1/pay", key);
         REQUIRE(later.header("Idempotency-Status") == "replayed");
         CHECK(later.header("Idempotency-Expires") == expires);
         CHECK(up.count(key) == 1);
 
-        const auto plain = fetch(a.port, "POST", "/v1/other", {}, payment_body);
+        const auto plain = fetch(a.port, "POST", "/v1/other", {}, keyed_payment_json);
         CHECK(plain.status == 200);
         CHECK_FALSE(plain.has_header("Idempotency-Expires"));
-        const auto missing =
-            fetch(a.port, "POST", "/v1/pay", {{"Content-Type", "application/json"}}, payment_body);
+        const auto missing = fetch(a.port, "POST", "/v1/pay",
+                                   {{"Content-Type", "application/json"}}, keyed_payment_json);
         check_problem(missing, 400, "idempotency.missing_key");
         CHECK_FALSE(missing.has_header("Idempotency-Expires"));
     }
@@ -681,7 +673,7 @@ TEST_SUITE("redis proxy") {
         std::vector<std::string> bodies;
         for (long long i = 0; i < n; ++i) {
             keys.push_back(unique_key("rt"));
-            const auto r = post(proxy.port, "/v1/pay", keys.back());
+            const auto r = post_keyed_payment(proxy.port, "/v1/pay", keys.back());
             REQUIRE(r.header("Idempotency-Status") == "stored");
             bodies.push_back(r.body);
         }
@@ -694,7 +686,8 @@ TEST_SUITE("redis proxy") {
         CHECK(route_series(proxy, "onceproxy_store_round_trips_total", "pay", "stored") == 2 * n);
 
         for (long long i = 0; i < n; ++i) {
-            const auto r = post(proxy.port, "/v1/pay", keys[static_cast<std::size_t>(i)]);
+            const auto r =
+                post_keyed_payment(proxy.port, "/v1/pay", keys[static_cast<std::size_t>(i)]);
             CHECK(r.header("Idempotency-Status") == "replayed");
             CHECK(r.body == bodies[static_cast<std::size_t>(i)]);
         }
@@ -723,15 +716,15 @@ TEST_SUITE("redis proxy") {
         const auto key = unique_key("prefix");
 
         // Same key, same body, same route name: one service's record must not answer the other.
-        const auto first_a = post(a.port, "/v1/pay", key);
-        const auto first_b = post(b.port, "/v1/pay", key);
+        const auto first_a = post_keyed_payment(a.port, "/v1/pay", key);
+        const auto first_b = post_keyed_payment(b.port, "/v1/pay", key);
         CHECK(first_a.header("Idempotency-Status") == "stored");
         CHECK(first_b.header("Idempotency-Status") == "stored");
         CHECK(up.count(key) == 2);
         CHECK(first_a.body != first_b.body); // two executions, two execution ids
 
-        const auto again_a = post(a.port, "/v1/pay", key);
-        const auto again_b = post(b.port, "/v1/pay", key);
+        const auto again_a = post_keyed_payment(a.port, "/v1/pay", key);
+        const auto again_b = post_keyed_payment(b.port, "/v1/pay", key);
         CHECK(again_a.header("Idempotency-Status") == "replayed");
         CHECK(again_b.header("Idempotency-Status") == "replayed");
         CHECK(again_a.body == first_a.body);
@@ -826,7 +819,8 @@ TEST_SUITE("redis proxy") {
             const auto started = clock_type::now();
             try {
                 http_client c(port);
-                c.send_raw(make_request("POST", "/v1/pay", keyed(s.key, extra), payment_body));
+                c.send_raw(make_request("POST", "/v1/pay", idempotency_headers(s.key, extra),
+                                        keyed_payment_json));
                 s.answer = c.read_response(8s);
             } catch (const std::exception&) {
                 s.answer.reset();
@@ -843,7 +837,8 @@ TEST_SUITE("redis proxy") {
             std::optional<http_response> taken;
             eventually(
                 [&] {
-                    auto r = post(b.port, "/v1/pay", key, {{"X-Test-Delay-Ms", "200"}});
+                    auto r =
+                        post_keyed_payment(b.port, "/v1/pay", key, {{"X-Test-Delay-Ms", "200"}});
                     if (is_in_progress(r)) {
                         return false;
                     }
@@ -861,7 +856,8 @@ TEST_SUITE("redis proxy") {
         {
             http_client doomed(a->port);
             doomed.send_raw(make_request(
-                "POST", "/v1/pay", keyed(killed_key, {{"X-Test-Delay-Ms", "3000"}}), payment_body));
+                "POST", "/v1/pay", idempotency_headers(killed_key, {{"X-Test-Delay-Ms", "3000"}}),
+                keyed_payment_json));
             REQUIRE(eventually([&] { return up.count(killed_key) == 1; }, 5s, 5ms));
             a->proc.signal(SIGKILL);
             REQUIRE(a->proc.wait(3s) == 128 + SIGKILL);
@@ -874,8 +870,9 @@ TEST_SUITE("redis proxy") {
         // upstream call past its timeout and its lease lost.
         const auto key = unique_key("frozen");
         http_client frozen(a->port);
-        frozen.send_raw(make_request("POST", "/v1/pay", keyed(key, {{"X-Test-Delay-Ms", "2500"}}),
-                                     payment_body));
+        frozen.send_raw(make_request("POST", "/v1/pay",
+                                     idempotency_headers(key, {{"X-Test-Delay-Ms", "2500"}}),
+                                     keyed_payment_json));
         REQUIRE(eventually([&] { return up.count(key) == 1; }, 5s, 5ms));
         a->proc.signal(SIGSTOP);
         take_over(key);

@@ -6,7 +6,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <array>
 #include <chrono>
 #include <cstdio>
 #include <stdexcept>
@@ -181,25 +180,14 @@ void postgres_server::kill() {
 
 std::string postgres_server::psql(const std::string& sql, const std::string& db) const {
     // As an administrator: also on a server made read-only through its settings.
-    const std::string cmd = "PGOPTIONS='-c default_transaction_read_only=off' " +
-                            shell_quote(bin_dir + "/psql") + " -X -q -At -v ON_ERROR_STOP=1 -h " +
-                            shell_quote(data_dir()) + " -p " + std::to_string(port_) +
-                            " -U postgres -d " + shell_quote(db) + " -c " + shell_quote(sql) +
-                            " 2>&1";
-    FILE* pipe = ::popen(cmd.c_str(), "r");
-    if (pipe == nullptr) {
-        throw std::runtime_error("cannot run " + cmd);
+    const auto r =
+        run_command({"env", "PGOPTIONS=-c default_transaction_read_only=off", bin_dir + "/psql",
+                     "-X", "-q", "-At", "-v", "ON_ERROR_STOP=1", "-h", data_dir(), "-p",
+                     std::to_string(port_), "-U", "postgres", "-d", db, "-c", sql});
+    if (r.status != 0) {
+        throw std::runtime_error("psql failed: " + sql + "\n" + r.output);
     }
-    std::string out;
-    std::array<char, 4096> buf{};
-    std::size_t n = 0;
-    while ((n = std::fread(buf.data(), 1, buf.size(), pipe)) > 0) {
-        out.append(buf.data(), n);
-    }
-    if (::pclose(pipe) != 0) {
-        throw std::runtime_error("psql failed: " + sql + "\n" + out);
-    }
-    return out;
+    return r.output;
 }
 
 } // namespace onceproxy::test

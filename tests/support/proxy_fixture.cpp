@@ -225,6 +225,18 @@ std::string basic_config(unsigned short upstream_port, std::string extra_routes,
     return c.yaml();
 }
 
+header_list idempotency_headers(const std::string& key, header_list extra) {
+    header_list h{{"Idempotency-Key", key}, {"Content-Type", "application/json"}};
+    h.insert(h.end(), extra.begin(), extra.end());
+    return h;
+}
+
+http_response post_keyed_payment(unsigned short port, const std::string& path,
+                                 const std::string& key, header_list extra) {
+    return fetch(port, "POST", path, idempotency_headers(key, std::move(extra)),
+                 keyed_payment_json);
+}
+
 std::string guarded_route(const std::string& name, const std::string& prefix,
                           const std::string& settings) {
     return "  - name: " + name + "\n    match: { prefix: " + prefix +

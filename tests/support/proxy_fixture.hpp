@@ -109,6 +109,16 @@ struct proxy_config {
 std::string basic_config(unsigned short upstream_port, std::string extra_routes = "",
                          std::string extra_top = "");
 
+/// The JSON body of the keyed payment the store suites send (one fingerprint for every retry).
+inline constexpr const char* keyed_payment_json = R"({"amount":100,"currency":"EUR"})";
+
+/// `Idempotency-Key: key` and a JSON content type, then `extra`.
+header_list idempotency_headers(const std::string& key, header_list extra = {});
+
+/// POST of keyed_payment_json to `path` with idempotency_headers(key, extra).
+http_response post_keyed_payment(unsigned short port, const std::string& path,
+                                 const std::string& key, header_list extra = {});
+
 /// A guarded route (a YAML list item for proxy_config::routes) on path prefix `prefix` to
 /// upstream `app`, `idempotency: { mode: required[, settings] }`.
 std::string guarded_route(const std::string& name, const std::string& prefix,
