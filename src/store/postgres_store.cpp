@@ -229,7 +229,8 @@ struct postgres_store::impl : std::enable_shared_from_this<impl> {
         explicit slot(const net::any_io_executor& ex) : wake(ex) {}
         std::shared_ptr<pg::pg_connection> conn;
         net::steady_timer wake;
-        bool idle = false; // the keeper waits in `wake` and may be woken to reconnect now
+        bool idle = false;    // the keeper waits in `wake` and may be woken to reconnect now
+        bool counted = false; // counted in `connected_slots`
     };
     struct worker {
         explicit worker(net::any_io_executor e)
@@ -278,6 +279,9 @@ struct postgres_store::impl : std::enable_shared_from_this<impl> {
     std::string password;
     std::atomic<bool> started{false};
     std::atomic<bool> closed{false};
+    /// Open connections over all workers, as their keepers last saw them: a worker without one
+    /// while another has one knows the server answers, so it reconnects now and waits for it.
+    std::atomic<int> connected_slots{0};
     std::atomic<std::int64_t> last_server_warning{-1'000'000};
     std::atomic<std::int64_t> last_sweep_warning{-1'000'000};
 
@@ -362,10 +366,15 @@ struct postgres_store::impl : std::enable_shared_from_this<impl> {
         pg_result last = not_connected();
         for (int attempt = 0; attempt < max_attempts; ++attempt) {
             auto c = pick(*w);
+            if (!c && !give_up && connected_slots.load(std::memory_order_relaxed) > 0) {
+                // This worker's connections are down (its keepers in backoff) but another
+                // worker's are open: the server answers, so reconnect now rather than fail.
+                give_up = steady_clock::now() + cfg.connect_timeout;
+            }
             if (!c && give_up) {
-                // An answer was lost: wait for a connection to come back, within the bound.
-                // The keepers are woken every 200 ms, also out of their backoff, so a primary
-                // promoted meanwhile is found within the bound rather than at their next step.
+                // Wait for a connection to come back, within the bound. The keepers are woken
+                // every 200 ms, also out of their backoff, so a server back (or a primary
+                // promoted) meanwhile is found within the bound rather than at their next step.
                 net::steady_timer pause(ex);
                 for (int waited = 0; !c && !closed && steady_clock::now() < *give_up; ++waited) {
                     if (waited % 10 == 0) {
@@ -515,6 +524,10 @@ struct postgres_store::impl : std::enable_shared_from_this<impl> {
         bool failing = false;
         while (!self->closed) {
             if (!s->conn || !s->conn->ready()) {
+                if (s->counted) {
+                    s->counted = false;
+                    self->connected_slots.fetch_sub(1, std::memory_order_relaxed);
+                }
                 auto c = std::make_shared<pg::pg_connection>(w->ex, self->options(true));
                 s->conn = c;
                 const auto report = co_await c->async_connect();
@@ -540,6 +553,8 @@ struct postgres_store::impl : std::enable_shared_from_this<impl> {
                 failing = false;
                 backoff = min_backoff;
                 w->connects.fetch_add(1, std::memory_order_relaxed);
+                s->counted = true;
+                self->connected_slots.fetch_add(1, std::memory_order_relaxed);
             }
             s->idle = true;
             s->wake.expires_after(milliseconds(1'000));
