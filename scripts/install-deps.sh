@@ -7,10 +7,11 @@ pkgs=(g++ cmake ninja-build pkg-config ccache libssl-dev openssl
       libhiredis-dev libnghttp2-dev libyaml-cpp-dev libjemalloc-dev doctest-dev redis-server redis-tools
       libpq-dev postgresql-15 util-linux
       curl python3 python3-h2 python3-grpcio nginx-light wrk nghttp2-client
-      prometheus)
+      prometheus chromium)
 # prometheus is here for promtool (the alert rule tests, deploy/monitoring/); like
 # postgresql-15 it also installs a service, which on a systemd host starts and listens on
 # :9090 (no test uses that port): `systemctl disable --now prometheus` if it is not wanted.
+# chromium (headless) loads the admin listener's status page in integration.status_page_test.
 # Optional groups, any number of them:
 #   fuzz    clang and its libFuzzer runtime (make fuzz)
 #   deploy  podman, buildah and mmdebstrap (make image, make deploy-test), yamllint for the

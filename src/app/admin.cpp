@@ -1,6 +1,7 @@
 #include "app/admin.hpp"
 
 #include "app/key_admin.hpp"
+#include "app/status.hpp"
 #include "http/auth_throttle.hpp"
 #include "onceproxy/asio/use_tuple.hpp"
 #include "onceproxy/config/upstream_tls.hpp"
@@ -91,7 +92,8 @@ struct admin_server::impl : std::enable_shared_from_this<impl> {
          std::shared_ptr<const config::config> cf, metrics::registry& r,
          std::shared_ptr<store::store> s)
         : ioc(c), workers(std::move(w)), probe_ex(workers.front()), cfg(std::move(cf)), reg(r),
-          st(std::move(s)), acceptor(c), store_probe_timer(probe_ex), upstream_probe_timer(c) {}
+          st(std::move(s)), acceptor(c), store_probe_timer(probe_ex), upstream_probe_timer(c),
+          history_timer(c), serving(cfg) {}
 
     net::io_context& ioc;
     std::vector<net::any_io_executor> workers;
@@ -117,6 +119,12 @@ struct admin_server::impl : std::enable_shared_from_this<impl> {
     std::unique_ptr<net::ssl::context> check_tls;
     config::upstream_tls_config check_tls_settings;
     std::array<config::file_stamp, 3> check_tls_stamps{};
+    /// Admin loop only: the status page's samples (one a minute, the last hour), and the config
+    /// now serving (a reload replaces it; the admin settings themselves come from `cfg`).
+    metrics::history past{61};
+    net::steady_timer history_timer;
+    std::shared_ptr<const config::config> serving;
+    const std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
 
     /// One check of admin.readiness.upstream: connect (and GET http_path, 2xx/3xx), bounded by
     /// its timeout. Returns an empty string on success, else what failed.
@@ -259,6 +267,16 @@ struct admin_server::impl : std::enable_shared_from_this<impl> {
         }
     }
 
+    /// Runs on the admin loop: a sample for the status page now, then every minute.
+    net::awaitable<void> sample_history() {
+        auto self = shared_from_this();
+        while (!stopped) {
+            past.add(metrics::sample_of(reg, std::chrono::steady_clock::now()));
+            history_timer.expires_after(std::chrono::minutes(1));
+            co_await history_timer.async_wait(use_tuple);
+        }
+    }
+
     std::atomic<std::size_t> next_worker{0}; ///< key administration: round robin
     /// Admin loop only: wrong tokens by client address.
     http::auth_throttle failed_auth{failed_auth_burst, failed_auth_refill, failed_auth_addresses};
@@ -381,7 +399,30 @@ struct admin_server::impl : std::enable_shared_from_this<impl> {
         res.set(bhttp::field::content_type, "text/plain; charset=utf-8");
         const auto target = req.target();
         const auto path = target.substr(0, target.find('?'));
-        if (path == "/metrics") {
+        if (path == "/") {
+            // The status page: inline script and style only, and it reads nothing but the
+            // status JSON of this listener.
+            res.set(bhttp::field::content_type, "text/html; charset=utf-8");
+            res.set("Content-Security-Policy",
+                    "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
+                    "connect-src 'self'; img-src data:; base-uri 'none'; form-action 'none'; "
+                    "frame-ancestors 'none'");
+            res.set("X-Content-Type-Options", "nosniff");
+            res.set("Referrer-Policy", "no-referrer");
+            res.set(bhttp::field::cache_control, "no-store");
+            res.body() = status_page_html();
+        } else if (path == "/admin/v1/status") {
+            res.set(bhttp::field::content_type, "application/json");
+            res.set(bhttp::field::cache_control, "no-store");
+            res.set("X-Content-Type-Options", "nosniff");
+            res.body() = status_json({.cfg = *serving,
+                                      .reg = reg,
+                                      .past = past,
+                                      .store_answered = store_answered,
+                                      .store_answering = store_ok,
+                                      .draining = draining,
+                                      .started = started});
+        } else if (path == "/metrics") {
             res.set(bhttp::field::content_type, "text/plain; version=0.0.4; charset=utf-8");
             res.body() = reg.render();
         } else if (path == "/healthz") {
@@ -553,8 +594,13 @@ void admin_server::start() {
         net::co_spawn(impl_->ioc, impl_->probe_upstream(), net::detached);
     }
     if (impl_->acceptor.is_open()) {
+        net::co_spawn(impl_->ioc, impl_->sample_history(), net::detached);
         net::co_spawn(impl_->ioc, impl_->accept_loop(), net::detached);
     }
+}
+
+void admin_server::set_config(std::shared_ptr<const config::config> serving) {
+    impl_->serving = std::move(serving);
 }
 
 void admin_server::set_draining() {
@@ -564,6 +610,7 @@ void admin_server::set_draining() {
 void admin_server::stop() {
     impl_->stopped = true;
     impl_->upstream_probe_timer.cancel();
+    impl_->history_timer.cancel();
     // The store probe sleeps on a worker: cancelled there, its timer is not thread-safe.
     net::post(impl_->probe_ex, [self = impl_] { self->store_probe_timer.cancel(); });
     boost::system::error_code ec;

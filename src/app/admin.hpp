@@ -1,5 +1,6 @@
 #pragma once
-// The admin listener: /metrics (Prometheus), /healthz (alive), /readyz (SPEC §6).
+// The admin listener: /metrics (Prometheus), /healthz (alive), /readyz (SPEC §6), the status
+// page at / with its JSON at /admin/v1/status (status.hpp), key administration (key_admin.hpp).
 
 #include "onceproxy/config/config.hpp"
 #include "onceproxy/metrics/registry.hpp"
@@ -29,6 +30,8 @@ public:
     void start();
     /// Shutting down: /readyz answers 503 "draining" from now on, whatever it checks.
     void set_draining();
+    /// A reload installed `serving`: the status page shows its routes. Admin loop only.
+    void set_config(std::shared_ptr<const config::config> serving);
     void stop();
 
 private:

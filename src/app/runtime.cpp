@@ -720,6 +720,7 @@ private:
                 }
             });
         }
+        admin_->set_config(next);
         current_ = std::move(next);
         if (tls_ && (tls_changed || tls_stamps_of(*current_->tls) != tls_stamps_)) {
             reload_tls(why);

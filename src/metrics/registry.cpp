@@ -1,6 +1,7 @@
 #include "onceproxy/metrics/registry.hpp"
 
 #include <algorithm>
+#include <cassert>
 #include <cstdio>
 #include <vector>
 
@@ -44,6 +45,15 @@ void histogram_cells::render(std::string& out, std::string_view name,
     out += std::string(name) + "_sum{" + std::string(labels) + "} " + num + "\n";
     out += std::string(name) + "_count{" + std::string(labels) + "} " +
            std::to_string(count_.load(std::memory_order_relaxed)) + "\n";
+}
+
+histogram_cells::counts histogram_cells::read() const noexcept {
+    counts c;
+    for (std::size_t i = 0; i < c.buckets.size(); ++i) {
+        c.buckets[i] = buckets_[i].load(std::memory_order_relaxed);
+        c.count += c.buckets[i];
+    }
+    return c;
 }
 
 registry::registry(const std::vector<std::string>& route_names) {
@@ -114,6 +124,29 @@ void registry::set_config(std::string digest, std::int64_t loaded_at_seconds) {
     gauge(family::config_loaded_at).set(loaded_at_seconds);
 }
 
+std::vector<const route_metrics*> registry::routes() const {
+    std::lock_guard lk(mutex_);
+    std::vector<const route_metrics*> out;
+    for (const auto& r : routes_) {
+        out.push_back(r.get());
+    }
+    return out;
+}
+
+std::int64_t registry::value(family f, std::size_t i) const noexcept {
+    const auto& row = info(f);
+    assert(row.per == scope::process && row.from == source::cells && i < cells_of(row));
+    const auto cell = process_cells.offset[static_cast<std::size_t>(f)] + i;
+    return row.type == kind::gauge
+               ? gauges_[cell].load(std::memory_order_relaxed)
+               : static_cast<std::int64_t>(counters_[cell].load(std::memory_order_relaxed));
+}
+
+std::string registry::config_digest() const {
+    std::lock_guard lk(mutex_);
+    return config_digest_;
+}
+
 bool registry::shows(const family_info& f) const noexcept {
     switch (f.when) {
     case shown::always:
@@ -175,16 +208,9 @@ void registry::render_process(std::string& out, const family_info& f,
 }
 
 std::string registry::render() const {
-    std::vector<const route_metrics*> routes_now;
-    std::string digest;
-    {
-        // A snapshot of the list: the series themselves are read without the lock.
-        std::lock_guard lk(mutex_);
-        for (const auto& r : routes_) {
-            routes_now.push_back(r.get());
-        }
-        digest = config_digest_;
-    }
+    // A snapshot of the list: the series themselves are read without the lock.
+    const auto routes_now = routes();
+    const auto digest = config_digest();
     static constexpr std::string_view type_names[] = {"counter", "gauge", "histogram"};
     std::string out;
     out.reserve(8192);

@@ -80,6 +80,13 @@ public:
     /// Appends the `_bucket`, `_sum` and `_count` series of `name` with `labels` before `le`.
     void render(std::string& out, std::string_view name, std::string_view labels) const;
 
+    /// Observations per bucket (not cumulative; the last one is +Inf), and their number.
+    struct counts {
+        std::array<std::uint64_t, latency_buckets.size() + 1> buckets{};
+        std::uint64_t count = 0;
+    };
+    counts read() const noexcept;
+
 private:
     std::array<std::atomic<std::uint64_t>, latency_buckets.size() + 1> buckets_{};
     std::atomic<std::uint64_t> count_{0};
@@ -183,6 +190,14 @@ public:
 
     /// Prometheus text exposition format 0.0.4: every family of family_table, in its order.
     std::string render() const;
+
+    /// Every route ever configured, in order of appearance, "(none)" after the start config's
+    /// (the series /metrics renders). Any thread.
+    std::vector<const route_metrics*> routes() const;
+    /// The value of process counter or gauge `f` at label index `i` (0 without a label).
+    std::int64_t value(family f, std::size_t i = 0) const noexcept;
+    /// The digest of the config now serving (set_config).
+    std::string config_digest() const;
 
 private:
     /// Whether family `f` is rendered now.
