@@ -1,0 +1,210 @@
+#!/usr/bin/env python3
+"""The Grafana dashboard (deploy/monitoring/dashboard.json) stays importable and true to the metrics.
+
+Usage: check-dashboard.py --promtool PATH [ROOT]
+
+Checks that panel ids are unique; that every panel and query uses the `datasource` variable;
+that panels fit the 24 grid columns without overlapping; that every panel has a description;
+that every metric named in a query or a variable is a family of
+include/onceproxy/metrics/family.hpp documented in docs/operations.md (_bucket, _sum and _count
+only on histograms); and that every query is valid PromQL: with the Grafana variables replaced
+by sample values, the queries become recording rules of a temporary file that `promtool check
+rules` must accept. Exit 1 with the problems listed, 0 otherwise.
+"""
+import argparse
+import json
+import pathlib
+import re
+import subprocess
+import sys
+import tempfile
+
+# Sample values for the variables Grafana fills in, as a query would see them.
+BUILTINS = {
+    "__rate_interval": "1m",
+    "__interval": "30s",
+    "__range": "1h",
+    "__range_s": "3600",
+    "__range_ms": "3600000",
+    "__interval_ms": "30000",
+}
+SAMPLE_VALUES = {"job": "onceproxy", "instance": "10.0.0.1:9901", "route": "payments"}
+
+KEYWORDS = {"and", "or", "unless", "by", "without", "on", "ignoring", "group_left",
+            "group_right", "bool", "offset", "inf", "nan", "atan2"}
+HISTOGRAM_SUFFIXES = ("_bucket", "_sum", "_count")
+
+parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+parser.add_argument("--promtool", required=True, help="path of promtool")
+parser.add_argument("--dashboard", help="the dashboard JSON (default: ROOT/deploy/monitoring/"
+                    "dashboard.json)")
+parser.add_argument("root", nargs="?", default=".", help="the source tree")
+args = parser.parse_args()
+root = pathlib.Path(args.root)
+path = pathlib.Path(args.dashboard) if args.dashboard else root / "deploy/monitoring/dashboard.json"
+
+problems = []
+
+
+def problem(where, text):
+    problems.append(f"{where}: {text}")
+
+
+# The families: name and kind from the table, kept only if the manual lists them.
+table = (root / "include/onceproxy/metrics/family.hpp").read_text()
+manual = (root / "docs/operations.md").read_text()
+families = dict(re.findall(r'"(onceproxy_\w+)",\s*kind::(\w+)', table))
+if len(families) < 30:
+    sys.exit(f"found only {len(families)} families in family.hpp: the pattern no longer matches")
+documented = {name: kind for name, kind in families.items()
+              if re.search(rf"`{name}[`{{]", manual)}
+
+try:
+    dashboard = json.loads(path.read_text())
+except (OSError, ValueError) as e:
+    sys.exit(f"{path}: {e}")
+
+variables = {v.get("name"): v for v in dashboard.get("templating", {}).get("list", [])}
+ds_var = variables.get("datasource", {})
+if ds_var.get("type") != "datasource" or ds_var.get("query") != "prometheus":
+    problem("templating", "needs a `datasource` variable of type datasource, query prometheus")
+for name in ("job", "instance", "route"):
+    if variables.get(name, {}).get("type") != "query":
+        problem("templating", f"needs a `{name}` query variable")
+if dashboard.get("schemaVersion", 0) < 36:
+    problem("dashboard", "schemaVersion below 36")
+
+
+def uses_ds_variable(ds):
+    return isinstance(ds, dict) and ds.get("uid") in ("${datasource}", "$datasource")
+
+
+def substitute(where, expr):
+    """The expression as Prometheus would get it from Grafana, with sample values."""
+    def value(m):
+        name = m.group(1) or m.group(2)
+        if name in BUILTINS:
+            return BUILTINS[name]
+        if name in variables and name in SAMPLE_VALUES:
+            return SAMPLE_VALUES[name]
+        problem(where, f"unknown variable ${name}")
+        return "x"
+    return re.sub(r"\$\{(\w+)(?::\w+)?\}|\$(\w+)", value, expr)
+
+
+def metric_names(expr):
+    """Metric names in a PromQL expression: identifiers that are not functions, keywords,
+    label names or durations."""
+    text = re.sub(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'|`[^`]*`', '""', expr)
+    text = re.sub(r"\{[^}]*\}", " ", text)          # label matchers
+    text = re.sub(r"\[[^\]]*\]", " ", text)         # ranges and subqueries
+    text = re.sub(r"\b(by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", " ", text)
+    text = re.sub(r"\boffset\s+-?[\w.]+", " ", text)
+    names = []
+    for m in re.finditer(r"(?<![\w.])([A-Za-z_:][\w:]*)(\s*\()?", text):
+        if not m.group(2) and m.group(1).lower() not in KEYWORDS:
+            names.append(m.group(1))
+    return names
+
+
+def check_metrics(where, expr):
+    for name in metric_names(expr):
+        base = name
+        for suffix in HISTOGRAM_SUFFIXES:
+            if name.endswith(suffix) and families.get(name[: -len(suffix)]) == "histogram":
+                base = name[: -len(suffix)]
+        if base not in families:
+            problem(where, f"{name} is not a metric family of family.hpp")
+        elif base not in documented:
+            problem(where, f"{name} is not documented in docs/operations.md")
+        elif families[base] == "histogram" and base == name:
+            problem(where, f"{name} is a histogram: query {name}_bucket, _sum or _count")
+
+
+rules = []  # (record name, expression) for promtool
+for name, var in variables.items():
+    if var.get("type") != "query":
+        continue
+    where = f"variable {name}"
+    if not uses_ds_variable(var.get("datasource")):
+        problem(where, "datasource must be ${datasource}")
+    query = var.get("query")
+    query = query.get("query", "") if isinstance(query, dict) else query or ""
+    m = re.fullmatch(r"\s*label_values\((.*),\s*(\w+)\s*\)\s*", query)
+    if not m:
+        problem(where, f"expected label_values(<selector>, <label>), got {query!r}")
+        continue
+    selector = substitute(where, m.group(1))
+    check_metrics(where, selector)
+    rules.append((f"dashboard:variable_{name}", selector))
+
+
+def all_panels(panels):
+    for p in panels:
+        yield p
+        yield from all_panels(p.get("panels", []))
+
+
+panels = list(all_panels(dashboard.get("panels", [])))
+if not panels:
+    problem("dashboard", "no panels")
+ids = {}
+cells = {}
+for p in panels:
+    where = f"panel {p.get('id')} {p.get('title')!r}"
+    if p.get("id") in ids:
+        problem(where, f"id {p.get('id')} is also panel {ids[p.get('id')]!r}")
+    ids[p.get("id")] = p.get("title")
+    g = p.get("gridPos", {})
+    x, y, w, h = (g.get(k) for k in ("x", "y", "w", "h"))
+    if not all(isinstance(v, int) for v in (x, y, w, h)) or x < 0 or y < 0 or w < 1 or h < 1:
+        problem(where, f"gridPos {g} is not a box of whole cells")
+    elif x + w > 24:
+        problem(where, f"gridPos {g} goes past the 24 columns")
+    else:
+        for cx in range(x, x + w):
+            for cy in range(y, y + h):
+                if (cx, cy) in cells:
+                    problem(where, f"overlaps panel {cells[(cx, cy)]}")
+                    break
+                cells[(cx, cy)] = p.get("id")
+            else:
+                continue
+            break
+    if p.get("type") == "row":
+        continue
+    if not p.get("description", "").strip():
+        problem(where, "has no description")
+    if not uses_ds_variable(p.get("datasource")):
+        problem(where, "datasource must be ${datasource}")
+    targets = p.get("targets", [])
+    if not targets:
+        problem(where, "has no queries")
+    for t in targets:
+        twhere = f"{where} query {t.get('refId')}"
+        if not uses_ds_variable(t.get("datasource", p.get("datasource"))):
+            problem(twhere, "datasource must be ${datasource}")
+        expr = substitute(twhere, t.get("expr", ""))
+        if not expr.strip():
+            problem(twhere, "empty expr")
+            continue
+        check_metrics(twhere, expr)
+        rules.append((f"dashboard:panel_{p.get('id')}:{t.get('refId')}", expr))
+
+# promtool reads YAML, and JSON is YAML.
+with tempfile.NamedTemporaryFile("w", suffix=".yaml", prefix="dashboard-rules-") as f:
+    json.dump({"groups": [{"name": "dashboard", "rules": [
+        {"record": record, "expr": expr} for record, expr in rules]}]}, f, indent=1)
+    f.flush()
+    run = subprocess.run([args.promtool, "check", "rules", f.name], capture_output=True,
+                         text=True)
+    if run.returncode != 0:
+        problem("promtool check rules", (run.stdout + run.stderr).strip())
+
+if problems:
+    print(f"{path}:")
+    for p in problems:
+        print("  " + p)
+    sys.exit(1)
+print(f"{path}: {len(panels)} panels, {len(rules)} queries: ids unique, data source variable, "
+      "grid, documented metrics, PromQL valid (promtool)")
