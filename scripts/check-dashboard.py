@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The Grafana dashboard (deploy/monitoring/dashboard.json) stays importable and true to the metrics.
+"""The Grafana dashboard (deploy/monitoring/dashboard.json) stays importable and true to metrics.
 
 Usage: check-dashboard.py --promtool PATH [ROOT]
 
@@ -7,9 +7,10 @@ Checks that panel ids are unique; that every panel and query uses the `datasourc
 that panels fit the 24 grid columns without overlapping; that every panel has a description;
 that every metric named in a query or a variable is a family of
 include/onceproxy/metrics/family.hpp documented in docs/operations.md (_bucket, _sum and _count
-only on histograms); and that every query is valid PromQL: with the Grafana variables replaced
-by sample values, the queries become recording rules of a temporary file that `promtool check
-rules` must accept. Exit 1 with the problems listed, 0 otherwise.
+only on histograms), matched and grouped only by labels it has; and that every query is valid
+PromQL: with the Grafana variables replaced by sample values, the queries become recording
+rules of a temporary file that `promtool check rules` must accept. Exit 1 with the problems
+listed, 0 otherwise.
 """
 import argparse
 import json
@@ -30,8 +31,7 @@ BUILTINS = {
 }
 SAMPLE_VALUES = {"job": "onceproxy", "instance": "10.0.0.1:9901", "route": "payments"}
 
-KEYWORDS = {"and", "or", "unless", "by", "without", "on", "ignoring", "group_left",
-            "group_right", "bool", "offset", "inf", "nan", "atan2"}
+KEYWORDS = {"and", "or", "unless", "bool", "offset", "inf", "nan", "atan2"}
 HISTOGRAM_SUFFIXES = ("_bucket", "_sum", "_count")
 
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -53,11 +53,14 @@ def problem(where, text):
 # The families: name and kind from the table, kept only if the manual lists them.
 table = (root / "include/onceproxy/metrics/family.hpp").read_text()
 manual = (root / "docs/operations.md").read_text()
-families = dict(re.findall(r'"(onceproxy_\w+)",\s*kind::(\w+)', table))
+families = {}  # name: (kind, label names, with the job and instance of the scrape)
+for name, kind, scope, label in re.findall(
+        r'"(onceproxy_\w+)",\s*kind::(\w+),\s*scope::(\w+),\s*"(\w*)"', table):
+    labels = {"job", "instance"} | ({"route"} if scope == "route" else set()) | {label}
+    families[name] = (kind, labels - {""})
 if len(families) < 30:
     sys.exit(f"found only {len(families)} families in family.hpp: the pattern no longer matches")
-documented = {name: kind for name, kind in families.items()
-              if re.search(rf"`{name}[`{{]", manual)}
+documented = {name for name in families if re.search(rf"`{name}[`{{]", manual)}
 
 try:
     dashboard = json.loads(path.read_text())
@@ -92,33 +95,43 @@ def substitute(where, expr):
     return re.sub(r"\$\{(\w+)(?::\w+)?\}|\$(\w+)", value, expr)
 
 
-def metric_names(expr):
-    """Metric names in a PromQL expression: identifiers that are not functions, keywords,
-    label names or durations."""
-    text = re.sub(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'|`[^`]*`', '""', expr)
-    text = re.sub(r"\{[^}]*\}", " ", text)          # label matchers
-    text = re.sub(r"\[[^\]]*\]", " ", text)         # ranges and subqueries
-    text = re.sub(r"\b(by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", " ", text)
-    text = re.sub(r"\boffset\s+-?[\w.]+", " ", text)
-    names = []
-    for m in re.finditer(r"(?<![\w.])([A-Za-z_:][\w:]*)(\s*\()?", text):
-        if not m.group(2) and m.group(1).lower() not in KEYWORDS:
-            names.append(m.group(1))
-    return names
-
-
 def check_metrics(where, expr):
-    for name in metric_names(expr):
-        base = name
+    """Every metric an expression names is a documented family, and every label it matches or
+    groups by is one of that family's (or, for grouping, one of the expression's families)."""
+    text = re.sub(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'|`[^`]*`', '""', expr)
+    grouping = set()
+    for m in re.finditer(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\(([^)]*)\)",
+                         text):
+        grouping.update(re.findall(r"\w+", m.group(1)))
+    text = re.sub(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", " ", text)
+    text = re.sub(r"\[[^\]]*\]", " ", text)                # ranges and subqueries
+    text = re.sub(r"\boffset\s+-?[\w.]+", " ", text)
+    known = set()
+    for m in re.finditer(r"(?<![\w.])([A-Za-z_:][\w:]*)\s*(\(|\{[^}]*\})?", text):
+        name, after = m.group(1), m.group(2) or ""
+        if after == "(" or name.lower() in KEYWORDS:
+            continue  # a function or an operator
+        base, labels = name, set()
         for suffix in HISTOGRAM_SUFFIXES:
-            if name.endswith(suffix) and families.get(name[: -len(suffix)]) == "histogram":
-                base = name[: -len(suffix)]
+            stem = name[: -len(suffix)]
+            if name.endswith(suffix) and families.get(stem, ("",))[0] == "histogram":
+                base = stem
+                labels = {"le"} if suffix == "_bucket" else set()
         if base not in families:
             problem(where, f"{name} is not a metric family of family.hpp")
-        elif base not in documented:
+            known.add("*")  # its labels are unknown: no grouping check
+            continue
+        if base not in documented:
             problem(where, f"{name} is not documented in docs/operations.md")
-        elif families[base] == "histogram" and base == name:
+        if families[base][0] == "histogram" and base == name:
             problem(where, f"{name} is a histogram: query {name}_bucket, _sum or _count")
+        labels |= families[base][1] | {"__name__"}
+        known |= labels
+        for label in re.findall(r"(\w+)\s*(?:=~|!~|!=|=)", after):
+            if label not in labels:
+                problem(where, f"{name} has no label {label}")
+    for label in sorted(grouping - known if "*" not in known else set()):
+        problem(where, f"grouping by {label}, a label none of its metrics has")
 
 
 rules = []  # (record name, expression) for promtool
@@ -134,9 +147,9 @@ for name, var in variables.items():
     if not m:
         problem(where, f"expected label_values(<selector>, <label>), got {query!r}")
         continue
-    selector = substitute(where, m.group(1))
-    check_metrics(where, selector)
-    rules.append((f"dashboard:variable_{name}", selector))
+    expr = substitute(where, f"count by ({m.group(2)}) ({m.group(1)})")
+    check_metrics(where, expr)
+    rules.append((f"dashboard:variable_{name}", expr))
 
 
 def all_panels(panels):
@@ -207,4 +220,4 @@ if problems:
         print("  " + p)
     sys.exit(1)
 print(f"{path}: {len(panels)} panels, {len(rules)} queries: ids unique, data source variable, "
-      "grid, documented metrics, PromQL valid (promtool)")
+      "grid, documented metrics and labels, PromQL valid (promtool)")
