@@ -5,6 +5,7 @@ Usage: check-dashboard.py --promtool PATH [ROOT]
 
 Checks that panel ids are unique; that every panel and query uses the `datasource` variable;
 that panels fit the 24 grid columns without overlapping; that every panel has a description;
+that range vectors take [$__rate_interval] (or [$__range], the dashboard's time range);
 that every metric named in a query or a variable is a family of
 include/onceproxy/metrics/family.hpp documented in docs/operations.md (_bucket, _sum and _count
 only on histograms), matched and grouped only by labels it has; and that every query is valid
@@ -50,7 +51,7 @@ def problem(where, text):
     problems.append(f"{where}: {text}")
 
 
-# The families: name and kind from the table, kept only if the manual lists them.
+# The families of the table with their kind and labels; `documented`: those the manual lists.
 table = (root / "include/onceproxy/metrics/family.hpp").read_text()
 manual = (root / "docs/operations.md").read_text()
 families = {}  # name: (kind, label names, with the job and instance of the scrape)
@@ -175,15 +176,11 @@ for p in panels:
     elif x + w > 24:
         problem(where, f"gridPos {g} goes past the 24 columns")
     else:
-        for cx in range(x, x + w):
-            for cy in range(y, y + h):
-                if (cx, cy) in cells:
-                    problem(where, f"overlaps panel {cells[(cx, cy)]}")
-                    break
-                cells[(cx, cy)] = p.get("id")
-            else:
-                continue
-            break
+        box = [(cx, cy) for cx in range(x, x + w) for cy in range(y, y + h)]
+        other = next((cells[c] for c in box if c in cells), None)
+        if other is not None:
+            problem(where, f"overlaps panel {other}")
+        cells.update(dict.fromkeys(box, p.get("id")))
     if p.get("type") == "row":
         continue
     if not p.get("description", "").strip():
@@ -197,6 +194,9 @@ for p in panels:
         twhere = f"{where} query {t.get('refId')}"
         if not uses_ds_variable(t.get("datasource", p.get("datasource"))):
             problem(twhere, "datasource must be ${datasource}")
+        for window in re.findall(r"\[([^\]]*)\]", t.get("expr", "")):
+            if window not in ("$__rate_interval", "$__range"):
+                problem(twhere, f"range [{window}]: use [$__rate_interval] (or [$__range])")
         expr = substitute(twhere, t.get("expr", ""))
         if not expr.strip():
             problem(twhere, "empty expr")
