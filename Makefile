@@ -2,7 +2,7 @@
 # (Debian 12 packages, as root) before building.
 .PHONY: deps build run test test-build test-tsan check-config bench soak soak-short format clean \
         conformance-report fuzz fuzz-build image deploy-deps deploy-lint deploy-test \
-        failover-chaos failover-chaos-short
+        failover-chaos failover-chaos-short screenshot
 
 JOBS ?= $(shell nproc)
 
@@ -50,6 +50,14 @@ test-tsan: deps
 	@if ls $(TSAN_REPORTS)/tsan* >/dev/null 2>&1; then \
 	  head -c 20000 $(TSAN_REPORTS)/tsan*; echo "ThreadSanitizer reported problems (above)"; exit 1; \
 	else echo "ThreadSanitizer: no reports"; fi
+
+# docs/images/status-page.png: the admin listener's status page in headless Chromium, taken by
+# the status page test under its light traffic (a guarded route, an observed one, plain GETs).
+screenshot: test-build
+	@mkdir -p docs/images
+	@ONCEPROXY_SCREENSHOT=$(CURDIR)/docs/images/status-page.png \
+	  build/test/tests/it_status_page_test -tc='*Chromium*'
+	@echo "wrote docs/images/status-page.png"
 
 # libFuzzer targets (clang, ASan+UBSan) over the parsers that read peer input; each runs for
 # FUZZ_SECONDS (default 60) from the seeds in tests/fuzz/corpus/. CI runs them briefly.

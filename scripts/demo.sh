@@ -34,6 +34,10 @@ memory store, config conf/minimal.yaml, admin on http://127.0.0.1:9901). Try, fr
   curl -s http://127.0.0.1:9901/metrics | grep requests_total
   curl -s http://127.0.0.1:9901/readyz
 
+  # the status page (a browser), and its data as JSON
+  http://127.0.0.1:9901/
+  curl -s http://127.0.0.1:9901/admin/v1/status
+
 Press Ctrl-C to stop.
 
 MSG
