@@ -363,6 +363,7 @@ struct postgres_store::impl : std::enable_shared_from_this<impl> {
             co_return not_connected();
         }
         std::optional<steady_clock::time_point> give_up;
+        bool others_connected = false; // waiting because another worker has a connection
         pg_result last = not_connected();
         for (int attempt = 0; attempt < max_attempts; ++attempt) {
             auto c = pick(*w);
@@ -370,6 +371,7 @@ struct postgres_store::impl : std::enable_shared_from_this<impl> {
                 // This worker's connections are down (its keepers in backoff) but another
                 // worker's are open: the server answers, so reconnect now rather than fail.
                 give_up = steady_clock::now() + cfg.connect_timeout;
+                others_connected = true;
             }
             if (!c && give_up) {
                 // Wait for a connection to come back, within the bound. The keepers are woken
@@ -377,6 +379,9 @@ struct postgres_store::impl : std::enable_shared_from_this<impl> {
                 // promoted) meanwhile is found within the bound rather than at their next step.
                 net::steady_timer pause(ex);
                 for (int waited = 0; !c && !closed && steady_clock::now() < *give_up; ++waited) {
+                    if (others_connected && connected_slots.load(std::memory_order_relaxed) == 0) {
+                        break; // they lost theirs too: the server is down, fail now
+                    }
                     if (waited % 10 == 0) {
                         wake_all(*w);
                     }
