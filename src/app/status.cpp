@@ -31,20 +31,6 @@ json::object by_label(const metrics::registry& reg, family f) {
     return o;
 }
 
-std::string_view mode_name(config::idempotency_mode m) noexcept {
-    switch (m) {
-    case config::idempotency_mode::required:
-        return "required";
-    case config::idempotency_mode::optional:
-        return "optional";
-    case config::idempotency_mode::off:
-        return "off";
-    case config::idempotency_mode::observe:
-        return "observe";
-    }
-    return "?";
-}
-
 /// Seconds as milliseconds with 3 decimals, or null for an empty window.
 json::value millis(double seconds) {
     if (seconds < 0) {
@@ -201,7 +187,7 @@ std::string status_json(const status_inputs& in) {
         }
     };
     for (const auto& r : in.cfg.routes) {
-        add(r.name, mode_name(r.idempotency.mode));
+        add(r.name, config::idempotency_mode_name(r.idempotency.mode));
     }
     add("(none)", "unrouted");
     doc["routes"] = std::move(routes);

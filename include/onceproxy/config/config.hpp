@@ -340,6 +340,21 @@ enum class idempotency_mode {
     observe,
 };
 
+/// The name of a mode as written in the config.
+constexpr const char* idempotency_mode_name(idempotency_mode m) noexcept {
+    switch (m) {
+    case idempotency_mode::required:
+        return "required";
+    case idempotency_mode::optional:
+        return "optional";
+    case idempotency_mode::off:
+        return "off";
+    case idempotency_mode::observe:
+        return "observe";
+    }
+    return "unknown";
+}
+
 enum class key_syntax {
     lenient, ///< sf-string or bare token; "abc" and abc are the same key
     strict,  ///< RFC 9651 sf-string only
