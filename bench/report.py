@@ -318,16 +318,21 @@ def times_seconds(text: str) -> float:
     return total
 
 
+def cpu_us(f: pathlib.Path, requests: int) -> float:
+    """CPU time per request, us, from a "<ticks> <ticks per second>" file; NaN when missing."""
+    if requests <= 0 or not f.exists():
+        return float("nan")
+    ticks, hz = (int(x) for x in f.read_text().split())
+    return ticks * 1e6 / hz / requests
+
+
 def machine_share(f: pathlib.Path, requests: int) -> dict:
     """The rest of the machine during one load: CPU time per request of the test upstream and
     of wrk, and the share of the CPUs left idle (NaN where a file is missing)."""
     out = {"upstream_us": float("nan"), "wrk_us": float("nan"), "idle": float("nan")}
     if requests <= 0:
         return out
-    up = f.with_name(f.name + ".upstream-cpu")
-    if up.exists():
-        ticks, hz = (int(x) for x in up.read_text().split())
-        out["upstream_us"] = ticks * 1e6 / hz / requests
+    out["upstream_us"] = cpu_us(f.with_name(f.name + ".upstream-cpu"), requests)
     wt = f.with_name(f.name + ".wrk-times")
     if wt.exists():
         out["wrk_us"] = times_seconds(wt.read_text()) * 1e6 / requests
@@ -345,10 +350,7 @@ def postgres_share(f: pathlib.Path, requests: int) -> dict:
     out = {"postgres_us": float("nan"), "xacts": float("nan"), "wal_bytes": float("nan")}
     if requests <= 0:
         return out
-    cpu = f.with_name(f.name + ".postgres-cpu")
-    if cpu.exists():
-        ticks, hz = (int(x) for x in cpu.read_text().split())
-        out["postgres_us"] = ticks * 1e6 / hz / requests
+    out["postgres_us"] = cpu_us(f.with_name(f.name + ".postgres-cpu"), requests)
     counters = f.with_name(f.name + ".postgres-counters")
     if counters.exists():
         xid0, wal0, xid1, wal1 = (int(x) for x in counters.read_text().split())
@@ -619,16 +621,8 @@ def main() -> int:
             continue
         try:
             parsed = parse_load(f.read_text())
-            cpu_file = f.with_name(f.name + ".cpu")
-            parsed["cpu_us"] = float("nan")
-            if cpu_file.exists() and parsed["requests"] > 0:
-                ticks, hz = (int(x) for x in cpu_file.read_text().split())
-                parsed["cpu_us"] = ticks * 1e6 / hz / parsed["requests"]
-            redis_file = f.with_name(f.name + ".redis-cpu")
-            parsed["redis_us"] = float("nan")
-            if redis_file.exists() and parsed["requests"] > 0:
-                ticks, hz = (int(x) for x in redis_file.read_text().split())
-                parsed["redis_us"] = ticks * 1e6 / hz / parsed["requests"]
+            parsed["cpu_us"] = cpu_us(f.with_name(f.name + ".cpu"), parsed["requests"])
+            parsed["redis_us"] = cpu_us(f.with_name(f.name + ".redis-cpu"), parsed["requests"])
             parsed.update(postgres_share(f, parsed["requests"]))
             parsed.update(machine_share(f, parsed["requests"]))
             parsed["round"] = int(m.group(1))
