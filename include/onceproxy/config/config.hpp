@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -630,5 +631,10 @@ struct config {
     /// replaced (an untrusted client cannot forge an earlier hop). Empty: trust no one.
     std::vector<cidr> trusted_proxies;
 };
+
+/// The config the egress listener serves: `cfg` with `listen` = egress.listen, no TLS, and the
+/// egress routes as its routes (the upstreams, limits and http2 settings as they are).
+/// Precondition: cfg.egress is set.
+std::shared_ptr<const config> egress_view(const config& cfg);
 
 } // namespace onceproxy::config
