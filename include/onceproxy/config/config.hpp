@@ -550,6 +550,8 @@ struct retry_config {
     bool generate_key = true; ///< a non-idempotent request without a key gets a UUIDv7
     std::string key_header = "Idempotency-Key";
 
+    friend bool operator==(const retry_config&, const retry_config&) = default;
+
     /// 408, 425, 429, 502, 503, 504.
     static status_set default_retry_statuses() {
         status_set s;
