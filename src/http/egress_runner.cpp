@@ -103,7 +103,6 @@ net::awaitable<response> async_run_egress(upstream::forwarder& fwd,
     report.key = key;
     req.set(bhttp::field::host, upstream_authority(up));
 
-    guard.on_request(clock::now());
     upstream::forward_result last;
     bool have_last = false;
     const auto finish = [&](response res) {
@@ -130,6 +129,9 @@ net::awaitable<response> async_run_egress(upstream::forwarder& fwd,
             }
             series.counter(metrics::family::egress_retries_denied, denial::breaker).inc();
             break;
+        }
+        if (!have_last) {
+            guard.on_request(clock::now()); // the budget counts requests sent, not refused
         }
         const auto left = std::chrono::duration_cast<milliseconds>(deadline - clock::now());
         last = co_await fwd.async_forward(route.upstream_index, req,
