@@ -8,6 +8,7 @@
 #include "onceproxy/config/load.hpp"
 #include "onceproxy/config/upstream_tls.hpp"
 #include "onceproxy/core/fingerprint.hpp"
+#include "onceproxy/egress/upstream_guards.hpp"
 #include "onceproxy/http/handler.hpp"
 #include "onceproxy/http/loop_guard.hpp"
 #include "onceproxy/http/server.hpp"
@@ -58,18 +59,41 @@ struct event_loop : net::io_context {
 struct worker {
     worker(net::io_context& c, const std::shared_ptr<const config::config>& cfg,
            std::shared_ptr<store::store> st, metrics::registry& reg,
-           std::shared_ptr<http::tls_source> tls)
+           std::shared_ptr<http::tls_source> tls, std::shared_ptr<egress::upstream_guards> g)
         : ioc(c), guard(net::make_work_guard(ioc)), watch(ioc.get_executor()),
           fwd(std::make_shared<upstream::forwarder>(ioc.get_executor(), cfg, watch)),
-          srv(ioc, cfg, std::make_shared<http::handler>(cfg, fwd, std::move(st), reg, tracker), reg,
-              watch, tracker, std::move(tls)) {}
+          srv(ioc, cfg, std::make_shared<http::handler>(cfg, fwd, st, reg, tracker), reg, watch,
+              tracker, std::move(tls)),
+          guards(std::move(g)) {
+        if (cfg->egress) {
+            const auto view = config::egress_view(*cfg);
+            egress_srv.emplace(
+                ioc, view,
+                std::make_shared<http::handler>(view, fwd, std::move(st), reg, tracker, guards),
+                reg, watch, tracker, nullptr);
+        }
+    }
 
     /// A reload, run on this worker's loop: requests read from now on use `next`; those in
-    /// flight keep the handler (config, forwarder) they started with until they end.
+    /// flight keep the handler (config, forwarder) they started with until they end. (Egress on
+    /// or off, and its address, need a restart: live_changes.)
     void install(const std::shared_ptr<const config::config>& next,
                  std::shared_ptr<store::store> st, metrics::registry& reg) {
         fwd = std::make_shared<upstream::forwarder>(ioc.get_executor(), next, watch, fwd.get());
-        srv.set_handler(std::make_shared<http::handler>(next, fwd, std::move(st), reg, tracker));
+        srv.set_handler(std::make_shared<http::handler>(next, fwd, st, reg, tracker));
+        if (egress_srv && next->egress) {
+            egress_srv->set_handler(std::make_shared<http::handler>(
+                config::egress_view(*next), fwd, std::move(st), reg, tracker, guards));
+        }
+    }
+
+    /// Every listener of this worker.
+    template <class F>
+    void each_server(F f) {
+        f(srv);
+        if (egress_srv) {
+            f(*egress_srv);
+        }
     }
 
     net::io_context& ioc;
@@ -79,6 +103,9 @@ struct worker {
     wire::deadline_watch watch; ///< coarse I/O deadlines of every socket of this worker
     std::shared_ptr<upstream::forwarder> fwd; ///< the current config's upstream pools
     http::server srv;
+    /// The egress routes' budgets and breakers (all workers').
+    std::shared_ptr<egress::upstream_guards> guards;
+    std::optional<http::server> egress_srv; ///< egress.listen, when configured
     std::thread thread;
 };
 
@@ -98,7 +125,7 @@ struct drain_state {
 /// coroutine ends normally (a loop stopped with work pending would leave frames to be
 /// destroyed after the objects they use).
 net::awaitable<void> drain_worker(worker& w, clock::time_point deadline, drain_state& ds) {
-    w.srv.drain();
+    w.each_server([](http::server& s) { s.drain(); });
     w.fwd->close_idle();
     // Awaited into a variable: GCC 12 emitted an illegal instruction for this coroutine when
     // the co_await stood negated in the if condition (seen in the -O1 sanitizer build).
@@ -110,7 +137,7 @@ net::awaitable<void> drain_worker(worker& w, clock::time_point deadline, drain_s
         // their lease lapses.
         log::warn("app", "drain deadline reached; closing the connections still open",
                   {{"open", w.tracker.active()}});
-        w.srv.cut_connections();
+        w.each_server([](http::server& s) { s.cut_connections(); });
         co_await w.tracker.async_join(clock::now() + completion_grace);
     }
     w.fwd->close_idle();
@@ -279,10 +306,15 @@ public:
         upstream_tls_seen_ = upstream_tls_stamps_of(*current_);
         try {
             for (auto& l : loops_) {
-                workers_.push_back(std::make_unique<worker>(*l, current_, st_, reg_, tls_));
+                workers_.push_back(
+                    std::make_unique<worker>(*l, current_, st_, reg_, tls_, egress_guards_));
                 workers_.back()->srv.listen(port_, tls_port_);
                 port_ = workers_.back()->srv.port();
                 tls_port_ = workers_.back()->srv.tls_port();
+                if (auto& e = workers_.back()->egress_srv) {
+                    e->listen(egress_port_, 0);
+                    egress_port_ = e->port();
+                }
             }
         } catch (const std::exception& e) {
             log::error("app", "cannot listen",
@@ -315,7 +347,7 @@ public:
                               : std::nullopt);
                 });
             w->watch.start();
-            w->srv.start();
+            w->each_server([](http::server& s) { s.start(); });
             w->thread = std::thread([&ioc = w->ioc, this] {
                 http::run_guarded(ioc, "worker event loop",
                                   reg_.counter(metrics::family::internal_errors));
@@ -328,6 +360,7 @@ public:
                    {"port", port_},
                    {"admin_port", admin_port_},
                    {"tls_port", tls_port_},
+                   {"egress_port", egress_port_},
                    {"workers", workers_.size()},
                    {"store", config::store_type_name(current_->store.type)}});
         if (!opts_.port_file.empty()) {
@@ -338,6 +371,9 @@ public:
                 out << ' ' << tls_port_; // the TLS port (tls.listen, or listen itself)
             }
             out << '\n';
+            if (egress_port_ != 0) {
+                out << "egress " << egress_port_ << '\n';
+            }
             out.close();
             std::rename(tmp.c_str(), opts_.port_file.c_str());
         }
@@ -740,6 +776,9 @@ private:
     std::unique_ptr<admin_server> admin_;
     unsigned short port_ = 0;
     unsigned short tls_port_ = 0;
+    unsigned short egress_port_ = 0; ///< 0: no egress listener
+    std::shared_ptr<egress::upstream_guards> egress_guards_ =
+        std::make_shared<egress::upstream_guards>();
     std::shared_ptr<http::tls_source> tls_;           ///< null: no TLS
     std::array<file_stamp, 3> tls_stamps_{};          ///< the TLS files as last loaded
     net::steady_timer tls_timer_{main_ioc_};          ///< certificate rotation polling

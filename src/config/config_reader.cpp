@@ -159,9 +159,9 @@ public:
                            "'upstreams' and 'routes'");
             return cfg;
         }
-        if (!w_.mapping(root,
-                        {"listen", "tls", "http2", "admin", "workers", "limits", "upstreams",
-                         "store", "defaults", "routes", "access_log", "log", "trusted_proxies"})) {
+        if (!w_.mapping(root, {"listen", "tls", "http2", "admin", "workers", "limits", "upstreams",
+                               "store", "defaults", "routes", "egress", "access_log", "log",
+                               "trusted_proxies"})) {
             return cfg;
         }
         if (auto ep = read_endpoint(w_.get(root, "listen"))) {
@@ -186,7 +186,11 @@ public:
         if (defaults.present()) {
             defaults_block = read_idempotency(defaults, defaults_marks);
         }
-        read_routes(w_.require(root, "routes"), defaults_block, defaults_marks, cfg);
+        const yaml_field egress = w_.get(root, "egress");
+        // A sidecar for outbound calls only needs no inbound routes.
+        read_routes(egress.present() ? w_.get(root, "routes") : w_.require(root, "routes"),
+                    defaults_block, defaults_marks, cfg);
+        read_egress(egress, cfg);
         if (auto b = w_.boolean(w_.get(root, "access_log"))) {
             cfg.access_log = *b;
         }
@@ -410,6 +414,162 @@ private:
                                             "set, e.g. 10.0.0.0/8, 127.0.0.1 or fd00::/8");
             }
         }
+    }
+
+    /// `egress:` (docs/egress.md): the listener, the budget and breaker every upstream it
+    /// calls gets, and its routes.
+    void read_egress(const yaml_field& f, config& cfg) {
+        if (!f.present() || !w_.mapping(f, {"listen", "budget", "breaker", "routes"})) {
+            return;
+        }
+        egress_config e;
+        if (auto ep = read_endpoint(w_.require(f, "listen"))) {
+            e.listen = *ep;
+            if (ep->port != 0 && *ep == cfg.listen) {
+                w_.error(w_.get(f, "listen"), "egress.listen must differ from listen");
+            } else if (ep->port != 0 && cfg.admin.listen && *ep == *cfg.admin.listen) {
+                w_.error(w_.get(f, "listen"), "egress.listen must differ from admin.listen");
+            }
+        }
+        if (const yaml_field b = w_.get(f, "budget");
+            b.present() && w_.mapping(b, {"ratio", "min_per_second", "window"})) {
+            set(e.budget.ratio, read_ratio(w_.get(b, "ratio")));
+            if (const yaml_field m = w_.get(b, "min_per_second"); m.present()) {
+                if (auto n = w_.integer(m, 0, 1'000'000)) {
+                    e.budget.min_per_second = static_cast<double>(*n);
+                }
+            }
+            set(e.budget.window, w_.positive_duration(w_.get(b, "window")));
+        }
+        if (const yaml_field b = w_.get(f, "breaker");
+            b.present() && w_.mapping(b, {"enabled", "failures", "cool_down", "probes"})) {
+            set(e.breaker.enabled, w_.boolean(w_.get(b, "enabled")));
+            if (auto n = w_.integer(w_.get(b, "failures"), 1, 1'000'000)) {
+                e.breaker.failures = static_cast<unsigned>(*n);
+            }
+            set(e.breaker.cool_down, w_.positive_duration(w_.get(b, "cool_down")));
+            if (auto n = w_.integer(w_.get(b, "probes"), 1, 1'000)) {
+                e.breaker.probes = static_cast<unsigned>(*n);
+            }
+        }
+        const yaml_field routes = w_.require(f, "routes");
+        if (routes.present() && w_.sequence(routes)) {
+            if (routes.node.size() == 0) {
+                w_.error(routes, "expected at least one egress route");
+            }
+            std::map<std::string, int, std::less<>> names;
+            for (std::size_t i = 0; i < routes.node.size(); ++i) {
+                const yaml_field rf = w_.item(routes, i);
+                if (!w_.mapping(rf, {"name", "match", "upstream", "limits", "retry"})) {
+                    continue;
+                }
+                route_config route;
+                const yaml_field upstream = w_.require(rf, "upstream");
+                read_route_head(rf, upstream, names, cfg, route);
+                if (!route.match.grpc.empty()) {
+                    w_.error(w_.get(rf, "match"), "egress routes do not match gRPC calls");
+                }
+                read_route_limits(w_.get(rf, "limits"), cfg.limits, route);
+                if (!route.limits.max_request_bytes || !route.limits.max_response_bytes) {
+                    // Bodies are held for retries and answers read whole before they are
+                    // passed on (docs/egress.md).
+                    w_.error(w_.get(rf, "limits"), "an egress route buffers requests and "
+                                                   "responses, so its limits need a size, not "
+                                                   "none");
+                }
+                route.retry = read_retry(w_.get(rf, "retry"));
+                e.routes.push_back(std::move(route));
+            }
+        }
+        cfg.egress = std::move(e);
+    }
+
+    /// `20%` or a fraction such as `0.2`, from 0 to 1000%.
+    std::optional<double> read_ratio(const yaml_field& f) {
+        const auto text = w_.scalar(f, "a percentage such as 20%");
+        if (!text) {
+            return std::nullopt;
+        }
+        const bool percent = !text->empty() && text->back() == '%';
+        const std::string number = percent ? text->substr(0, text->size() - 1) : *text;
+        char* end = nullptr;
+        const double v = std::strtod(number.c_str(), &end);
+        const double ratio = percent ? v / 100 : v;
+        if (number.empty() || end != number.c_str() + number.size() || !(ratio >= 0) ||
+            ratio > 10) {
+            w_.error(f, "invalid ratio '" + *text + "'; expected a percentage such as 20%");
+            return std::nullopt;
+        }
+        return ratio;
+    }
+
+    /// An egress route's `retry:` over the built-in defaults.
+    retry_config read_retry(const yaml_field& f) {
+        retry_config r;
+        if (!f.present() ||
+            !w_.mapping(f, {"attempts", "deadline", "base_delay", "max_delay", "max_retry_after",
+                            "on", "max_body_bytes", "generate_key", "key_header"})) {
+            return r;
+        }
+        if (auto n = w_.integer(w_.get(f, "attempts"), 1, 100)) {
+            r.attempts = static_cast<unsigned>(*n);
+        }
+        set(r.deadline, w_.positive_duration(w_.get(f, "deadline")));
+        set(r.base_delay, w_.positive_duration(w_.get(f, "base_delay")));
+        set(r.max_delay, w_.positive_duration(w_.get(f, "max_delay")));
+        set(r.max_retry_after, w_.duration_or_zero(w_.get(f, "max_retry_after")));
+        if (r.max_delay < r.base_delay) {
+            w_.error(w_.get(f, "max_delay"), "max_delay " + format_duration(r.max_delay) +
+                                                 " is below base_delay " +
+                                                 format_duration(r.base_delay));
+        }
+        if (const yaml_field on = w_.get(f, "on"); on.present() && w_.sequence(on)) {
+            r.statuses.reset();
+            r.on_connect_failure = r.on_reset = r.on_timeout = false;
+            for (std::size_t i = 0; i < on.node.size(); ++i) {
+                const yaml_field item = w_.item(on, i);
+                const auto text =
+                    w_.scalar(item, "a status code or connect_failure, reset, timeout");
+                if (!text) {
+                    continue;
+                }
+                if (*text == "connect_failure") {
+                    r.on_connect_failure = true;
+                    continue;
+                }
+                if (*text == "reset") {
+                    r.on_reset = true;
+                    continue;
+                }
+                if (*text == "timeout") {
+                    r.on_timeout = true;
+                    continue;
+                }
+                unsigned code = 0;
+                const auto [ptr, ec] =
+                    std::from_chars(text->data(), text->data() + text->size(), code);
+                if (ec != std::errc{} || ptr != text->data() + text->size() || code < 400 ||
+                    code > 599) {
+                    w_.error(item, "invalid retry condition '" + *text +
+                                       "'; expected a status code from 400 to 599, "
+                                       "connect_failure, reset or timeout");
+                    continue;
+                }
+                r.statuses.set(code);
+            }
+        }
+        set(r.max_body_bytes, w_.positive_size(w_.get(f, "max_body_bytes")));
+        set(r.generate_key, w_.boolean(w_.get(f, "generate_key")));
+        if (const yaml_field h = w_.get(f, "key_header"); h.present()) {
+            if (auto v = w_.string(h)) {
+                if (!is_token(*v)) {
+                    w_.error(h, "invalid header name '" + *v + "'");
+                } else {
+                    r.key_header = *v;
+                }
+            }
+        }
+        return r;
     }
 
     void read_log(const yaml_field& f, log_config& log) {
@@ -1536,41 +1696,8 @@ private:
                 continue;
             }
             route_config route;
-            const yaml_field name = w_.require(rf, "name");
-            if (auto n = w_.string(name)) {
-                route.name = *n;
-                if (!is_name(*n)) {
-                    w_.error(name, "invalid route name '" + *n +
-                                       "'; expected up to 64 letters, digits, '-', '_' or '.', "
-                                       "starting with a letter or digit");
-                } else if (const auto prev = names.find(*n); prev != names.end()) {
-                    w_.error(name, "duplicate route name '" + *n + "' (first used at line " +
-                                       std::to_string(prev->second) + ")");
-                } else {
-                    names.emplace(*n, yaml_walker::line_of(name.mark));
-                }
-            }
-            read_match(w_.require(rf, "match"), route.match);
             const yaml_field upstream = w_.require(rf, "upstream");
-            const upstream_config* up = nullptr;
-            if (auto u = w_.string(upstream)) {
-                route.upstream = *u;
-                const auto it =
-                    std::find_if(cfg.upstreams.begin(), cfg.upstreams.end(),
-                                 [&](const upstream_config& c) { return c.name == *u; });
-                if (it == cfg.upstreams.end()) {
-                    std::string known;
-                    for (const auto& c : cfg.upstreams) {
-                        known += known.empty() ? "" : ", ";
-                        known += c.name;
-                    }
-                    w_.error(upstream, "unknown upstream '" + *u + "'; defined upstreams: " +
-                                           (known.empty() ? "(none)" : known));
-                } else {
-                    route.upstream_index = static_cast<std::size_t>(it - cfg.upstreams.begin());
-                    up = &*it;
-                }
-            }
+            const upstream_config* up = read_route_head(rf, upstream, names, cfg, route);
             block_marks marks;
             idempotency_block own;
             const yaml_field idem = w_.get(rf, "idempotency");
@@ -1587,6 +1714,47 @@ private:
             check_grpc_route(route, up, upstream);
             cfg.routes.push_back(std::move(route));
         }
+    }
+
+    /// What every route has, inbound or egress: its name (unique among `names`), match and
+    /// upstream (null when unknown).
+    const upstream_config* read_route_head(const yaml_field& rf, const yaml_field& upstream,
+                                           std::map<std::string, int, std::less<>>& names,
+                                           const config& cfg, route_config& route) {
+        const yaml_field name = w_.require(rf, "name");
+        if (auto n = w_.string(name)) {
+            route.name = *n;
+            if (!is_name(*n)) {
+                w_.error(name, "invalid route name '" + *n +
+                                   "'; expected up to 64 letters, digits, '-', '_' or '.', "
+                                   "starting with a letter or digit");
+            } else if (const auto prev = names.find(*n); prev != names.end()) {
+                w_.error(name, "duplicate route name '" + *n + "' (first used at line " +
+                                   std::to_string(prev->second) + ")");
+            } else {
+                names.emplace(*n, yaml_walker::line_of(name.mark));
+            }
+        }
+        read_match(w_.require(rf, "match"), route.match);
+        const upstream_config* up = nullptr;
+        if (auto u = w_.string(upstream)) {
+            route.upstream = *u;
+            const auto it = std::find_if(cfg.upstreams.begin(), cfg.upstreams.end(),
+                                         [&](const upstream_config& c) { return c.name == *u; });
+            if (it == cfg.upstreams.end()) {
+                std::string known;
+                for (const auto& c : cfg.upstreams) {
+                    known += known.empty() ? "" : ", ";
+                    known += c.name;
+                }
+                w_.error(upstream, "unknown upstream '" + *u + "'; defined upstreams: " +
+                                       (known.empty() ? "(none)" : known));
+            } else {
+                route.upstream_index = static_cast<std::size_t>(it - cfg.upstreams.begin());
+                up = &*it;
+            }
+        }
+        return up;
     }
 
     /// A route's own body limits over the global ones. `none` lifts a limit; a route that

@@ -49,6 +49,10 @@ std::vector<std::string> changes_needing_restart(const config& running, const co
     changed(!same_tls(running.tls, next.tls), "tls (on or off, tls.listen)");
     changed(running.admin.listen != next.admin.listen, "admin.listen");
     changed(running.http2 != next.http2, "http2");
+    // The egress listener is bound at start; its routes, budget and breaker apply live.
+    changed(running.egress.has_value() != next.egress.has_value() ||
+                (running.egress && running.egress->listen != next.egress->listen),
+            "egress (on or off, egress.listen)");
     changed(!same_readiness(running.admin.readiness, next.admin.readiness), "admin.readiness");
     changed(running.admin.keys_api != next.admin.keys_api, "admin.keys_api");
     changed(running.admin.max_connections != next.admin.max_connections ||

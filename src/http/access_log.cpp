@@ -70,6 +70,12 @@ bool write_access_log(const access_log_entry& e, const request_context& ctx, con
     if (e.store_ms >= 0) {
         o["store_ms"] = e.store_ms;
     }
+    if (e.egress) {
+        o["attempts"] = e.attempts;
+        if (!e.egress_key.empty()) {
+            o["idempotency_key"] = escape_invalid_utf8(e.egress_key);
+        }
+    }
     auto line = boost::json::serialize(o);
     line += '\n';
     return stdout_writer().submit(line);

@@ -1,5 +1,7 @@
 #pragma once
-// One JSON line per request on stdout (SPEC §6). Never the raw key or Authorization.
+// One JSON line per request on stdout (SPEC §6). Never Authorization, and never the raw key of
+// an inbound request (a hash instead); an egress request's key is the one its upstream sees,
+// logged as sent so that it can be found in the upstream's own records (docs/egress.md).
 
 #include "onceproxy/http/context.hpp"
 #include "onceproxy/log/log.hpp"
@@ -18,8 +20,11 @@ struct access_log_entry {
     metrics::outcome outcome = metrics::outcome::passthrough;
     std::string_view key_hash; ///< hex store key, empty when unguarded
     std::string_view request_id;
-    double upstream_ms = -1; ///< negative: no upstream call
-    double store_ms = -1;    ///< negative: no store call
+    double upstream_ms = -1;     ///< negative: no upstream call
+    double store_ms = -1;        ///< negative: no store call
+    bool egress = false;         ///< an egress route's request: the two fields below are logged
+    std::string_view egress_key; ///< the Idempotency-Key sent, or empty
+    unsigned attempts = 0;       ///< sends made (0: refused, its upstream's breaker open)
 };
 
 /// Client-chosen bytes made valid UTF-8 for the line (log::escape_invalid_utf8: each byte of an

@@ -1,6 +1,7 @@
 #include "onceproxy/http/handler.hpp"
 
 #include "http/access_log.hpp"
+#include "http/egress_runner.hpp"
 #include "http/exchange_runner.hpp"
 #include "http/grpc_answer.hpp"
 #include "http/plain_relay.hpp"
@@ -23,9 +24,20 @@ using clock = std::chrono::steady_clock;
 
 struct handler::impl {
     impl(std::shared_ptr<const config::config> c, std::shared_ptr<upstream::forwarder> f,
-         std::shared_ptr<store::store> s, metrics::registry& r, task_tracker& t)
+         std::shared_ptr<store::store> s, metrics::registry& r, task_tracker& t,
+         const std::shared_ptr<egress::upstream_guards>& guards)
         : cfg(c), reg(r), env(std::make_shared<exchange_env>(
                               exchange_env{std::move(c), std::move(f), std::move(s), r, t, {}})) {
+        if (guards) {
+            // The egress listener's: its routes have series of their own, not an inbound
+            // route's (an unrouted request still counts as one of no route).
+            for (const auto& route : cfg->routes) {
+                egress_routes.push_back(egress_route_of(route, *guards));
+                env->route_series.push_back(&reg.unrouted());
+                fields_in_use.push_back(request_fields_in_use(route.idempotency));
+            }
+            return;
+        }
         if (const auto& keys = cfg->store.encryption.keys; !keys.empty()) {
             std::vector<core::record_key> ck;
             for (const auto& k : keys) {
@@ -49,13 +61,45 @@ struct handler::impl {
     std::vector<std::vector<std::string_view>> fields_in_use;
     /// Some route has a grpc match: only then does routing look at a request's content-type.
     bool grpc_routes = false;
+    /// The egress listener's handler: per route, its upstream's guard and its series.
+    std::vector<egress_route> egress_routes;
+
+    /// An egress route's request (`route.retry` set): sent, and sent again as its route says.
+    net::awaitable<handled> handle_egress(request& req, const config::route_config& route,
+                                          std::size_t route_index, const request_context& ctx,
+                                          access_log_entry& log);
+
+    egress_route egress_route_of(const config::route_config& route,
+                                 egress::upstream_guards& guards) {
+        const auto& e = *cfg->egress;
+        auto& up = reg.series_named(metrics::scope::upstream, route.upstream);
+        auto guard =
+            guards.of(route.upstream, e.budget, e.breaker, [&up](egress::breaker_state now) {
+                for (std::size_t i = 0; i < egress::breaker_state_count; ++i) {
+                    up.gauge(metrics::family::egress_breaker_state,
+                             static_cast<egress::breaker_state>(i))
+                        .set(i == static_cast<std::size_t>(now) ? 1 : 0);
+                }
+                up.counter(metrics::family::egress_breaker_transitions, now).inc();
+            });
+        if (up.cell(metrics::family::egress_breaker_state, 0) +
+                up.cell(metrics::family::egress_breaker_state, 1) +
+                up.cell(metrics::family::egress_breaker_state, 2) ==
+            0) {
+            // A new upstream: its breaker starts closed.
+            up.gauge(metrics::family::egress_breaker_state, egress::breaker_state::closed).set(1);
+        }
+        return {std::move(guard), &reg.series_named(metrics::scope::egress_route, route.name)};
+    }
     plain_relay relay{cfg, *env->fwd, reg, fields_in_use, env->route_series};
 };
 
 handler::handler(std::shared_ptr<const config::config> cfg,
                  std::shared_ptr<upstream::forwarder> fwd, std::shared_ptr<store::store> st,
-                 metrics::registry& reg, task_tracker& tracker)
-    : impl_(std::make_unique<impl>(std::move(cfg), std::move(fwd), std::move(st), reg, tracker)) {}
+                 metrics::registry& reg, task_tracker& tracker,
+                 std::shared_ptr<egress::upstream_guards> egress)
+    : impl_(std::make_unique<impl>(std::move(cfg), std::move(fwd), std::move(st), reg, tracker,
+                                   egress)) {}
 
 handler::~handler() = default;
 
@@ -115,7 +159,9 @@ admission handler::admit(request& head, std::optional<std::uint64_t> declared_le
 }
 
 bool handler::guards(const config::route_config& route, const request& req) const {
-    return impl_->env->st && is_guarded(route, req.method_string(), path_of(req.target()));
+    // An egress request is read whole (kept for its retries) like a guarded one.
+    return route.retry ||
+           (impl_->env->st && is_guarded(route, req.method_string(), path_of(req.target())));
 }
 
 bool handler::streams(const config::route_config& route, const request& req) const {
@@ -156,6 +202,9 @@ net::awaitable<handled> handler::async_handle(request& req, const config::route_
         }
         co_return handled{std::move(res)};
     }
+    if (route->retry) {
+        co_return co_await m.handle_egress(req, *route, route_index, ctx, log);
+    }
     auto& rm = *m.env->route_series[route_index];
     log.route = route->name;
     const std::string method(req.method_string());
@@ -178,7 +227,7 @@ net::awaitable<handled> handler::async_handle(request& req, const config::route_
 
     exchange_report report;
     response res;
-    if (!guards(*route, req)) {
+    if (!m.env->st || !is_guarded(*route, req.method_string(), path_of(req.target()))) {
         // A plain request the caller could not stream (an HTTP/2 upstream): forwarded whole.
         const auto& lim = route->limits.max_response_bytes;
         auto r = co_await m.env->fwd->async_forward(
@@ -210,6 +259,42 @@ net::awaitable<handled> handler::async_handle(request& req, const config::route_
         }
     }
     co_return handled{std::move(res), report.streamed, report.keep, std::move(report.trailers)};
+}
+
+net::awaitable<handled> handler::impl::handle_egress(request& req,
+                                                     const config::route_config& route,
+                                                     std::size_t route_index,
+                                                     const request_context& ctx,
+                                                     access_log_entry& log) {
+    auto& m = *this;
+    const std::string method(req.method_string());
+    const std::string target(req.target());
+    log.route = route.name;
+    log.method = method;
+    log.target = target;
+    std::string request_id;
+    if (m.cfg->access_log) {
+        request_id = ensure_request_id(req);
+    }
+    strip_hop_by_hop(req, m.fields_in_use[route_index]);
+    req.version(11);
+    req.keep_alive(true);
+    req.prepare_payload();
+    egress_report report;
+    auto res =
+        co_await async_run_egress(*m.env->fwd, route, m.egress_routes[route_index], req, report);
+    if (m.cfg->access_log) {
+        log.status = res.result_int();
+        log.request_id = request_id;
+        log.upstream_ms = static_cast<double>(report.upstream_ms);
+        log.egress_key = report.key;
+        log.egress = true;
+        log.attempts = report.attempts;
+        if (!write_access_log(log, ctx, req)) {
+            m.reg.counter(metrics::family::access_log_dropped).inc();
+        }
+    }
+    co_return handled{std::move(res)};
 }
 
 } // namespace onceproxy::http

@@ -118,6 +118,30 @@ route_metrics& registry::route_named(std::string_view name) {
     return *routes_.back();
 }
 
+named_series::named_series(scope p, std::string series_name)
+    : per(p), name(std::move(series_name)),
+      counters_(new std::atomic<std::uint64_t>[cells_of_scope(p).counters + 1]()),
+      gauges_(new std::atomic<std::int64_t>[cells_of_scope(p).gauges + 1]()) {}
+
+std::int64_t named_series::cell(family f, std::size_t i) const noexcept {
+    const auto at = offset(f) + i;
+    return info(f).type == kind::gauge
+               ? gauges_[at].load(std::memory_order_relaxed)
+               : static_cast<std::int64_t>(counters_[at].load(std::memory_order_relaxed));
+}
+
+named_series& registry::series_named(scope per, std::string_view name) {
+    assert(per == scope::egress_route || per == scope::upstream);
+    std::lock_guard lk(mutex_);
+    for (const auto& n : named_) {
+        if (n->per == per && n->name == name) {
+            return *n;
+        }
+    }
+    named_.push_back(std::make_unique<named_series>(per, std::string(name)));
+    return *named_.back();
+}
+
 void registry::set_config(std::string digest, std::int64_t loaded_at_seconds) {
     std::lock_guard lk(mutex_);
     config_digest_ = std::move(digest);
@@ -156,6 +180,8 @@ bool registry::shows(const family_info& f) const noexcept {
         return store_follows_master.load(std::memory_order_relaxed);
     case shown::workers:
         return workers_ > 0;
+    case shown::egress:
+        return true; // decided by render: when series of the family's scope exist
     case shown::inbound_tls:
         return gauges_[process_cells
                            .offset[static_cast<std::size_t>(family::tls_certificate_expiry)]]
@@ -208,14 +234,26 @@ void registry::render_process(std::string& out, const family_info& f,
 }
 
 std::string registry::render() const {
-    // A snapshot of the list: the series themselves are read without the lock.
+    // A snapshot of the lists: the series themselves are read without the lock.
     const auto routes_now = routes();
+    std::vector<const named_series*> named_now;
+    {
+        std::lock_guard lk(mutex_);
+        for (const auto& n : named_) {
+            named_now.push_back(n.get());
+        }
+    }
     const auto digest = config_digest();
     static constexpr std::string_view type_names[] = {"counter", "gauge", "histogram"};
     std::string out;
     out.reserve(8192);
     for (const auto& f : family_table) {
         if (!shows(f)) {
+            continue;
+        }
+        if (f.when == shown::egress &&
+            std::none_of(named_now.begin(), named_now.end(),
+                         [&](const named_series* n) { return n->per == f.per; })) {
             continue;
         }
         if (!f.help.empty()) {
@@ -232,6 +270,33 @@ std::string registry::render() const {
         out += '\n';
         if (f.per == scope::process) {
             render_process(out, f, digest);
+            continue;
+        }
+        if (f.per == scope::egress_route || f.per == scope::upstream) {
+            const std::string_view key = f.per == scope::upstream ? "upstream" : "route";
+            for (const auto* n : named_now) {
+                if (n->per != f.per) {
+                    continue;
+                }
+                for (std::size_t i = 0; i < cells_of(f); ++i) {
+                    out += f.name;
+                    out += '{';
+                    out += key;
+                    out += "=\"";
+                    out += n->name;
+                    out += '"';
+                    if (!f.label.empty()) {
+                        out += ',';
+                        out += f.label;
+                        out += "=\"";
+                        out += f.values[i];
+                        out += '"';
+                    }
+                    out += "} ";
+                    out += std::to_string(n->cell(f.id, i));
+                    out += '\n';
+                }
+            }
             continue;
         }
         for (const auto* r : routes_now) {

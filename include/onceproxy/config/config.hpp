@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -534,6 +535,33 @@ struct route_limits {
     bool operator==(const route_limits&) const = default;
 };
 
+/// How an egress route retries (docs/egress.md). Resolved: every field has its value.
+struct retry_config {
+    unsigned attempts = 3;     ///< sends in all, the first included (1: never retried)
+    duration deadline{10'000}; ///< all attempts and waits of one request
+    duration base_delay{100};  ///< full jitter: uniform in [0, min(max_delay, base * 2^(n-1))]
+    duration max_delay{2'000}; ///< the cap of one wait
+    duration max_retry_after{30'000}; ///< a longer Retry-After is not waited for: no retry
+    status_set statuses = default_retry_statuses(); ///< answers retried
+    bool on_connect_failure = true;                 ///< nothing was sent
+    bool on_reset = true;                     ///< the connection failed before any answer byte
+    bool on_timeout = false;                  ///< no answer within the upstream's timeout
+    std::size_t max_body_bytes = 1024 * 1024; ///< larger request bodies are sent once
+    bool generate_key = true; ///< a non-idempotent request without a key gets a UUIDv7
+    std::string key_header = "Idempotency-Key";
+
+    friend bool operator==(const retry_config&, const retry_config&) = default;
+
+    /// 408, 425, 429, 502, 503, 504.
+    static status_set default_retry_statuses() {
+        status_set s;
+        for (unsigned c : {408U, 425U, 429U, 502U, 503U, 504U}) {
+            s.set(c);
+        }
+        return s;
+    }
+};
+
 struct route_config {
     std::string name;
     route_match match;
@@ -541,6 +569,35 @@ struct route_config {
     std::string upstream;           ///< upstream name
     std::size_t upstream_index = 0; ///< index into config::upstreams
     idempotency_config idempotency;
+    /// Set on egress routes only (egress.routes): they retry instead of guarding.
+    std::optional<retry_config> retry;
+};
+
+/// Retries at most `ratio` of the requests plus `min_per_second` per second, over `window`,
+/// per upstream (Finagle's RetryBudget).
+struct retry_budget_config {
+    double ratio = 0.2;
+    double min_per_second = 10;
+    duration window{10'000};
+    friend bool operator==(const retry_budget_config&, const retry_budget_config&) = default;
+};
+
+/// Per upstream: `failures` consecutive failed attempts open it for `cool_down`, then `probes`
+/// attempts at once test the upstream (half-open).
+struct breaker_config {
+    bool enabled = true;
+    unsigned failures = 5;
+    duration cool_down{10'000};
+    unsigned probes = 1;
+    friend bool operator==(const breaker_config&, const breaker_config&) = default;
+};
+
+/// The outbound side: the app calls `listen`, onceproxy retries for it (docs/egress.md).
+struct egress_config {
+    endpoint listen{"127.0.0.1", 9000};
+    retry_budget_config budget;
+    breaker_config breaker;
+    std::vector<route_config> routes; ///< each with `retry` set and idempotency off
 };
 
 enum class log_level {
@@ -569,11 +626,17 @@ struct config {
     std::vector<upstream_config> upstreams;
     store_config store;
     std::vector<route_config> routes;
-    bool access_log = true; ///< one JSON line per request on stdout
+    std::optional<egress_config> egress; ///< unset: no egress listener
+    bool access_log = true;              ///< one JSON line per request on stdout
     log_config log;
     /// Peers whose X-Forwarded-* and Forwarded headers are extended; any other peer's are
     /// replaced (an untrusted client cannot forge an earlier hop). Empty: trust no one.
     std::vector<cidr> trusted_proxies;
 };
+
+/// The config the egress listener serves: `cfg` with `listen` = egress.listen, no TLS, and the
+/// egress routes as its routes (the upstreams, limits and http2 settings as they are).
+/// Precondition: cfg.egress is set.
+std::shared_ptr<const config> egress_view(const config& cfg);
 
 } // namespace onceproxy::config

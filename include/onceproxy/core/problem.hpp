@@ -40,11 +40,13 @@ enum class problem_code : std::uint8_t {
     admin_bad_request,        ///< 400 admin.bad_request (a parameter missing, unknown or wrong)
     admin_store_unavailable,  ///< 503 admin.store_unavailable (the store did not answer)
     admin_key_in_flight,      ///< 409 admin.key_in_flight (a purge without force of a leased key)
+    // Egress routes' (docs/egress.md).
+    egress_circuit_open, ///< 503 egress.circuit_open + Retry-After (the upstream's breaker is open)
 };
 
-/// Number of problem codes (the last one is admin_key_in_flight).
+/// Number of problem codes (the last one is egress_circuit_open).
 inline constexpr std::size_t problem_code_count =
-    static_cast<std::size_t>(problem_code::admin_key_in_flight) + 1;
+    static_cast<std::size_t>(problem_code::egress_circuit_open) + 1;
 
 /// One row of the problem table.
 struct problem_info {
@@ -129,6 +131,10 @@ inline constexpr std::array<problem_info, problem_code_count> problem_table{{
      "The key is in flight",
      "a request with this key is being processed; purge with force=true to delete its lease and "
      "fence its owner (its answer will not be recorded, and a retry executes again)"},
+    {problem_code::egress_circuit_open, "egress.circuit_open", 503, grpc_status::unavailable,
+     "Upstream circuit open",
+     "recent attempts to this upstream failed, so requests are not sent until the time "
+     "Retry-After gives; nothing was sent"},
 }};
 
 namespace detail {

@@ -19,6 +19,10 @@
 #include <string>
 #include <string_view>
 
+namespace onceproxy::egress {
+class upstream_guards;
+}
+
 namespace onceproxy::http {
 
 class buffer_reservation;
@@ -51,8 +55,12 @@ public:
     /// with `reg` (a route a reload added gets its series). `tracker`: the worker's tracked
     /// coroutines; an exchange that goes on completing its record after answering holds a
     /// token of it, so a drain waits for the record rather than abandoning it.
+    /// `egress`: set for the egress listener's handler, whose `cfg` is config::egress_view of
+    /// the config (its routes are the egress routes): the budget and breaker of each upstream,
+    /// shared by every worker and kept across reloads.
     handler(std::shared_ptr<const config::config> cfg, std::shared_ptr<upstream::forwarder> fwd,
-            std::shared_ptr<store::store> st, metrics::registry& reg, task_tracker& tracker);
+            std::shared_ptr<store::store> st, metrics::registry& reg, task_tracker& tracker,
+            std::shared_ptr<egress::upstream_guards> egress = nullptr);
     ~handler();
 
     /// The config this handler serves.

@@ -59,10 +59,17 @@ enum class family : std::uint8_t {
     client_connections,        ///< {protocol}: protocol
     client_requests,           ///< {protocol}: protocol
     http2_goaways,             ///< {reason}: goaway_reason
+    egress_attempts,           ///< {route,result}: egress::attempt_result (egress routes)
+    egress_retries,            ///< {route}
+    egress_retries_denied,     ///< {route,reason}: egress::denial
+    egress_circuit_refusals,   ///< {route}: refused at once, the breaker open
+    egress_breaker_state,      ///< gauge {upstream,state}: egress::breaker_state, 1 for the current
+    egress_breaker_transitions, ///< {upstream,to}: egress::breaker_state
 };
 
-/// Number of families (the last one is http2_goaways).
-inline constexpr std::size_t family_count = static_cast<std::size_t>(family::http2_goaways) + 1;
+/// Number of families (the last one is egress_breaker_transitions).
+inline constexpr std::size_t family_count =
+    static_cast<std::size_t>(family::egress_breaker_transitions) + 1;
 
 // Label values that are not an enum of core. Each enum's order is the order of the values of
 // its family's row below.
@@ -118,9 +125,11 @@ enum class file_reload : std::uint8_t { success, failure };
 /// How a family's series are kept and rendered.
 enum class kind : std::uint8_t { counter, gauge, histogram };
 
-/// Where a family's series live: one set for the process, or one per route (first label
-/// `route`, one series set per route ever configured, "(none)" for unrouted requests).
-enum class scope : std::uint8_t { process, route };
+/// Where a family's series live: one set for the process, one per route (first label
+/// `route`, one series set per route ever configured, "(none)" for unrouted requests), one per
+/// egress route (first label `route`), or one per upstream egress routes call (first label
+/// `upstream`).
+enum class scope : std::uint8_t { process, route, egress_route, upstream };
 
 /// When a family (or one of its series) is rendered.
 enum class shown : std::uint8_t {
@@ -129,6 +138,7 @@ enum class shown : std::uint8_t {
     follows_master, ///< only when the store follows a master that can move (Sentinel)
     workers,        ///< only once the workers are known, one series per worker
     inbound_tls,    ///< only when the proxy listener serves TLS
+    egress,         ///< only when egress routes are configured (their series exist)
 };
 
 /// Where the value of a series comes from when it is not a plain cell of the registry.
@@ -442,6 +452,47 @@ inline constexpr std::array<family_info, family_count> family_table{{
      "HTTP/2 connections the proxy ended with an error GOAWAY: the peer broke the protocol, "
      "reset streams too fast (CVE-2023-44487), flooded control frames, or sent a header block "
      "far past limits.max_header_bytes (CONTINUATION flood)."},
+    {family::egress_attempts, "onceproxy_egress_attempts_total", kind::counter, scope::egress_route,
+     "result",
+     listed("answered", "retryable_status", "connect_failure", "reset", "timeout", "other"),
+     "Sends of egress requests to their upstream (first attempts and retries), by egress route "
+     "and how each ended: answered (passed on), retryable_status (a status in retry.on), "
+     "connect_failure, reset (before any answer byte), timeout, other (an unusable answer).",
+     shown::egress},
+    {family::egress_retries,
+     "onceproxy_egress_retries_total",
+     kind::counter,
+     scope::egress_route,
+     "",
+     {},
+     "Egress requests sent again after a failed attempt, by egress route.",
+     shown::egress},
+    {family::egress_retries_denied, "onceproxy_egress_retries_denied_total", kind::counter,
+     scope::egress_route, "reason",
+     listed("attempts", "deadline", "budget", "breaker", "retry_after", "unsafe", "body"),
+     "Failed egress attempts not retried, by egress route and why: attempts (retry.attempts "
+     "used), deadline (retry.deadline would pass), budget (the upstream's retry budget is "
+     "spent), breaker (its circuit breaker opened), retry_after (Retry-After above "
+     "retry.max_retry_after), unsafe (a non-idempotent request without a key), body (a body "
+     "above retry.max_body_bytes).",
+     shown::egress},
+    {family::egress_circuit_refusals,
+     "onceproxy_egress_circuit_refusals_total",
+     kind::counter,
+     scope::egress_route,
+     "",
+     {},
+     "Egress requests answered 503 egress.circuit_open without a send, their upstream's "
+     "circuit breaker being open, by egress route.",
+     shown::egress},
+    {family::egress_breaker_state, "onceproxy_egress_breaker_state", kind::gauge, scope::upstream,
+     "state", listed("closed", "open", "half_open"),
+     "The circuit breaker of each upstream egress routes call: 1 for its current state "
+     "(closed, open, half_open), 0 for the others.",
+     shown::egress},
+    {family::egress_breaker_transitions, "onceproxy_egress_breaker_transitions_total",
+     kind::counter, scope::upstream, "to", listed("closed", "open", "half_open"),
+     "Changes of state of each upstream's circuit breaker, by the state entered.", shown::egress},
 }};
 
 /// The row of `f`. Precondition: `f` is a declared enumerator.
@@ -478,7 +529,7 @@ constexpr bool family_table_well_formed() {
         if (f.type == kind::histogram && (f.per != scope::route || !f.label.empty())) {
             return false; // histograms are kept per route, by route only
         }
-        if (f.per == scope::route && f.type == kind::gauge) {
+        if ((f.per == scope::route || f.per == scope::egress_route) && f.type == kind::gauge) {
             return false; // no route gauges are kept
         }
         if (f.from == source::cells && !f.label.empty() && f.values.count == 0) {
@@ -525,6 +576,23 @@ constexpr cell_layout layout_of(scope per) noexcept {
 
 inline constexpr cell_layout process_cells = layout_of(scope::process);
 inline constexpr cell_layout route_cells = layout_of(scope::route);
+inline constexpr cell_layout egress_route_cells = layout_of(scope::egress_route);
+inline constexpr cell_layout upstream_cells = layout_of(scope::upstream);
+
+/// The cell layout of `per` (process, route, egress route or upstream).
+constexpr const cell_layout& cells_of_scope(scope per) noexcept {
+    switch (per) {
+    case scope::process:
+        return process_cells;
+    case scope::route:
+        return route_cells;
+    case scope::egress_route:
+        return egress_route_cells;
+    case scope::upstream:
+        break;
+    }
+    return upstream_cells;
+}
 
 /// The histogram's index among a route's histograms.
 constexpr std::size_t histogram_index(family f) noexcept {

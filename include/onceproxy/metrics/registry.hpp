@@ -130,6 +130,45 @@ private:
     std::array<histogram_cells, route_histograms> histograms_{};
 };
 
+/// The series of one egress route (scope::egress_route) or one upstream (scope::upstream),
+/// by name.
+class named_series {
+public:
+    named_series(scope per, std::string series_name);
+
+    /// The series of counter `f` (of this scope) for label value `value`.
+    template <label L>
+    counter_ref counter(family f, L value) noexcept {
+        assert(info(f).per == per && info(f).type == kind::counter);
+        assert(detail::label_index(value) < cells_of(info(f)));
+        return counter_ref(counters_[offset(f) + detail::label_index(value)]);
+    }
+    /// The series of the unlabelled counter `f`.
+    counter_ref counter(family f) noexcept {
+        assert(info(f).per == per && info(f).type == kind::counter && info(f).label.empty());
+        return counter_ref(counters_[offset(f)]);
+    }
+    /// The series of gauge `f` (of this scope) for label value `value`.
+    template <label L>
+    gauge_ref gauge(family f, L value) noexcept {
+        assert(info(f).per == per && info(f).type == kind::gauge);
+        assert(detail::label_index(value) < cells_of(info(f)));
+        return gauge_ref(gauges_[offset(f) + detail::label_index(value)]);
+    }
+    /// The value of counter or gauge `f` at label index `i` (rendering).
+    std::int64_t cell(family f, std::size_t i) const noexcept;
+
+    const scope per;
+    const std::string name;
+
+private:
+    std::size_t offset(family f) const noexcept {
+        return cells_of_scope(per).offset[static_cast<std::size_t>(f)];
+    }
+    std::unique_ptr<std::atomic<std::uint64_t>[]> counters_;
+    std::unique_ptr<std::atomic<std::int64_t>[]> gauges_;
+};
+
 class registry {
 public:
     /// `route_names`: config route names in order; an extra "(none)" series is added.
@@ -144,6 +183,11 @@ public:
     /// reloads), or a new one for a route a reload added. Takes a lock: call it when a config
     /// is installed, not per request. Any thread; the reference lives as long as the registry.
     route_metrics& route_named(std::string_view name);
+
+    /// The series of egress route `name` (scope::egress_route) or of upstream `name`
+    /// (scope::upstream), made on first use; kept across reloads. Takes a lock: call it when a
+    /// config is installed. Any thread; the reference lives as long as the registry.
+    named_series& series_named(scope per, std::string_view name);
 
     /// The series of process counter `f` (unlabelled). Any thread.
     counter_ref counter(family f) noexcept {
@@ -210,6 +254,8 @@ private:
     /// Every route ever configured, in order of appearance; "(none)" after the start config's.
     std::vector<std::unique_ptr<route_metrics>> routes_;
     route_metrics* unrouted_ = nullptr;
+    /// Every egress route and upstream series ever made, in order of appearance.
+    std::vector<std::unique_ptr<named_series>> named_;
     std::array<std::atomic<std::uint64_t>, process_cells.counters> counters_{};
     std::array<std::atomic<std::int64_t>, process_cells.gauges> gauges_{};
     std::string config_digest_;

@@ -161,7 +161,16 @@ TEST_CASE("conf/example.yaml documents exactly the built-in defaults") {
     CHECK(c->store == builtin.store);
     CHECK(c->trusted_proxies == builtin.trusted_proxies);
 
-    REQUIRE(c->upstreams.size() == 2);
+    REQUIRE(c->egress.has_value());
+    const cfg::egress_config egress;
+    CHECK(c->egress->listen == egress.listen);
+    CHECK(c->egress->budget == egress.budget);
+    CHECK(c->egress->breaker == egress.breaker);
+    REQUIRE(c->egress->routes.size() == 1);
+    REQUIRE(c->egress->routes[0].retry.has_value());
+    CHECK(*c->egress->routes[0].retry == cfg::retry_config{});
+
+    REQUIRE(c->upstreams.size() == 3);
     CHECK(c->upstreams[1].protocol == cfg::upstream_protocol::h2c);
     const auto& app = c->upstreams[0];
     cfg::upstream_config up; // the address is the example's own; every setting is built-in
@@ -332,7 +341,8 @@ TEST_CASE("all errors are reported at once, in file order") {
     CHECK(errors[0].to_string() ==
           file +
               ":7:1: listn: unknown key 'listn'; allowed keys: listen, tls, http2, admin, workers, "
-              "limits, upstreams, store, defaults, routes, access_log, log, trusted_proxies");
+              "limits, upstreams, store, defaults, routes, egress, access_log, log, "
+              "trusted_proxies");
     try {
         cfg::load_file(file);
         FAIL("expected config_errors");

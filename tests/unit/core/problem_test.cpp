@@ -43,6 +43,7 @@ constexpr expected_row spec[] = {
     {problem_code::admin_bad_request, "admin.bad_request", 400},
     {problem_code::admin_store_unavailable, "admin.store_unavailable", 503},
     {problem_code::admin_key_in_flight, "admin.key_in_flight", 409},
+    {problem_code::egress_circuit_open, "egress.circuit_open", 503},
 };
 
 } // namespace

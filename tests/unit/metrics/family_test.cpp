@@ -14,9 +14,12 @@ using namespace onceproxy::metrics;
 namespace {
 
 /// A registry in which every family is rendered: a route, a store that follows a master,
-/// workers, inbound TLS, a request with its store round trips.
+/// workers, inbound TLS, a request with its store round trips, an egress route and its
+/// upstream.
 std::string render_everything() {
     registry reg({"payments"});
+    reg.series_named(scope::egress_route, "payments");
+    reg.series_named(scope::upstream, "provider");
     reg.route(0).counter(family::requests, outcome::stored).inc();
     reg.route(0).counter(family::store_round_trips, outcome::stored).add(2);
     reg.store_follows_master = true;
@@ -82,9 +85,11 @@ TEST_CASE("families: every family of the table is rendered, with its type, help 
         CHECK(text.find("\n" + series + (f.label.empty() && f.per == scope::process ? " " : "{")) !=
               std::string::npos);
         if (!f.label.empty()) {
-            CHECK(text.find("\n" + name + "{" +
-                            (f.per == scope::route ? "route=\"payments\"," : "") +
-                            std::string(f.label) + "=\"") != std::string::npos);
+            const std::string first = f.per == scope::upstream  ? "upstream=\"provider\","
+                                      : f.per == scope::process ? ""
+                                                                : "route=\"payments\",";
+            CHECK(text.find("\n" + name + "{" + first + std::string(f.label) + "=\"") !=
+                  std::string::npos);
         }
     }
 }

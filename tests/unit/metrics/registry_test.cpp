@@ -265,3 +265,35 @@ TEST_CASE("metrics: event-loop lag per worker, the last second's worst or an ove
     CHECK(text.find("onceproxy_event_loop_lag_seconds{worker=\"0\"} 0.0") != std::string::npos);
     CHECK(text.find("onceproxy_event_loop_lag_seconds{worker=\"1\"} 3.") != std::string::npos);
 }
+
+namespace {
+/// Label values by index, as egress::attempt_result and egress::breaker_state give them.
+enum class third : std::uint8_t { first, second, third };
+} // namespace
+
+TEST_CASE("metrics: egress families appear with egress routes, by route and by upstream") {
+    registry reg({"payments"});
+    CHECK(reg.render().find("onceproxy_egress_") == std::string::npos);
+    auto& route = reg.series_named(scope::egress_route, "charge");
+    auto& up = reg.series_named(scope::upstream, "provider");
+    CHECK(&reg.series_named(scope::egress_route, "charge") == &route); // one series per name
+    route.counter(family::egress_attempts, third::third).add(3);
+    route.counter(family::egress_retries).inc();
+    up.gauge(family::egress_breaker_state, third::second).set(1);
+    up.counter(family::egress_breaker_transitions, third::second).inc();
+    const auto text = reg.render();
+    CHECK(
+        text.find(
+            "\nonceproxy_egress_attempts_total{route=\"charge\",result=\"connect_failure\"} 3\n") !=
+        std::string::npos);
+    CHECK(text.find("\nonceproxy_egress_retries_total{route=\"charge\"} 1\n") != std::string::npos);
+    CHECK(text.find("\nonceproxy_egress_breaker_state{upstream=\"provider\",state=\"open\"} 1\n") !=
+          std::string::npos);
+    CHECK(
+        text.find("\nonceproxy_egress_breaker_state{upstream=\"provider\",state=\"closed\"} 0\n") !=
+        std::string::npos);
+    CHECK(text.find("\nonceproxy_egress_breaker_transitions_total{upstream=\"provider\",to="
+                    "\"open\"} 1\n") != std::string::npos);
+    // The egress route's series are not an inbound route's.
+    CHECK(text.find("onceproxy_requests_total{route=\"charge\"") == std::string::npos);
+}
