@@ -100,6 +100,28 @@ std::uint64_t upstream_process::total() const {
     return json_number(r.body, "total");
 }
 
+std::vector<double> upstream_process::attempts(const std::string& key) const {
+    const auto r = fetch(port, "GET", "/__attempts?key=" + percent_encode(key));
+    if (r.status != 200) {
+        throw std::runtime_error("GET /__attempts answered " + std::to_string(r.status));
+    }
+    // {"key":"...","at_ms":[1.5,2.25]}: the numbers after the last '['.
+    std::vector<double> times;
+    const auto open = r.body.rfind('[');
+    const auto close = r.body.rfind(']');
+    if (open == std::string::npos || close == std::string::npos || close < open) {
+        throw std::runtime_error("no at_ms in " + r.body);
+    }
+    std::istringstream in(r.body.substr(open + 1, close - open - 1));
+    double t = 0;
+    while (in >> t) {
+        times.push_back(t);
+        char comma = 0;
+        in >> comma;
+    }
+    return times;
+}
+
 void upstream_process::reset() const {
     const auto r = fetch(port, "POST", "/__reset");
     if (r.status != 204) {
@@ -125,14 +147,26 @@ proxy_process::proxy_process(const std::string& yaml, unsigned short upstream_po
     if (ports.empty()) {
         fail_start("onceproxy (config:\n" + text + ")", proc);
     }
+    // "LISTEN ADMIN [TLS]", then "egress PORT" when the config has an egress listener.
     std::istringstream in(ports);
+    std::string line;
+    std::getline(in, line);
+    std::istringstream first(line);
     unsigned listen = 0;
     unsigned admin_listen = 0;
     unsigned tls_listen = 0;
-    in >> listen >> admin_listen >> tls_listen;
+    first >> listen >> admin_listen >> tls_listen;
     tls_port = static_cast<unsigned short>(tls_listen);
     port = static_cast<unsigned short>(listen);
     admin_port = static_cast<unsigned short>(admin_listen);
+    while (std::getline(in, line)) {
+        std::istringstream words(line);
+        std::string name;
+        unsigned value = 0;
+        if (words >> name >> value && name == "egress") {
+            egress_port = static_cast<unsigned short>(value);
+        }
+    }
 }
 
 int proxy_process::terminate(std::chrono::milliseconds timeout) {
@@ -201,13 +235,15 @@ std::string proxy_config::yaml() const {
     for (const auto& s : store) {
         y += "  " + s + "\n";
     }
-    y += "routes:\n";
-    y += routes;
-    if (!routes.empty() && routes.back() != '\n') {
-        y += "\n";
-    }
-    if (catch_all) {
-        y += "  - name: everything-else\n    match: { prefix: / }\n    upstream: app\n";
+    if (ingress_routes) {
+        y += "routes:\n";
+        y += routes;
+        if (!routes.empty() && routes.back() != '\n') {
+            y += "\n";
+        }
+        if (catch_all) {
+            y += "  - name: everything-else\n    match: { prefix: / }\n    upstream: app\n";
+        }
     }
     y += top;
     if (!top.empty() && top.back() != '\n') {

@@ -32,8 +32,11 @@ struct upstream_process {
     std::uint64_t count(const std::string& key) const;
     /// Every execution since the last reset, keyed or not (GET /__counts "total").
     std::uint64_t total() const;
-    /// Clears the counts (POST /__reset).
+    /// Clears the counts and the attempt log (POST /__reset).
     void reset() const;
+    /// When each request with Idempotency-Key (or X-Test-Fault-Id) `key` arrived, in ms of the
+    /// upstream's steady clock, in order, failed ones included (GET /__attempts).
+    std::vector<double> attempts(const std::string& key) const;
 };
 
 /// Placeholder replacements applied to a config before it is written, e.g. {"{REDIS_URL}", url}.
@@ -43,9 +46,10 @@ using substitutions = std::vector<std::pair<std::string, std::string>>;
 struct proxy_process {
     temp_dir dir; ///< holds config.yaml, the port file and proxy.log
     process proc;
-    unsigned short port = 0;       ///< the proxy listener
-    unsigned short admin_port = 0; ///< 0 when the config has no admin listener
-    unsigned short tls_port = 0;   ///< the TLS port (config `tls`); 0 without TLS
+    unsigned short port = 0;        ///< the proxy listener
+    unsigned short admin_port = 0;  ///< 0 when the config has no admin listener
+    unsigned short tls_port = 0;    ///< the TLS port (config `tls`); 0 without TLS
+    unsigned short egress_port = 0; ///< the egress listener (config `egress`); 0 without one
     std::string config_file;
 
     /// Writes `yaml` (a full config; "{UPSTREAM_PORT}" replaced by `upstream_port`, then each
@@ -98,6 +102,9 @@ struct proxy_config {
     std::string routes;
     /// Adds `- name: everything-else, match: { prefix: / }, upstream: app` last.
     bool catch_all = true;
+    /// false: no `routes:` at all (`routes` and `catch_all` are ignored), e.g. for a config with
+    /// only `egress:` (in `top`) and `upstreams:`.
+    bool ingress_routes = true;
     /// Extra top-level YAML (e.g. a `defaults:` block).
     std::string top;
 

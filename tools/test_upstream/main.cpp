@@ -27,12 +27,28 @@
 //                          closes with the body unfinished
 //   X-Test-Slow-Body-Ms: N       a generated body waits N ms before each 64 KiB piece
 //   the JSON reply         has "body_fnv1a": 64-bit FNV-1a of the request body, 16 hex digits
+//
+// Faults, for clients that retry (the egress tests):
+//   X-Test-Fail-Times: N   the first N executions of the request's Idempotency-Key fail (a
+//                          request without a key counts by X-Test-Fault-Id; with neither: 400);
+//                          later executions answer normally. Counted since the last /__reset.
+//   X-Test-Fail-With: F    how they fail: `status` (default) answers X-Test-Fail-Status (default
+//                          503, with the usual JSON body), `reset` closes the connection without
+//                          an answer (as X-Test-Drop), `hang` waits X-Test-Fail-Hang-Ms (default
+//                          5000) and then closes without an answer
+//   X-Test-Header          with X-Test-Fail-Times, goes on the failing answers only (e.g.
+//                          `Retry-After: 1`); otherwise on every answer
+//   GET /__attempts?key=K  {"key":K,"at_ms":[...]}: when each request with Idempotency-Key (or
+//                          X-Test-Fault-Id) K arrived (its head read; steady clock, ms with
+//                          3 decimals), failed ones included, in order. At most 1000 keys (the
+//                          oldest goes first) and 1000 times per key; POST /__reset clears it.
 //   GET .../ws + Upgrade: websocket (Connection: Upgrade, Sec-WebSocket-Key): 101, then every
 //                          message is echoed back; any method is upgraded (see session.cpp)
 //
 // Threads: one io_context per thread; the acceptor runs on the first and hands each accepted
 // connection to the next context round-robin, so a connection never changes thread.
 
+#include "attempt_log.hpp"
 #include "execution_counts.hpp"
 #include "session.hpp"
 #include "stream_releases.hpp"
@@ -65,6 +81,7 @@
 
 namespace net = boost::asio;
 using tcp = net::ip::tcp;
+using onceproxy::test_upstream::attempt_log;
 using onceproxy::test_upstream::execution_counts;
 using onceproxy::test_upstream::stream_releases;
 
@@ -167,7 +184,8 @@ void write_port_file(std::string const& path, unsigned short port) {
 
 net::awaitable<void> accept_loop(tcp::acceptor& acceptor,
                                  std::vector<std::unique_ptr<net::io_context>>& workers,
-                                 execution_counts& counts, stream_releases& releases) {
+                                 execution_counts& counts, stream_releases& releases,
+                                 attempt_log& attempts) {
     constexpr auto use_tuple = net::as_tuple(net::use_awaitable);
     net::steady_timer backoff(acceptor.get_executor());
     std::size_t next = 0;
@@ -182,10 +200,10 @@ net::awaitable<void> accept_loop(tcp::acceptor& acceptor,
             co_await backoff.async_wait(use_tuple);
             continue;
         }
-        net::co_spawn(
-            worker,
-            onceproxy::test_upstream::run_session(tcp::socket(std::move(socket)), counts, releases),
-            net::detached);
+        net::co_spawn(worker,
+                      onceproxy::test_upstream::run_session(tcp::socket(std::move(socket)), counts,
+                                                            releases, attempts),
+                      net::detached);
     }
 }
 
@@ -199,6 +217,7 @@ int main(int argc, char** argv) {
             workers.push_back(std::make_unique<net::io_context>(1));
         execution_counts counts;
         stream_releases releases;
+        attempt_log attempts;
 
         tcp::endpoint const endpoint(net::ip::make_address(opts.host), opts.port);
         tcp::acceptor acceptor(*workers.front());
@@ -243,7 +262,7 @@ int main(int argc, char** argv) {
             for (auto& worker : workers)
                 worker->stop();
         });
-        net::co_spawn(*workers.front(), accept_loop(acceptor, workers, counts, releases),
+        net::co_spawn(*workers.front(), accept_loop(acceptor, workers, counts, releases, attempts),
                       net::detached);
 
         std::vector<std::thread> threads;

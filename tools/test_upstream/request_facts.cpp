@@ -108,6 +108,11 @@ void request_facts::clear() {
     pause_after_bytes.reset();
     cut_after_bytes.reset();
     slow_body_ms.reset();
+    fault_id.clear();
+    fail_times.reset();
+    fail_with = fault::status;
+    fail_status = 503;
+    fail_hang_ms = 5000;
 }
 
 bool request_facts::wants_websocket() const {
@@ -231,6 +236,26 @@ void request_reader::on_field_impl(http::field name, boost::beast::string_view n
         } else if (which == "slow-body-ms") {
             f.bad_test_header |= !parse_u64(value, n) || n > 10'000;
             f.slow_body_ms = n;
+        } else if (which == "fault-id") {
+            f.fault_id.assign(value);
+        } else if (which == "fail-times") {
+            f.bad_test_header |= !parse_u64(value, n);
+            f.fail_times = n;
+        } else if (which == "fail-with") {
+            if (value == "status")
+                f.fail_with = request_facts::fault::status;
+            else if (value == "reset")
+                f.fail_with = request_facts::fault::reset;
+            else if (value == "hang")
+                f.fail_with = request_facts::fault::hang;
+            else
+                f.bad_test_header = true;
+        } else if (which == "fail-status") {
+            f.bad_test_header |= !parse_u64(value, n) || n < 200 || n > 999;
+            f.fail_status = static_cast<unsigned>(n);
+        } else if (which == "fail-hang-ms") {
+            f.bad_test_header |= !parse_u64(value, n);
+            f.fail_hang_ms = n;
         } else if (which == "stream-id") {
             f.stream_id.assign(value);
         } else if (which == "malformed") {
@@ -250,6 +275,9 @@ void request_reader::on_field_impl(http::field name, boost::beast::string_view n
 
 void request_reader::on_header_impl(boost::beast::error_code&) {
     auto& f = facts_;
+    // Failing "the first N executions" needs something to count them by.
+    if (f.fail_times && !f.has_key && f.fault_id.empty())
+        f.bad_test_header = true;
     if (!f.has_connection)
         return;
     // Any field named by Connection is hop-by-hop too (RFC 9110 §7.6.1).

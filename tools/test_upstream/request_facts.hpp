@@ -84,6 +84,15 @@ struct request_facts {
     // A generated body (over 1 MiB): wait this many milliseconds before each piece.
     std::optional<std::uint64_t> slow_body_ms;
 
+    // Faults (X-Test-Fail-*): the first `fail_times` executions of the request's Idempotency-Key
+    // (without a key: of its X-Test-Fault-Id) fail with `fail_with`; later ones answer normally.
+    enum class fault { status, reset, hang };
+    std::string fault_id; // X-Test-Fault-Id: what counts executions of a request without a key
+    std::optional<std::uint64_t> fail_times;
+    fault fail_with = fault::status;
+    unsigned fail_status = 503;        // fault::status: the answer's status
+    std::uint64_t fail_hang_ms = 5000; // fault::hang: wait this long, then close unanswered
+
     void clear();
     /// Upgrade names websocket, Connection has the `upgrade` token and a key is present.
     bool wants_websocket() const;

@@ -1,6 +1,7 @@
 #include "session.hpp"
 #include "tls_front.hpp"
 
+#include "attempt_log.hpp"
 #include "request_facts.hpp"
 #include "stream_releases.hpp"
 
@@ -297,7 +298,7 @@ void fill_body(std::string& body, request_facts const& f, std::string_view execu
 
 /// Answers the /__* control endpoints; false when `path` is not one of them.
 bool control_reply(std::string_view path, request_facts const& f, execution_counts& counts,
-                   stream_releases& releases, reply& r, std::string& body) {
+                   stream_releases& releases, attempt_log& attempts, reply& r, std::string& body) {
     body.clear();
     if (path == "/__health") {
         r.content_type = "text/plain";
@@ -325,6 +326,23 @@ bool control_reply(std::string_view path, request_facts const& f, execution_coun
         body += ",\"count\":";
         append_number(body, counts.count(key));
         body += '}';
+    } else if (path == "/__attempts") {
+        std::string const key = query_param(f.target, "key").value_or(std::string{});
+        r.content_type = "application/json";
+        body += "{\"key\":";
+        append_json_string(body, key);
+        body += ",\"at_ms\":[";
+        bool first = true;
+        for (double const at : attempts.times(key)) {
+            if (!first)
+                body += ',';
+            first = false;
+            std::array<char, 32> buf{};
+            auto const res =
+                std::to_chars(buf.data(), buf.data() + buf.size(), at, std::chars_format::fixed, 3);
+            body.append(buf.data(), res.ptr);
+        }
+        body += "]}";
     } else if (path == "/__tls") {
         auto const& tls = tls_stats();
         r.content_type = "application/json";
@@ -337,6 +355,7 @@ bool control_reply(std::string_view path, request_facts const& f, execution_coun
         body += '}';
     } else if (path == "/__reset") {
         counts.reset();
+        attempts.reset();
         r.status = 204;
     } else if (path == "/__release") {
         std::string const id = query_param(f.target, "id").value_or(std::string{});
@@ -535,8 +554,8 @@ net::awaitable<void> serve_websocket(tcp::socket& socket, request_facts const& f
     }
 }
 
-net::awaitable<void> serve(tcp::socket& socket, execution_counts& counts,
-                           stream_releases& releases) {
+net::awaitable<void> serve(tcp::socket& socket, execution_counts& counts, stream_releases& releases,
+                           attempt_log& attempts) {
     beast::error_code ignored;
     socket.set_option(tcp::no_delay(true), ignored);
 
@@ -557,6 +576,7 @@ net::awaitable<void> serve(tcp::socket& socket, execution_counts& counts,
         reader->header_limit(header_limit);
 
         auto [ec, n] = co_await beast::http::async_read_header(socket, buffer, *reader, use_tuple);
+        double const arrived_ms = attempt_log::now_ms();
         if (!ec && !reader->is_done()) {
             if (facts.expect_continue && facts.version >= 11) {
                 static constexpr std::string_view cont = "HTTP/1.1 100 Continue\r\n\r\n";
@@ -587,7 +607,11 @@ net::awaitable<void> serve(tcp::socket& socket, execution_counts& counts,
         std::string_view const target = facts.target;
         std::string_view const path = target.substr(0, target.find('?'));
 
-        if (path.starts_with("/__") && control_reply(path, facts, counts, releases, r, body)) {
+        bool const control = path.starts_with("/__") &&
+                             control_reply(path, facts, counts, releases, attempts, r, body);
+        if (!control && (facts.has_key || !facts.fault_id.empty()))
+            attempts.record(facts.has_key ? facts.key : facts.fault_id, arrived_ms);
+        if (control) {
             facts.extra_headers.clear();
         } else if (facts.bad_test_header) {
             r.status = 400;
@@ -595,62 +619,81 @@ net::awaitable<void> serve(tcp::socket& socket, execution_counts& counts,
             facts.extra_headers.clear();
             body = "bad X-Test-* header value";
         } else {
-            std::uint64_t const seq = counts.record(facts.key, facts.has_key);
+            auto const execution = counts.record(facts.key, facts.has_key, facts.fault_id);
             execution_id = execution_id_prefix();
-            append_number(execution_id, seq);
+            append_number(execution_id, execution.id);
 
-            if (facts.drop) {
+            bool const failing = facts.fail_times && execution.nth <= *facts.fail_times;
+            if (failing && facts.fail_with != request_facts::fault::status) {
+                if (facts.fail_with == request_facts::fault::hang) {
+                    timer.expires_after(std::chrono::milliseconds(facts.fail_hang_ms));
+                    co_await timer.async_wait(use_tuple);
+                }
                 close_socket(socket);
                 co_return;
             }
-            if (facts.malformed) {
-                static constexpr std::string_view garbage = "HTTP/1.1 2x0 nonsense\r\n\r\n";
-                co_await net::async_write(socket, net::buffer(garbage.data(), garbage.size()),
-                                          use_tuple);
-                close_socket(socket);
-                co_return;
-            }
-            if (facts.drop_after_ms) {
-                timer.expires_after(std::chrono::milliseconds(*facts.drop_after_ms));
-                co_await timer.async_wait(use_tuple);
-                close_socket(socket);
-                co_return;
-            }
-            if (facts.delay_ms) {
-                timer.expires_after(std::chrono::milliseconds(*facts.delay_ms));
-                co_await timer.async_wait(use_tuple);
-            }
-            if (facts.wants_websocket() && (path == "/ws" || path.ends_with("/ws"))) {
-                co_await serve_websocket(socket, facts, execution_id);
-                close_socket(socket);
-                co_return;
-            }
-            r.status = facts.status;
-            r.execution_id = execution_id;
-            r.chunked = facts.chunked;
-            if (facts.binary)
-                r.content_type = "application/octet-stream";
-            else if (facts.body_size)
-                r.content_type = "text/plain";
-            bool streamed = false;
-            bool ok = true;
-            if (facts.events) {
-                r.chunked = true;
-                r.content_type = "text/event-stream";
-                ok = co_await write_event_stream(socket, r, facts, head, releases);
-                streamed = true;
-            } else if (facts.body_size && *facts.body_size > stream_threshold) {
-                ok = co_await write_generated_body(socket, r, facts, head, releases);
-                streamed = true;
-            }
-            if (streamed) {
-                if (!ok || !r.keep_alive) {
+            if (facts.fail_times && !failing)
+                facts.extra_headers.clear(); // X-Test-Header belongs to the failures then
+            if (failing) {
+                r.status = facts.fail_status;
+                r.execution_id = execution_id;
+                facts.body_size.reset();
+                facts.binary = false;
+                fill_body(body, facts, execution_id);
+            } else {
+                if (facts.drop) {
                     close_socket(socket);
                     co_return;
                 }
-                continue;
+                if (facts.malformed) {
+                    static constexpr std::string_view garbage = "HTTP/1.1 2x0 nonsense\r\n\r\n";
+                    co_await net::async_write(socket, net::buffer(garbage.data(), garbage.size()),
+                                              use_tuple);
+                    close_socket(socket);
+                    co_return;
+                }
+                if (facts.drop_after_ms) {
+                    timer.expires_after(std::chrono::milliseconds(*facts.drop_after_ms));
+                    co_await timer.async_wait(use_tuple);
+                    close_socket(socket);
+                    co_return;
+                }
+                if (facts.delay_ms) {
+                    timer.expires_after(std::chrono::milliseconds(*facts.delay_ms));
+                    co_await timer.async_wait(use_tuple);
+                }
+                if (facts.wants_websocket() && (path == "/ws" || path.ends_with("/ws"))) {
+                    co_await serve_websocket(socket, facts, execution_id);
+                    close_socket(socket);
+                    co_return;
+                }
+                r.status = facts.status;
+                r.execution_id = execution_id;
+                r.chunked = facts.chunked;
+                if (facts.binary)
+                    r.content_type = "application/octet-stream";
+                else if (facts.body_size)
+                    r.content_type = "text/plain";
+                bool streamed = false;
+                bool ok = true;
+                if (facts.events) {
+                    r.chunked = true;
+                    r.content_type = "text/event-stream";
+                    ok = co_await write_event_stream(socket, r, facts, head, releases);
+                    streamed = true;
+                } else if (facts.body_size && *facts.body_size > stream_threshold) {
+                    ok = co_await write_generated_body(socket, r, facts, head, releases);
+                    streamed = true;
+                }
+                if (streamed) {
+                    if (!ok || !r.keep_alive) {
+                        close_socket(socket);
+                        co_return;
+                    }
+                    continue;
+                }
+                fill_body(body, facts, execution_id);
             }
-            fill_body(body, facts, execution_id);
         }
 
         if (!co_await write_reply(socket, r, facts, head, body) || !r.keep_alive ||
@@ -678,9 +721,9 @@ net::awaitable<void> serve(tcp::socket& socket, execution_counts& counts,
 } // namespace
 
 net::awaitable<void> run_session(tcp::socket socket, execution_counts& counts,
-                                 stream_releases& releases) {
+                                 stream_releases& releases, attempt_log& attempts) {
     try {
-        co_await serve(socket, counts, releases);
+        co_await serve(socket, counts, releases, attempts);
     } catch (std::exception const& e) {
         std::fprintf(stderr, "session failed: %s\n", e.what());
     }
