@@ -40,9 +40,12 @@ attempt_result classify(const config::retry_config& retry, const upstream::forwa
                                                                  : attempt_result::answered;
     case forward_status::connect_failed:
     case forward_status::pool_exhausted:
-    case forward_status::tls_failed:
     case forward_status::tunnel_limit:
         return attempt_result::connect_failure;
+    case forward_status::tls_failed:
+        // A certificate that does not verify (or a refused client certificate) fails the
+        // same way on the next attempt: not retried.
+        return attempt_result::other;
     case forward_status::reset_after_send:
         return attempt_result::reset;
     case forward_status::timeout_after_send:
