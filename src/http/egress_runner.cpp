@@ -40,9 +40,12 @@ attempt_result classify(const config::retry_config& retry, const upstream::forwa
                                                                  : attempt_result::answered;
     case forward_status::connect_failed:
     case forward_status::pool_exhausted:
-    case forward_status::tls_failed:
     case forward_status::tunnel_limit:
         return attempt_result::connect_failure;
+    case forward_status::tls_failed:
+        // A certificate that does not verify (or a refused client certificate) fails the
+        // same way on the next attempt: not retried.
+        return attempt_result::other;
     case forward_status::reset_after_send:
         return attempt_result::reset;
     case forward_status::timeout_after_send:
@@ -103,7 +106,6 @@ net::awaitable<response> async_run_egress(upstream::forwarder& fwd,
     report.key = key;
     req.set(bhttp::field::host, upstream_authority(up));
 
-    guard.on_request(clock::now());
     upstream::forward_result last;
     bool have_last = false;
     const auto finish = [&](response res) {
@@ -130,6 +132,9 @@ net::awaitable<response> async_run_egress(upstream::forwarder& fwd,
             }
             series.counter(metrics::family::egress_retries_denied, denial::breaker).inc();
             break;
+        }
+        if (!have_last) {
+            guard.on_request(clock::now()); // the budget counts requests sent, not refused
         }
         const auto left = std::chrono::duration_cast<milliseconds>(deadline - clock::now());
         last = co_await fwd.async_forward(route.upstream_index, req,

@@ -153,6 +153,39 @@ TEST_SUITE("http2 upstreams") {
         CHECK(upstream.count(key) == 1);
     }
 
+    TEST_CASE("egress to an h2c upstream, from an h2c app: a failed attempt is retried over "
+              "HTTP/2 under one key") {
+        upstream_process upstream;
+        nginx_h2 nginx(upstream.port, 100);
+        auto yaml = front_config("http://127.0.0.1:" + std::to_string(nginx.h2c_port));
+        yaml += "egress:\n"
+                "  listen: 127.0.0.1:0\n"
+                "  routes:\n"
+                "    - name: provider\n"
+                "      match: { prefix: / }\n"
+                "      upstream: app\n"
+                "      retry: { base_delay: 10ms, max_delay: 50ms }\n";
+        proxy_process proxy(yaml);
+        REQUIRE(proxy.egress_port != 0);
+        const auto out =
+            curl({"--http2-prior-knowledge", "-X", "POST", "-H", "X-Test-Fail-Times: 1", "-H",
+                  "Content-Type: application/json", "-d", "{\"amount\":1}", "-D", "-", "-w",
+                  "|%{http_version}",
+                  "http://127.0.0.1:" + std::to_string(proxy.egress_port) + "/v1/charges"});
+        INFO(out);
+        CHECK(out.rfind("|2") != std::string::npos); // the app spoke h2c to the egress listener
+        CHECK(out.find("HTTP/2 200") != std::string::npos);
+        CHECK(out.find("onceproxy-attempts: 2") != std::string::npos);
+        const auto at = out.find("idempotency-key: ");
+        REQUIRE(at != std::string::npos);
+        const auto key = out.substr(at + 17, 36);
+        CHECK(upstream.count(key) == 2);
+        // Both attempts reached nginx over HTTP/2.
+        const auto log = nginx.access_log();
+        CHECK(log.find("HTTP/2.0 /v1/charges") != std::string::npos);
+        CHECK(log.find("HTTP/1.1") == std::string::npos);
+    }
+
     TEST_CASE("h2c upstream: large bodies stream both ways for an HTTP/2 client") {
         upstream_process upstream;
         nginx_h2 nginx(upstream.port, 100);

@@ -462,3 +462,59 @@ TEST_SUITE("https upstreams") {
         }
     }
 }
+
+TEST_SUITE("https upstreams of egress routes") {
+
+    /// An egress-only config calling the https upstream at `tls_port` (`tls_lines`: its tls
+    /// block, indented by 6).
+    std::string egress_config(unsigned short tls_port, const std::string& tls_lines) {
+        return "listen: 127.0.0.1:0\n"
+               "workers: 1\n"
+               "access_log: false\n"
+               "limits: { shutdown_delay: 0 }\n"
+               "upstreams:\n"
+               "  provider:\n"
+               "    url: https://127.0.0.1:" +
+               std::to_string(tls_port) + "\n" +
+               (tls_lines.empty() ? "" : "    tls:\n" + tls_lines) +
+               "egress:\n"
+               "  listen: 127.0.0.1:0\n"
+               "  routes:\n"
+               "    - name: provider\n"
+               "      match: { prefix: / }\n"
+               "      upstream: provider\n"
+               "      retry: { base_delay: 10ms, max_delay: 50ms }\n";
+    }
+
+    TEST_CASE("a verified https upstream: a failed attempt is retried over TLS under one key") {
+        temp_dir dir;
+        test_pki pki(dir.path());
+        tls_upstream up(pki.issue("server"));
+        proxy_process proxy(egress_config(up.tls_port, ca_line(pki.ca_file())));
+        REQUIRE(proxy.egress_port != 0);
+        INFO(proxy.log());
+        const auto r = fetch(proxy.egress_port, "POST", "/v1/charges",
+                             {{"X-Test-Fail-Times", "1"}, {"Content-Type", "application/json"}},
+                             R"({"amount":1})");
+        CHECK(r.status == 200);
+        CHECK(r.header("Onceproxy-Attempts") == "2");
+        const auto key = r.header("Idempotency-Key");
+        REQUIRE(key.size() == 36);
+        CHECK(json_member(r.body, "key") == key); // what the upstream received
+        CHECK(up.count(key) == 2);
+        // The upstream was asked for by its own name, not the egress listener's.
+        CHECK(up.tls("failed") == 0);
+    }
+
+    TEST_CASE("an upstream certificate that does not verify: 502 upstream.tls_error, not retried") {
+        temp_dir dir;
+        test_pki pki(dir.path());
+        tls_upstream up(pki.issue("server"));
+        proxy_process proxy(egress_config(up.tls_port, "")); // the system's trust store
+        INFO(proxy.log());
+        const auto r = fetch(proxy.egress_port, "POST", "/v1/charges", {}, "{}");
+        check_problem(r, 502, "upstream.tls_error");
+        CHECK(r.header("Onceproxy-Attempts") == "1"); // it would fail the same way again
+        CHECK(up.total() == 0);
+    }
+}

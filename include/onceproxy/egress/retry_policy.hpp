@@ -16,10 +16,10 @@ namespace onceproxy::egress {
 enum class attempt_result : std::uint8_t {
     answered,         ///< an answer the route does not retry (passed on)
     retryable_status, ///< an answer whose status is in retry.on
-    connect_failure,  ///< no connection (or no TLS session): nothing was sent
+    connect_failure,  ///< no connection (or no free slot): nothing was sent
     reset,            ///< sent, and the connection failed before any answer byte
     timeout,          ///< sent, no answer within the upstream's timeout
-    other,            ///< an unusable answer (malformed, too large): not retried
+    other,            ///< an unusable answer (malformed, too large), a failed TLS handshake
 };
 inline constexpr std::size_t attempt_result_count = 6;
 

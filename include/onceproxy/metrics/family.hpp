@@ -457,7 +457,8 @@ inline constexpr std::array<family_info, family_count> family_table{{
      listed("answered", "retryable_status", "connect_failure", "reset", "timeout", "other"),
      "Sends of egress requests to their upstream (first attempts and retries), by egress route "
      "and how each ended: answered (passed on), retryable_status (a status in retry.on), "
-     "connect_failure, reset (before any answer byte), timeout, other (an unusable answer).",
+     "connect_failure, reset (before a complete answer), timeout, other (an unusable answer, a "
+     "failed TLS handshake).",
      shown::egress},
     {family::egress_retries,
      "onceproxy_egress_retries_total",
