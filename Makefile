@@ -39,14 +39,14 @@ test: test-build check-config
 # The multi-worker suites again under ThreadSanitizer. Reports go to files (the proxies run as
 # child processes, whose stderr the tests do not read); any report fails the target.
 TSAN_TARGETS = onceproxy onceproxy_test_upstream unit_store it_proxy_test it_idempotency_test \
-               it_postgres_proxy_test
+               it_postgres_proxy_test it_egress_test
 TSAN_REPORTS = $(CURDIR)/build/tsan/reports
 test-tsan: deps
 	@cmake --preset tsan >/dev/null
 	@cmake --build --preset tsan -j $(JOBS) --target $(TSAN_TARGETS)
 	@rm -rf $(TSAN_REPORTS) && mkdir -p $(TSAN_REPORTS)
 	@TSAN_OPTIONS="log_path=$(TSAN_REPORTS)/tsan halt_on_error=0" \
-	  ctest --preset tsan -j $(JOBS) -R '^(unit\.store|integration\.(proxy|idempotency|postgres_proxy)_test)$$'
+	  ctest --preset tsan -j $(JOBS) -R '^(unit\.store|integration\.(proxy|idempotency|postgres_proxy|egress)_test)$$'
 	@if ls $(TSAN_REPORTS)/tsan* >/dev/null 2>&1; then \
 	  head -c 20000 $(TSAN_REPORTS)/tsan*; echo "ThreadSanitizer reported problems (above)"; exit 1; \
 	else echo "ThreadSanitizer: no reports"; fi

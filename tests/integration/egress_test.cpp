@@ -287,6 +287,36 @@ TEST_SUITE("egress") {
         CHECK(attempts_of(s.proxy, "basic", "answered") - answered_before == 1);
     }
 
+    TEST_CASE("the access log line of an egress request has its key and its attempts") {
+        upstream_process upstream;
+        proxy_config c;
+        c.ingress_routes = false;
+        c.access_log = true;
+        c.workers = 1;
+        c.top = "egress:\n  listen: 127.0.0.1:0\n  routes:\n" +
+                egress_route("logged", "/", "{ base_delay: 10ms, max_delay: 20ms }");
+        proxy_process proxy(c.yaml(), upstream.port);
+        const auto r = egress(proxy, "POST", "/v1/charges", {{"X-Test-Fail-Times", "1"}}, "{}");
+        REQUIRE(r.status == 200);
+        const auto key = r.header("Idempotency-Key");
+        REQUIRE(is_uuidv7(key));
+        // The key as the upstream saw it (egress keys are not hashed), and the two sends.
+        const auto logged = [&] {
+            std::istringstream lines(proxy.log());
+            for (std::string line; std::getline(lines, line);) {
+                if (line.find("\"route\":\"logged\"") != std::string::npos &&
+                    line.find("\"idempotency_key\":\"" + key + "\"") != std::string::npos &&
+                    line.find("\"attempts\":2") != std::string::npos &&
+                    line.find("\"status\":200") != std::string::npos) {
+                    return true;
+                }
+            }
+            return false;
+        };
+        CHECK(eventually(logged));
+        INFO(proxy.log());
+    }
+
     TEST_CASE("a key the app sent is kept as it is") {
         auto& s = shared();
         const auto key = unique_key("app-key");

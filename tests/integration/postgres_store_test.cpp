@@ -10,6 +10,7 @@
 #include "support/process.hpp"
 #include "support/run_awaitable.hpp"
 #include "support/test_pki.hpp"
+#include "support/wait.hpp"
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -38,6 +39,7 @@ using onceproxy::store::postgres_store;
 using onceproxy::test::postgres_server;
 using onceproxy::test::postgres_server_options;
 using onceproxy::test::run;
+using onceproxy::test::wait_until;
 
 postgres_server& shared_server() {
     static postgres_server server;
@@ -276,7 +278,13 @@ TEST_SUITE("postgres_store") {
                                              std::to_string(server.port()) + " -U postgres -d " +
                                              postgres_server::database() + " -c \"" + sql + "\""},
                                         server.dir() + "/locker.log");
-        std::this_thread::sleep_for(800ms);
+        // The locker holds the row once its session sleeps inside the transaction.
+        wait_until(
+            [&] {
+                return server.psql("SELECT count(*) FROM pg_stat_activity WHERE query LIKE "
+                                   "'%pg_sleep(3)%' AND wait_event = 'PgSleep'") == "1\n";
+            },
+            10s, "the locking session sleeps with the row locked");
         const auto t0 = std::chrono::steady_clock::now();
         auto r = env.go(env.store->async_claim({"locked", "fp", "o2", 30'000ms}));
         const auto took = std::chrono::steady_clock::now() - t0;

@@ -255,6 +255,7 @@ TEST_SUITE("status page") {
             for (int n = 0; !looked && epoch_now() < traffic_ends; ++n) {
                 traffic_round(s.proxy.port, "page", n);
                 rounds = n + 1;
+                // Real time is the subject: light, steady traffic for the page's rates.
                 std::this_thread::sleep_for(50ms);
             }
         });
