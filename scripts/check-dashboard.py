@@ -30,7 +30,8 @@ BUILTINS = {
     "__range_ms": "3600000",
     "__interval_ms": "30000",
 }
-SAMPLE_VALUES = {"job": "onceproxy", "instance": "10.0.0.1:9901", "route": "payments"}
+SAMPLE_VALUES = {"job": "onceproxy", "instance": "10.0.0.1:9901", "route": "payments",
+                 "egress_route": "provider"}
 
 KEYWORDS = {"and", "or", "unless", "bool", "offset", "inf", "nan", "atan2"}
 HISTOGRAM_SUFFIXES = ("_bucket", "_sum", "_count")
@@ -57,7 +58,8 @@ manual = (root / "docs/operations.md").read_text()
 families = {}  # name: (kind, label names, with the job and instance of the scrape)
 for name, kind, scope, label in re.findall(
         r'"(onceproxy_\w+)",\s*kind::(\w+),\s*scope::(\w+),\s*"(\w*)"', table):
-    labels = {"job", "instance"} | ({"route"} if scope == "route" else set()) | {label}
+    first = {"route": "route", "egress_route": "route", "upstream": "upstream"}.get(scope, "")
+    labels = {"job", "instance", first, label}
     families[name] = (kind, labels - {""})
 if len(families) < 30:
     sys.exit(f"found only {len(families)} families in family.hpp: the pattern no longer matches")

@@ -6,7 +6,11 @@
 #include <boost/json/object.hpp>
 #include <boost/json/serialize.hpp>
 
+#include <algorithm>
 #include <cmath>
+#include <optional>
+#include <string_view>
+#include <vector>
 
 namespace onceproxy::app {
 
@@ -27,6 +31,16 @@ json::object by_label(const metrics::registry& reg, family f) {
     const auto& row = metrics::info(f);
     for (std::size_t i = 0; i < row.values.count; ++i) {
         o[row.values[i]] = reg.value(f, i);
+    }
+    return o;
+}
+
+/// A family of an egress route's or an upstream's series with a label, as {value: count}.
+json::object by_label(const metrics::named_series& n, family f) {
+    json::object o;
+    const auto& row = metrics::info(f);
+    for (std::size_t i = 0; i < row.values.count; ++i) {
+        o[row.values[i]] = n.cell(f, i);
     }
     return o;
 }
@@ -133,6 +147,63 @@ json::object store_status(const status_inputs& in) {
     return o;
 }
 
+/// The egress routes of the config now serving, in its order, and the upstreams they call, each
+/// once; nullopt when there are none (or their series are not made yet).
+std::optional<json::object> egress_status(const status_inputs& in) {
+    if (!in.cfg.egress) {
+        return std::nullopt;
+    }
+    const auto named = in.reg.named();
+    const auto series = [&](metrics::scope per, std::string_view name) {
+        const auto at = std::ranges::find_if(named, [&](const metrics::named_series* n) {
+            return n->per == per && n->name == name;
+        });
+        return at != named.end() ? *at : nullptr;
+    };
+    json::array routes;
+    json::array upstreams;
+    std::vector<std::string_view> listed;
+    for (const auto& r : in.cfg.egress->routes) {
+        const auto* s = series(metrics::scope::egress_route, r.name);
+        if (s == nullptr) {
+            continue;
+        }
+        json::object o;
+        o["name"] = r.name;
+        o["upstream"] = r.upstream;
+        o["attempts"] = by_label(*s, family::egress_attempts);
+        o["retries"] = s->cell(family::egress_retries, 0);
+        o["retries_denied"] = by_label(*s, family::egress_retries_denied);
+        o["circuit_refusals"] = s->cell(family::egress_circuit_refusals, 0);
+        routes.push_back(std::move(o));
+
+        const auto* u = series(metrics::scope::upstream, r.upstream);
+        if (u == nullptr || std::ranges::find(listed, r.upstream) != listed.end()) {
+            continue;
+        }
+        listed.push_back(r.upstream);
+        json::object up;
+        up["name"] = r.upstream;
+        const auto& states = metrics::info(family::egress_breaker_state).values;
+        json::value breaker = nullptr;
+        for (std::size_t i = 0; i < states.count; ++i) {
+            if (u->cell(family::egress_breaker_state, i) == 1) {
+                breaker = states[i];
+            }
+        }
+        up["breaker"] = std::move(breaker);
+        up["breaker_transitions"] = by_label(*u, family::egress_breaker_transitions);
+        upstreams.push_back(std::move(up));
+    }
+    if (routes.empty()) {
+        return std::nullopt;
+    }
+    json::object o;
+    o["routes"] = std::move(routes);
+    o["upstreams"] = std::move(upstreams);
+    return o;
+}
+
 } // namespace
 
 std::string status_json(const status_inputs& in) {
@@ -191,6 +262,9 @@ std::string status_json(const status_inputs& in) {
     }
     add("(none)", "unrouted");
     doc["routes"] = std::move(routes);
+    if (auto egress = egress_status(in)) {
+        doc["egress"] = std::move(*egress);
+    }
     return json::serialize(doc);
 }
 

@@ -2,7 +2,8 @@
 // GET /admin/v1/status on the admin listener: what the status page (status_page.html, served
 // at /) shows, as JSON. A digest of the /metrics series for a person: per-route counts by
 // outcome, recent latency percentiles, what observe mode would have prevented, the store, the
-// certificates, connections and the config. No keys, tokens, bodies or store addresses.
+// certificates, connections, the config, and the egress routes with their upstreams' breakers.
+// No keys, tokens, bodies or store addresses.
 
 #include "onceproxy/config/config.hpp"
 #include "onceproxy/metrics/history.hpp"

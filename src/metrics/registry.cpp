@@ -157,6 +157,15 @@ std::vector<const route_metrics*> registry::routes() const {
     return out;
 }
 
+std::vector<const named_series*> registry::named() const {
+    std::lock_guard lk(mutex_);
+    std::vector<const named_series*> out;
+    for (const auto& n : named_) {
+        out.push_back(n.get());
+    }
+    return out;
+}
+
 std::int64_t registry::value(family f, std::size_t i) const noexcept {
     const auto& row = info(f);
     assert(row.per == scope::process && row.from == source::cells && i < cells_of(row));
@@ -236,13 +245,7 @@ void registry::render_process(std::string& out, const family_info& f,
 std::string registry::render() const {
     // A snapshot of the lists: the series themselves are read without the lock.
     const auto routes_now = routes();
-    std::vector<const named_series*> named_now;
-    {
-        std::lock_guard lk(mutex_);
-        for (const auto& n : named_) {
-            named_now.push_back(n.get());
-        }
-    }
+    const auto named_now = named();
     const auto digest = config_digest();
     static constexpr std::string_view type_names[] = {"counter", "gauge", "histogram"};
     std::string out;

@@ -43,18 +43,77 @@ constexpr const char* outcomes[] = {
     "invalid_key", "released",      "held",        "outcome_unknown", "not_replayable",
     "lease_lost",  "record_failed", "store_error", "passthrough",     "rejected"};
 
-/// A proxy with a guarded route, an observed one and the catch-all, on the memory store.
+/// Two egress routes: `calls` to the test upstream, and `provider` to upstream `down`, where
+/// nothing listens (every attempt a connect failure), with short waits between attempts.
+const std::string egress = R"(egress:
+  listen: 127.0.0.1:0
+  routes:
+    - name: calls
+      match: { prefix: /app/ }
+      upstream: app
+    - name: provider
+      match: { prefix: / }
+      upstream: down
+      retry: { attempts: 3, base_delay: 1ms, max_delay: 5ms }
+)";
+
+/// A proxy with a guarded route, an observed one and the catch-all, on the memory store, and
+/// the egress routes above.
 struct status_setup {
     upstream_process up{2};
+    unsigned short down_port = free_port();
     proxy_process proxy;
     status_setup() : proxy(config()) {}
-    std::string config() const {
+    /// The config, with `extra_routes` after the routes above.
+    std::string config(const std::string& extra_routes = "") const {
         proxy_config c;
         c.upstream_port = up.port;
-        c.routes = routes;
-        return c.yaml();
+        c.routes = routes + extra_routes;
+        c.top = egress;
+        auto yaml = c.yaml();
+        const std::string upstreams = "upstreams:\n";
+        yaml.insert(yaml.find(upstreams) + upstreams.size(),
+                    "  down: { url: http://127.0.0.1:" + std::to_string(down_port) + " }\n");
+        return yaml;
+    }
+    /// The egress listener's port, from the port file's "egress N" line.
+    unsigned short egress_port() const {
+        const auto ports = read_file(proxy.dir.file("ports"));
+        const auto at = ports.find("egress ");
+        REQUIRE(at != std::string::npos);
+        return static_cast<unsigned short>(std::stoi(ports.substr(at + 7)));
+    }
+    /// Calls through the egress listener: one answered, then the `down` upstream until its
+    /// breaker is open and a call is refused at once.
+    void egress_traffic() const {
+        const auto port = egress_port();
+        CHECK(fetch(port, "GET", "/app/health").status == 200);
+        for (int i = 0; i < 5; ++i) {
+            if (fetch(port, "POST", "/v1/charges", {{"Content-Type", "application/json"}}, "{}")
+                    .status == 503) {
+                return; // egress.circuit_open
+            }
+        }
+        FAIL("the breaker of `down` never opened");
     }
 };
+
+constexpr const char* attempt_results[] = {"answered", "retryable_status", "connect_failure",
+                                           "reset",    "timeout",          "other"};
+constexpr const char* denial_reasons[] = {"attempts",    "deadline", "budget", "breaker",
+                                          "retry_after", "unsafe",   "body"};
+
+/// An egress series of /metrics: `family` (after onceproxy_egress_) on route or upstream
+/// `owner`, with `label`="`value`" when given.
+long long egress_metric(const std::string& metrics, const std::string& family,
+                        const std::string& key, const std::string& owner,
+                        const std::string& label = "", const std::string& value = "") {
+    auto series = "onceproxy_egress_" + family + "{" + key + "=\"" + owner + "\"";
+    if (!label.empty()) {
+        series += "," + label + "=\"" + value + "\"";
+    }
+    return metric_value(metrics, series + "}");
+}
 
 /// One round of what a client fleet sends: a new payment, its retry, a retry with another
 /// body, a payment without a key, an order sent twice (observe mode lets both through), and a
@@ -157,6 +216,31 @@ void check_matches_metrics(const json::object& values, const std::string& metric
     CHECK(text(values, "conn:http1") ==
           shown(metric_value(metrics, "onceproxy_client_connections_total{protocol=\"http1\"}")));
     CHECK(text(values, "config:sha256") == config_sha(metrics));
+    for (const std::string route : {"calls", "provider"}) {
+        const auto key = "egress:" + route + ":";
+        long long sends = 0;
+        for (const auto* r : attempt_results) {
+            const auto n = egress_metric(metrics, "attempts_total", "route", route, "result", r);
+            sends += n;
+            CHECK_MESSAGE(text(values, key + "attempts:" + r) == shown(n), key << r);
+        }
+        CHECK(text(values, key + "sends") == shown(sends));
+        long long denied = 0;
+        for (const auto* r : denial_reasons) {
+            const auto n =
+                egress_metric(metrics, "retries_denied_total", "route", route, "reason", r);
+            denied += n;
+            CHECK_MESSAGE(text(values, key + "denied:" + r) == shown(n), key << r);
+        }
+        CHECK(text(values, key + "denied") == shown(denied));
+        CHECK(text(values, key + "retries") ==
+              shown(egress_metric(metrics, "retries_total", "route", route)));
+        CHECK(text(values, key + "circuit_refusals") ==
+              shown(egress_metric(metrics, "circuit_refusals_total", "route", route)));
+    }
+    CHECK(egress_metric(metrics, "breaker_state", "upstream", "down", "state", "open") == 1);
+    CHECK(text(values, "egress:upstream:down:breaker") == "open");
+    CHECK(text(values, "egress:upstream:app:breaker") == "closed");
 }
 
 } // namespace
@@ -166,6 +250,7 @@ TEST_SUITE("status page") {
               "store and the config; a reload shows; no keys or bodies") {
         status_setup s;
         traffic_round(s.proxy.port, "json", 0);
+        s.egress_traffic();
         const auto doc = json::parse(s.proxy.admin("/admin/v1/status").body).as_object();
         const auto metrics = s.proxy.admin("/metrics").body;
         const auto& rs = doc.at("routes").as_array();
@@ -202,6 +287,60 @@ TEST_SUITE("status page") {
         CHECK(doc.at("connections").at("limit").to_number<long long>() ==
               metric_value(metrics, "onceproxy_connection_limit"));
         CHECK(doc.at("tls").at("certificate_expires_at").is_null());
+
+        // Egress: per egress route, in the config's order, the counts of /metrics; per upstream
+        // they call, the breaker's state.
+        const auto& eg = doc.at("egress").as_object();
+        const auto& ers = eg.at("routes").as_array();
+        REQUIRE(ers.size() == 2);
+        CHECK(ers[0].at("name") == "calls");
+        CHECK(ers[0].at("upstream") == "app");
+        CHECK(ers[1].at("name") == "provider");
+        CHECK(ers[1].at("upstream") == "down");
+        for (const auto& r : ers) {
+            const auto& o = r.as_object();
+            const std::string name(o.at("name").as_string());
+            for (const auto* res : attempt_results) {
+                CHECK_MESSAGE(
+                    o.at("attempts").at(res).to_number<long long>() ==
+                        egress_metric(metrics, "attempts_total", "route", name, "result", res),
+                    name << " " << res);
+            }
+            for (const auto* why : denial_reasons) {
+                CHECK_MESSAGE(o.at("retries_denied").at(why).to_number<long long>() ==
+                                  egress_metric(metrics, "retries_denied_total", "route", name,
+                                                "reason", why),
+                              name << " " << why);
+            }
+            CHECK(o.at("retries").to_number<long long>() ==
+                  egress_metric(metrics, "retries_total", "route", name));
+            CHECK(o.at("circuit_refusals").to_number<long long>() ==
+                  egress_metric(metrics, "circuit_refusals_total", "route", name));
+        }
+        CHECK(ers[0].at("attempts").at("answered") == 1);
+        CHECK(ers[0].at("retries") == 0);
+        CHECK(ers[1].at("attempts").at("answered") == 0);
+        CHECK(ers[1].at("attempts").at("connect_failure").to_number<long long>() >= 5);
+        CHECK(ers[1].at("retries").to_number<long long>() > 0);
+        CHECK(ers[1].at("retries_denied").at("attempts") == 1);
+        CHECK(ers[1].at("circuit_refusals") == 1);
+        const auto& ups = eg.at("upstreams").as_array();
+        REQUIRE(ups.size() == 2);
+        for (const auto& u : ups) {
+            const std::string name(u.at("name").as_string());
+            const std::string state(u.at("breaker").as_string());
+            CHECK(egress_metric(metrics, "breaker_state", "upstream", name, "state", state) == 1);
+            for (const auto* to : {"closed", "open", "half_open"}) {
+                CHECK(u.at("breaker_transitions").at(to).to_number<long long>() ==
+                      egress_metric(metrics, "breaker_transitions_total", "upstream", name, "to",
+                                    to));
+            }
+        }
+        CHECK(ups[0].at("name") == "app");
+        CHECK(ups[0].at("breaker") == "closed");
+        CHECK(ups[1].at("name") == "down");
+        CHECK(ups[1].at("breaker") == "open");
+        CHECK(ups[1].at("breaker_transitions").at("open") == 1);
         // Read-only and nothing secret: no key, no body, GET only in spirit (POST is not an
         // action either).
         const auto body = s.proxy.admin("/admin/v1/status").body;
@@ -222,10 +361,7 @@ TEST_SUITE("status page") {
         // A reload with one more route: the page lists it, with the new config's digest.
         {
             std::ofstream out(s.proxy.config_file, std::ios::trunc);
-            proxy_config c;
-            c.upstream_port = s.up.port;
-            c.routes = routes + guarded_route("refunds", "/v1/refunds");
-            out << c.yaml();
+            out << s.config(guarded_route("refunds", "/v1/refunds"));
         }
         s.proxy.proc.signal(SIGHUP);
         const bool reloaded = eventually(
@@ -275,6 +411,7 @@ TEST_SUITE("status page") {
         }();
         looked = true;
         traffic.join();
+        s.egress_traffic();
         CHECK(rounds > 10);
         CHECK(live.at("errors").as_array().empty());
         INFO("errors: " << json::serialize(live.at("errors")));
@@ -290,5 +427,14 @@ TEST_SUITE("status page") {
         CHECK(phone.at("errors").as_array().empty());
         CHECK(phone.at("overflow") == false); // the tables scroll inside their box
         check_matches_metrics(phone.at("values").as_object(), metrics);
+    }
+
+    TEST_CASE("/admin/v1/status has no egress part without egress routes") {
+        upstream_process up;
+        proxy_process proxy(basic_config(up.port)); // no egress block (it needs a route)
+        const auto doc = json::parse(proxy.admin("/admin/v1/status").body).as_object();
+        CHECK(doc.contains("routes"));
+        CHECK_FALSE(doc.contains("egress"));
+        CHECK(proxy.admin("/metrics").body.find("onceproxy_egress_") == std::string::npos);
     }
 }

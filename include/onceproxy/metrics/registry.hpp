@@ -238,6 +238,9 @@ public:
     /// Every route ever configured, in order of appearance, "(none)" after the start config's
     /// (the series /metrics renders). Any thread.
     std::vector<const route_metrics*> routes() const;
+    /// Every egress route and upstream series series_named made, in order of appearance. Any
+    /// thread.
+    std::vector<const named_series*> named() const;
     /// The value of process counter or gauge `f` at label index `i` (0 without a label).
     std::int64_t value(family f, std::size_t i = 0) const noexcept;
     /// The digest of the config now serving (set_config).

@@ -296,4 +296,8 @@ TEST_CASE("metrics: egress families appear with egress routes, by route and by u
                     "\"open\"} 1\n") != std::string::npos);
     // The egress route's series are not an inbound route's.
     CHECK(text.find("onceproxy_requests_total{route=\"charge\"") == std::string::npos);
+    const auto named = reg.named(); // in order of appearance
+    REQUIRE(named.size() == 2);
+    CHECK(named[0] == &route);
+    CHECK(named[1] == &up);
 }
