@@ -74,8 +74,8 @@ double unit_random() {
     return static_cast<double>(v >> 11) * 0x1.0p-53;
 }
 
-/// The upstream's authority for Host: the app called the egress listener, the upstream wants
-/// its own name (and its port when not the scheme's default).
+} // namespace
+
 std::string upstream_authority(const config::upstream_config& up) {
     std::string host = up.host.find(':') != std::string::npos ? "[" + up.host + "]" : up.host;
     if (up.port != (up.tls ? 443 : 80)) {
@@ -83,8 +83,6 @@ std::string upstream_authority(const config::upstream_config& up) {
     }
     return host;
 }
-
-} // namespace
 
 net::awaitable<response> async_run_egress(upstream::forwarder& fwd,
                                           const config::route_config& route, egress_route& state,
@@ -104,10 +102,9 @@ net::awaitable<response> async_run_egress(upstream::forwarder& fwd,
         req.set(retry.key_header, key);
     }
     report.key = key;
-    req.set(bhttp::field::host, upstream_authority(up));
+    req.set(bhttp::field::host, state.authority);
 
     upstream::forward_result last;
-    bool have_last = false;
     const auto finish = [&](response res) {
         if (!key.empty()) {
             res.set(retry.key_header, key);
@@ -120,7 +117,7 @@ net::awaitable<response> async_run_egress(upstream::forwarder& fwd,
     for (;;) {
         const auto admitted = guard.admit(clock::now());
         if (!admitted.allowed) {
-            if (!have_last) {
+            if (report.attempts == 0) {
                 series.counter(metrics::family::egress_circuit_refusals).inc();
                 const auto s = std::chrono::ceil<std::chrono::seconds>(admitted.retry_after);
                 co_return finish(make_problem(
@@ -133,14 +130,13 @@ net::awaitable<response> async_run_egress(upstream::forwarder& fwd,
             series.counter(metrics::family::egress_retries_denied, denial::breaker).inc();
             break;
         }
-        if (!have_last) {
+        if (report.attempts == 0) {
             guard.on_request(clock::now()); // the budget counts requests sent, not refused
         }
         const auto left = std::chrono::duration_cast<milliseconds>(deadline - clock::now());
         last = co_await fwd.async_forward(route.upstream_index, req,
                                           route.limits.max_response_bytes, std::nullopt,
                                           std::max(milliseconds(1), std::min(up.timeout, left)));
-        have_last = true;
         ++report.attempts;
         const auto result = classify(retry, last);
         series.counter(metrics::family::egress_attempts, result).inc();

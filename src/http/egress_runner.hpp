@@ -21,7 +21,12 @@ namespace onceproxy::http {
 struct egress_route {
     std::shared_ptr<egress::upstream_guard> guard; ///< its upstream's budget and breaker
     metrics::named_series* series = nullptr;       ///< the route's egress series
+    std::string authority; ///< the Host its requests get: upstream_authority of its upstream
 };
+
+/// The upstream's authority for Host: the app called the egress listener, the upstream wants
+/// its own name (and its port when not the scheme's default).
+std::string upstream_authority(const config::upstream_config& up);
 
 /// What the access log says of an egress request.
 struct egress_report {

@@ -441,12 +441,12 @@ net::awaitable<void> h2_connection::impl::serve(std::shared_ptr<impl> /*self: ke
         co_await answer(*st, std::move(*a.refusal), head_request);
         co_return;
     }
-    if (a.route != nullptr && !h->guards(*a.route, req)) {
+    if (a.route != nullptr && !h->reads_whole(*a.route, req)) {
         co_await h->async_relay_h2(*st, req, !st->end_stream, *a.route, a.route_index, rc);
         co_return;
     }
-    // Answered whole (no route, or a guarded method): the body is read whole first, bounded
-    // by the route's limit and limits.max_buffered_bytes as on HTTP/1.1.
+    // Answered whole (no route, a guarded method, or an egress route): the body is read whole
+    // first, bounded by the route's limit and limits.max_buffered_bytes as on HTTP/1.1.
     auto held = std::make_shared<buffer_reservation>(
         reg.gauge(metrics::family::buffered_bytes).cell(),
         reg.gauge(metrics::family::buffered_bytes_limit).cell());

@@ -64,6 +64,13 @@ struct handler::impl {
     /// The egress listener's handler: per route, its upstream's guard and its series.
     std::vector<egress_route> egress_routes;
 
+    /// Hands the access-log line over; a line the full writer dropped is counted.
+    void write_log(const access_log_entry& log, const request_context& ctx, const request& req) {
+        if (!write_access_log(log, ctx, req)) {
+            reg.counter(metrics::family::access_log_dropped).inc();
+        }
+    }
+
     /// An egress route's request (`route.retry` set): sent, and sent again as its route says.
     net::awaitable<handled> handle_egress(request& req, const config::route_config& route,
                                           std::size_t route_index, const request_context& ctx,
@@ -89,7 +96,8 @@ struct handler::impl {
             // A new upstream: its breaker starts closed.
             up.gauge(metrics::family::egress_breaker_state, egress::breaker_state::closed).set(1);
         }
-        return {std::move(guard), &reg.series_named(metrics::scope::egress_route, route.name)};
+        return {std::move(guard), &reg.series_named(metrics::scope::egress_route, route.name),
+                upstream_authority(cfg->upstreams[route.upstream_index])};
     }
     plain_relay relay{cfg, *env->fwd, reg, fields_in_use, env->route_series};
 };
@@ -159,14 +167,17 @@ admission handler::admit(request& head, std::optional<std::uint64_t> declared_le
 }
 
 bool handler::guards(const config::route_config& route, const request& req) const {
-    // An egress request is read whole (kept for its retries) like a guarded one.
-    return route.retry ||
-           (impl_->env->st && is_guarded(route, req.method_string(), path_of(req.target())));
+    return impl_->env->st && is_guarded(route, req.method_string(), path_of(req.target()));
+}
+
+bool handler::reads_whole(const config::route_config& route, const request& req) const {
+    // An egress request's body is kept for its retries.
+    return route.retry || guards(route, req);
 }
 
 bool handler::streams(const config::route_config& route, const request& req) const {
     // An HTTP/2 upstream's plain requests from HTTP/1.1 clients are forwarded whole.
-    return !guards(route, req) && impl_->env->fwd->h2(route.upstream_index) == nullptr;
+    return !reads_whole(route, req) && impl_->env->fwd->h2(route.upstream_index) == nullptr;
 }
 
 net::awaitable<bool> handler::async_relay(client_side client, wire::request_parser& parser,
@@ -196,9 +207,7 @@ net::awaitable<handled> handler::async_handle(request& req, const config::route_
         if (m.cfg->access_log) {
             log.status = res.result_int();
             log.outcome = metrics::outcome::rejected;
-            if (!write_access_log(log, ctx, req)) {
-                m.reg.counter(metrics::family::access_log_dropped).inc();
-            }
+            m.write_log(log, ctx, req);
         }
         co_return handled{std::move(res)};
     }
@@ -227,7 +236,7 @@ net::awaitable<handled> handler::async_handle(request& req, const config::route_
 
     exchange_report report;
     response res;
-    if (!m.env->st || !is_guarded(*route, req.method_string(), path_of(req.target()))) {
+    if (!guards(*route, req)) {
         // A plain request the caller could not stream (an HTTP/2 upstream): forwarded whole.
         const auto& lim = route->limits.max_response_bytes;
         auto r = co_await m.env->fwd->async_forward(
@@ -254,9 +263,7 @@ net::awaitable<handled> handler::async_handle(request& req, const config::route_
         log.key_hash = report.key_hash;
         log.upstream_ms = report.upstream_ms;
         log.store_ms = report.store_ms;
-        if (!write_access_log(log, ctx, req)) {
-            m.reg.counter(metrics::family::access_log_dropped).inc();
-        }
+        m.write_log(log, ctx, req);
     }
     co_return handled{std::move(res), report.streamed, report.keep, std::move(report.trailers)};
 }
@@ -290,9 +297,7 @@ net::awaitable<handled> handler::impl::handle_egress(request& req,
         log.egress_key = report.key;
         log.egress = true;
         log.attempts = report.attempts;
-        if (!write_access_log(log, ctx, req)) {
-            m.reg.counter(metrics::family::access_log_dropped).inc();
-        }
+        m.write_log(log, ctx, req);
     }
     co_return handled{std::move(res)};
 }

@@ -79,6 +79,11 @@ public:
     /// streaming) and a store is configured: the exchange runs.
     bool guards(const config::route_config& route, const request& req) const;
 
+    /// True when `req`'s body is read whole before anything is sent: its route guards it, or
+    /// it is an egress route's (the body is kept for retries). Otherwise it is relayed as it
+    /// comes.
+    bool reads_whole(const config::route_config& route, const request& req) const;
+
     /// True when HTTP/1.1 requests with `method` on `route` take the streaming plain path: no
     /// store round trip, nothing buffered (the route does not guard the method and its upstream
     /// speaks HTTP/1.1; a plain request to an HTTP/2 upstream is forwarded whole).
@@ -99,14 +104,15 @@ public:
                                                 const request_context& ctx);
 
     /// Produces the response for a request read whole that does not stream: no route matches
-    /// (`route` null: 404), or its route guards its method (the idempotency exchange); `route`
-    /// and `route_index` are what route_for() found for its head. Requests for which
-    /// streams() is true go to async_relay instead. `req` is consumed (moved upstream). Never
-    /// throws for anything a client or an upstream does: those become problem responses. An
-    /// upstream answer whose body outgrows the route's max_record_bytes is not held: it streams
-    /// to `client` (its head as soon as that much has arrived) and the result says so. `held`
-    /// holds the request body against limits.max_buffered_bytes; the exchange keeps it (and
-    /// counts the upstream answer it holds in it) for as long as it runs.
+    /// (`route` null: 404), its route guards its method (the idempotency exchange), or it is an
+    /// egress route's (sent with its retries); `route` and `route_index` are what route_for() found
+    /// for its head. Requests for which streams() is true go to async_relay instead. `req` is
+    /// consumed (moved upstream). Never throws for anything a client or an upstream does: those
+    /// become problem responses. An upstream answer whose body outgrows the route's
+    /// max_record_bytes is not held: it streams to `client` (its head as soon as that much has
+    /// arrived) and the result says so. `held` holds the request body against
+    /// limits.max_buffered_bytes; the exchange keeps it (and counts the upstream answer it holds in
+    /// it) for as long as it runs.
     boost::asio::awaitable<handled> async_handle(request& req, const config::route_config* route,
                                                  std::size_t route_index,
                                                  const request_context& ctx, client_side client,
