@@ -306,7 +306,7 @@ start_redis_cluster() {
 
 # write_proxy_config WORKERS STORE [NAME]: writes $work_dir/NAME.yaml (default onceproxy) from
 # the template ($redis_extra, when set, is added to the store.redis settings, $postgres_extra to
-# store.postgres). STORE is memory, redis (the redis-server of start_redis), cluster (the nodes
+# store.postgres; $proxy_ttl, when set, is defaults.ttl, else 1h). STORE is memory, redis (the redis-server of start_redis), cluster (the nodes
 # of the last start_redis_cluster) or postgres (the server of start_postgres).
 write_proxy_config() {
     local workers=$1 store=$2 name=${3:-onceproxy} store_block nodes=() node_list
@@ -336,7 +336,7 @@ write_proxy_config() {
     # nobody listens on (the route is not used then).
     sed -e "s|@WORKERS@|$workers|" -e "s|@UPSTREAM_PORT@|$upstream_port|" \
         -e "s|@H2C_UPSTREAM_PORT@|${h2c_upstream_port:-$(free_port)}|" \
-        -e "s|@STORE@|$store_block|" -e "s|@DIR@|$work_dir|g" \
+        -e "s|@STORE@|$store_block|" -e "s|@DIR@|$work_dir|g" -e "s|@TTL@|${proxy_ttl:-1h}|" \
         "$bench_dir/onceproxy.yaml.in" >"$work_dir/$name.yaml"
 }
 

@@ -13,7 +13,9 @@ onceproxy of the Redis Cluster of N masters, whose loads are r<round>-first_clus
 r<round>-replay_cluster<N>.txt), engine-pg-<variant>.txt, metrics-pg-<variant>.txt and
 postgres-settings.txt (the PostgreSQL rows: onceproxy on a private PostgreSQL server, variant
 claim or lookup; their loads' .postgres-cpu and .postgres-counters files hold the server's CPU
-time and its next transaction id and WAL position before and after),
+time and its next transaction id and WAL position before and after), the loads' .split,
+.redis-split, .postgres-split and .upstream-split files (user ticks, system ticks, minor page
+faults, ticks per second of the proxy, the store server and the upstream during the load),
 r<round>-bulk_<mode>_<target>.json (one large transfer each, from bulk.py)
 and, with --commandstats, commandstats-{first,replay}.txt (INFO commandstats
 after N sequential requests of each kind) or commandstats-unavailable.txt.
@@ -54,6 +56,14 @@ SCENARIOS = [
     ("half_proxy", "onceproxy plain route, GET, half load"),
 ]
 UNITS = {"us": 1e-3, "ms": 1.0, "s": 1e3, "m": 60e3, "h": 3600e3}
+
+
+def duration_seconds(text: str) -> float:
+    """A config duration ("2s", "1h") in seconds."""
+    m = re.fullmatch(r"(\d+)(ms|s|m|h|d)", text)
+    if not m:
+        raise ValueError(f"unknown duration '{text}'")
+    return int(m.group(1)) * {"ms": 1e-3, "s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
 
 
 def to_ms(text: str) -> float:
@@ -326,6 +336,53 @@ def cpu_us(f: pathlib.Path, requests: int) -> float:
     return ticks * 1e6 / hz / requests
 
 
+SPLIT_GROUPS = ("proxy", "store", "upstream")
+SPLIT_KEYS = tuple(f"{g}_{k}" for g in SPLIT_GROUPS for k in ("user_us", "sys_us", "minflt"))
+
+
+def split_share(f: pathlib.Path, requests: int, name: str) -> dict:
+    """User and system CPU time per request, us, and minor page faults per request, of the proxy,
+    the store server (PostgreSQL for the pg_ rows, else Redis) and the upstream, from the
+    "<user ticks> <system ticks> <minor faults> <ticks per second>" files; NaN when missing."""
+    out = dict.fromkeys(SPLIT_KEYS, float("nan"))
+    store = "postgres" if name.startswith("pg_") else "redis"
+    for group, suffix in (("proxy", ".split"), ("store", f".{store}-split"),
+                          ("upstream", ".upstream-split")):
+        sf = f.with_name(f.name + suffix)
+        if requests <= 0 or not sf.exists():
+            continue
+        user, system, faults, hz = (int(x) for x in sf.read_text().split())
+        out[f"{group}_user_us"] = user * 1e6 / hz / requests
+        out[f"{group}_sys_us"] = system * 1e6 / hz / requests
+        out[f"{group}_minflt"] = faults / requests
+    return out
+
+
+def split_table(meta: dict, med: dict) -> None:
+    """The second table: where each process's CPU time per request goes (user or system time)
+    and the minor page faults per request that part of the system time pays for."""
+    rows = [(n, label) for n, label in SCENARIOS + cluster_scenarios(meta) if n in med]
+    if not any(not math.isnan(med[n]["proxy_user_us"]) for n, _ in rows):
+        return  # a run without .split files
+    print()
+    print("user and system CPU time per request, us, and minor page faults per request "
+          "(/proc/PID/stat utime, stime, minflt; median over rounds) of the proxy, the store "
+          "server and the upstream")
+    group_head = "".join(f"  {' ' + g + ' ':-^20}" for g in SPLIT_GROUPS)
+    print(f"{'':<40}{group_head}")
+    cols = "".join(f"  {'user':>6} {'sys':>6} {'minflt':>6}" for _ in SPLIT_GROUPS)
+    print(f"{'scenario':<40}{cols}")
+    for name, label in rows:
+        r = med[name]
+        cells = ""
+        for g in SPLIT_GROUPS:
+            user, system, faults = (r[f"{g}_{k}"] for k in ("user_us", "sys_us", "minflt"))
+            if g == "proxy" and name == "direct":
+                user = system = faults = float("nan")  # no proxy: that is the upstream
+            cells += f"  {fmt_us(user):>6} {fmt_us(system):>6} {fmt_flt(faults):>6}"
+        print(f"{label:<40}{cells}")
+
+
 def machine_share(f: pathlib.Path, requests: int) -> dict:
     """The rest of the machine during one load: CPU time per request of the test upstream and
     of wrk, and the share of the CPUs left idle (NaN where a file is missing)."""
@@ -391,6 +448,10 @@ def cpu_targets(med: dict, fig: dict) -> None:
         if name in med and "proxy" in med and med["proxy"]["cpu_us"] > 0:
             rows.append((f"{name} / plain GET, onceproxy",
                          med[name]["cpu_us"] / med["proxy"]["cpu_us"], "x", target))
+        # The same POST with the same key on the plain route: what the guard alone costs.
+        if name in med and "proxy_post" in med and med["proxy_post"]["cpu_us"] > 0:
+            rows.append((f"{name} / same POST unguarded, onceproxy",
+                         med[name]["cpu_us"] / med["proxy_post"]["cpu_us"], "x", target))
     if "first" in med and not math.isnan(med["first"]["redis_us"]):
         rows.append(("Redis per first execution", med["first"]["redis_us"], " us", 12.0))
     if not rows:
@@ -399,7 +460,7 @@ def cpu_targets(med: dict, fig: dict) -> None:
     for label, v, unit, target in rows:
         fig["cpu_target " + label] = {"value": v, "target": target, "met": v <= target}
         mark = "met" if v <= target else "NOT met"
-        print(f"    {label:<36} {v:6.2f}{unit:<3} [<= {target}{unit.strip()}] {mark}")
+        print(f"    {label:<40} {v:6.2f}{unit:<3} [<= {target}{unit.strip()}] {mark}")
 
 
 PG_ROWS = (("first", "Redis store, first execution"), ("replay", "Redis store, replay"),
@@ -591,6 +652,10 @@ def fmt_us(v: float) -> str:
     return "-" if v != v else f"{v:.1f}"
 
 
+def fmt_flt(v: float) -> str:
+    return "-" if v != v else f"{v:.2f}"
+
+
 def fmt_ms(v: float) -> str:
     return "n/a" if v != v else f"{v:.2f}"
 
@@ -625,6 +690,7 @@ def main() -> int:
             parsed["redis_us"] = cpu_us(f.with_name(f.name + ".redis-cpu"), parsed["requests"])
             parsed.update(postgres_share(f, parsed["requests"]))
             parsed.update(machine_share(f, parsed["requests"]))
+            parsed.update(split_share(f, parsed["requests"], m.group(2)))
             parsed["round"] = int(m.group(1))
             runs.setdefault(m.group(2), []).append(parsed)
         except ValueError as e:
@@ -634,7 +700,7 @@ def main() -> int:
     for name, rs in runs.items():
         med[name] = {k: statistics.median(r[k] for r in rs)
                      for k in ("rps", "p50", "p99", "cpu_us", "redis_us", "upstream_us", "wrk_us",
-                               "idle", "postgres_us", "xacts", "wal_bytes")}
+                               "idle", "postgres_us", "xacts", "wal_bytes") + SPLIT_KEYS}
         if "mean_ms" in rs[0]:
             med[name]["mean_ms"] = statistics.median(r["mean_ms"] for r in rs)
         med[name]["non2xx"] = sum(r["non2xx"] for r in rs)
@@ -647,7 +713,13 @@ def main() -> int:
           f"-c{meta['connections']} (half load -c{meta['half_connections']}), "
           f"onceproxy workers={meta['workers']}, nginx worker_processes={meta['nginx_workers']}, "
           f"upstream threads={meta['upstream_threads']}, store={meta['store']}, "
-          f"{meta['cpus']} CPUs shared by everything")
+          f"ttl={meta.get('ttl', '1h')}, {meta['cpus']} CPUs shared by everything")
+    ttl = duration_seconds(meta.get("ttl", "1h"))
+    loads = meta["duration"] * sum(len(rs) for rs in runs.values())
+    if ttl < loads and any(n.startswith(("replay", "pg_replay", "grpc_replay")) for n in med):
+        print(f"WARNING: the ttl is shorter than the run's loads ({loads}s): the replay rows' "
+              "recorded keys expire during the run, so about one request per key per ttl is a "
+              "first execution again")
     if any(n.endswith(("_h2", "_h2c")) for n in med):
         print(f"HTTP/2 rows: h2load -t1 -c{meta.get('h2_connections', '?')} "
               f"-m{meta.get('h2_streams', '?')} (streams per connection) -D{meta['duration']}; "
@@ -674,6 +746,7 @@ def main() -> int:
                   f"{per_round}")
         elif name in ("replay", "first", "observe") and not engine_ok and name in meta["scenarios"]:
             print(f"{label:<40} {'engine not available':>10}")
+    split_table(meta, med)
 
     summary: dict = {"meta": meta, "median": med, "engine": engine, "figures": {}}
     fig = summary["figures"]

@@ -14,24 +14,26 @@
 #                [--grpc-message-bytes 64] [--grpc-load onceproxy_grpc_load|h2load]
 #                [--bulk-bytes 1073741824] [--commandstats] [--commandstats-requests 1000]
 #                [--warmup 1] [--encrypt] [--pg-pool N] [--pg-setting NAME=VALUE]...
-#                [--pg-standby]
+#                [--pg-standby] [--ttl 1h]
 #                [--build-dir build/rel] [--out DIR]
 #
 # Every option also reads an environment variable (BENCH_DURATION, BENCH_CONNECTIONS,
 # BENCH_ROUNDS, BENCH_WORKERS, BENCH_UPSTREAM_THREADS, BENCH_STORE, BENCH_KEYS, BENCH_SCENARIOS,
 # BENCH_BULK_BYTES, BENCH_CLUSTER_MASTERS, BENCH_H2_CONNECTIONS, BENCH_H2_STREAMS,
-# BENCH_GRPC_MESSAGE_BYTES, BENCH_BUILD_DIR, BENCH_ENCRYPT=1). In --scenarios, `default` stands
-# for the default list, `h2` for the HTTP/2 rows (h2load), `grpc` for the unary gRPC rows
-# (the build's bench/onceproxy_grpc_load, which counts grpc-status; --grpc-load h2load loads
-# all but grpc_first with h2load, which sees HTTP statuses only) and `pg` for first/replay on
-# the PostgreSQL store (a private PostgreSQL 15 with its default durability, and one more
-# onceproxy on it per value of lookup_before_claim); none is in the default list, `make bench`
-# adds them all. --encrypt
-# turns on store.encryption (one AES-256-GCM key) to compare against a run without it.
+# BENCH_GRPC_MESSAGE_BYTES, BENCH_TTL, BENCH_BUILD_DIR, BENCH_ENCRYPT=1). In --scenarios,
+# `default` stands for the default list, `h2` for the HTTP/2 rows (h2load), `grpc` for the
+# unary gRPC rows (the build's bench/onceproxy_grpc_load, which counts grpc-status; --grpc-load
+# h2load loads all but grpc_first with h2load, which sees HTTP statuses only) and `pg` for
+# first/replay on the PostgreSQL store (a private PostgreSQL 15 with its default durability,
+# and one more onceproxy on it per value of lookup_before_claim); none is in the default list,
+# `make bench` adds them all. --encrypt turns on store.encryption (one AES-256-GCM key) to
+# compare against a run without it.
 # --pg-pool sets store.postgres.pool (connections per worker) of the pg rows' onceproxies, and
 # each --pg-setting (BENCH_PG_SETTINGS, comma-separated) is passed to the PostgreSQL server as
 # -c NAME=VALUE (e.g. synchronous_commit=off): the pg rows otherwise run both at their defaults.
 # --pg-standby (BENCH_PG_STANDBY=1) adds a synchronous standby of that server on this machine.
+# --ttl sets defaults.ttl of every onceproxy: with a short one (e.g. 2s) the records of `first`
+# expire about as fast as they are made, so the store reuses its memory instead of growing.
 # first_cluster and replay_cluster (with --store redis) run first/replay against a local Redis
 # Cluster of each size in --cluster-masters, through a second onceproxy. Exits non-zero when a
 # component fails to start or dies during the run.
@@ -61,13 +63,14 @@ build_dir=${BENCH_BUILD_DIR:-$repo_dir/build/rel}
 pg_pool=${BENCH_PG_POOL:-}
 pg_settings=()
 pg_standby=${BENCH_PG_STANDBY:-0}
+proxy_ttl=${BENCH_TTL:-1h}
 [ -n "${BENCH_PG_SETTINGS:-}" ] && IFS=, read -r -a pg_settings <<<"$BENCH_PG_SETTINGS"
 commandstats=0
 commandstats_requests=1000
 warmup=1
 out_dir=""
 
-usage() { sed -n '2,37p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
+usage() { sed -n '2,39p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
 while [ $# -gt 0 ]; do
     case "$1" in
     --duration) duration=$2; shift 2 ;;
@@ -91,6 +94,7 @@ while [ $# -gt 0 ]; do
     --pg-pool) pg_pool=$2; shift 2 ;;
     --pg-setting) pg_settings+=("$2"); shift 2 ;;
     --pg-standby) pg_standby=1; shift ;;
+    --ttl) proxy_ttl=$2; shift 2 ;;
     --build-dir) build_dir=$2; shift 2 ;;
     --out) out_dir=$2; shift 2 ;;
     -h | --help) usage 0 ;;
@@ -113,6 +117,7 @@ require_int h2-streams "$h2_streams" 1
 require_int grpc-message-bytes "$grpc_message_bytes" 0
 [ -z "$pg_pool" ] || require_int pg-pool "$pg_pool" 1
 [[ "$pg_standby" =~ ^[01]$ ]] || die "BENCH_PG_STANDBY must be 0 or 1"
+[[ "$proxy_ttl" =~ ^[1-9][0-9]*(ms|s|m|h|d)$ ]] || die "--ttl must be a duration such as 2s or 1h"
 for setting in "${pg_settings[@]}"; do
     [[ "$setting" =~ ^[a-z_.]+=[^[:space:]]*$ ]] || die "--pg-setting must be NAME=VALUE, not '$setting'"
 done
@@ -199,7 +204,7 @@ if [ "$store" = redis ]; then
 fi
 write_proxy_config "$workers" "$store"
 start_proxy
-log "onceproxy on 127.0.0.1:$proxy_port (admin $admin_port), workers=$workers, store=$store"
+log "onceproxy on 127.0.0.1:$proxy_port (admin $admin_port), workers=$workers, store=$store, ttl=$proxy_ttl"
 # One local Redis Cluster (no replicas) and one more onceproxy per size in --cluster-masters,
 # the same config but store.redis.cluster; indexed by the number of masters.
 declare -A cluster_proxy_port=() cluster_admin_port=() cluster_proxy_pid=() cluster_engine=()
@@ -401,15 +406,28 @@ engine_ok=0
 # ---- load -------------------------------------------------------------------------------
 # CPU time (user+system clock ticks) of the process under test: a figure that the noise of a
 # shared machine disturbs much less than req/s. nginx counts its master and workers.
-cpu_ticks() {
-    local total=0 pid f
+#
+# proc_counters PID...: "USER_TICKS SYSTEM_TICKS MINOR_FAULTS" summed over the PIDs: fields 14,
+# 15 and 10 of /proc/PID/stat (with CHILDREN=1, the waited-for children's too: 16, 17 and 11).
+proc_counters() {
+    local pid
     for pid in "$@"; do
         [ -r "/proc/$pid/stat" ] || continue
-        # Fields 14 and 15 of /proc/PID/stat, after the parenthesised command name.
-        f=$(sed 's/^.*) //' "/proc/$pid/stat" | awk '{print $12 + $13}')
-        total=$((total + f))
-    done
-    echo "$total"
+        # Field N of /proc/PID/stat is $(N-2) after the parenthesised command name.
+        sed 's/^.*) //' "/proc/$pid/stat"
+    done | awk -v children="${CHILDREN:-0}" '{ u += $12; s += $13; f += $8
+        if (children) { u += $14; s += $15; f += $9 } } END { print u + 0, s + 0, f + 0 }'
+}
+# record_cpu OUT KIND BEFORE AFTER: from two proc_counters readings, OUT.KINDcpu ("TICKS
+# TICKS_PER_SECOND", user plus system: the figure of the main table) and OUT.KINDsplit
+# ("USER_TICKS SYSTEM_TICKS MINOR_FAULTS TICKS_PER_SECOND").
+record_cpu() {
+    local out=$1 kind=$2 u0 s0 f0 u1 s1 f1 hz
+    read -r u0 s0 f0 <<<"$3"
+    read -r u1 s1 f1 <<<"$4"
+    hz=$(getconf CLK_TCK)
+    echo "$((u1 - u0 + s1 - s0)) $hz" >"$out.${kind}cpu"
+    echo "$((u1 - u0)) $((s1 - s0)) $((f1 - f0)) $hz" >"$out.${kind}split"
 }
 # machine_ticks: "IDLE TOTAL" jiffies of all CPUs so far (/proc/stat; idle counts iowait too).
 machine_ticks() {
@@ -441,19 +459,19 @@ redis_pids_of() {
     esac
 }
 
-# postgres_ticks: CPU clock ticks of the whole PostgreSQL server so far (and of its standby,
-# with --pg-standby): each postmaster, the children it has waited for (fields 16 and 17:
-# backends and autovacuum workers that exited) and its live children (backends, checkpointer,
-# WAL writer, background writer, autovacuum; WAL sender and receiver, startup process).
-postgres_ticks() {
-    local total=0 pid
-    for pid in "${postgres_pids[@]}"; do
-        [ -r "/proc/$pid/stat" ] || continue
-        total=$((total + $(sed 's/^.*) //' "/proc/$pid/stat" | awk '{print $12 + $13 + $14 + $15}')))
-        # shellcheck disable=SC2046
-        total=$((total + $(cpu_ticks $(pgrep -P "$pid" || true))))
-    done
-    echo "$total"
+# postgres_proc_counters: proc_counters of the whole PostgreSQL server so far (and of its
+# standby, with --pg-standby): each postmaster, the children it has waited for (backends and
+# autovacuum workers that exited) and its live children (backends, checkpointer, WAL writer,
+# background writer, autovacuum; WAL sender and receiver, startup process).
+postgres_proc_counters() {
+    local pid
+    {
+        CHILDREN=1 proc_counters "${postgres_pids[@]}"
+        for pid in "${postgres_pids[@]}"; do
+            # shellcheck disable=SC2046
+            proc_counters $(pgrep -P "$pid" || true)
+        done
+    } | awk '{ u += $1; s += $2; f += $3 } END { print u, s, f }'
 }
 # postgres_counters: "NEXT_XID WAL_BYTES": the transaction id the server will assign next (one
 # per transaction that wrote) and the WAL written so far, in bytes.
@@ -505,7 +523,9 @@ run_grpc() {
 
 # run_load ROUND NAME COMMAND...: runs the load generator COMMAND, bounded in time, with the
 # CPU time of the processes under test (measured_pids NAME), of Redis, of the upstream
-# (upstream_pids_of NAME) and of the load generator itself taken around it.
+# (upstream_pids_of NAME) and of the load generator itself taken around it; the proxy's, the
+# store server's and the upstream's also split into user and system time, with their minor
+# page faults (the .split files).
 run_load() {
     local round=$1 name=$2
     shift 2
@@ -513,25 +533,25 @@ run_load() {
     check_alive "before the $name load"
     local out="$results/r$round-$name.txt"
     [ "$round" = warmup ] && out="$work_dir/warmup-$name.txt"
-    local pids before after
+    local pids before
     pids=$(measured_pids "$name")
-    local redis_before=0 redis_pids
+    local redis_before="" redis_pids
     redis_pids=$(redis_pids_of "$name")
     # shellcheck disable=SC2086
-    before=$(cpu_ticks $pids)
+    before=$(proc_counters $pids)
     # shellcheck disable=SC2086
-    [ -n "$redis_pids" ] && redis_before=$(cpu_ticks $redis_pids)
+    [ -n "$redis_pids" ] && redis_before=$(proc_counters $redis_pids)
     # The PostgreSQL rows: its counters (read by a session of its own, outside the CPU window)
     # and the CPU time of all its processes.
-    local pg_counters_before="" pg_before=0
+    local pg_counters_before="" pg_before=""
     if [[ "$name" == pg_* ]]; then
         pg_counters_before=$(postgres_counters)
-        pg_before=$(postgres_ticks)
+        pg_before=$(postgres_proc_counters)
     fi
     local up_before machine_before up_pids
     up_pids=$(upstream_pids_of "$name")
     # shellcheck disable=SC2086
-    up_before=$(cpu_ticks $up_pids)
+    up_before=$(proc_counters $up_pids)
     machine_before=$(machine_ticks)
     # In a subshell whose `times` reports wrk's own CPU time (the load generator's share of
     # the cores).
@@ -539,19 +559,18 @@ run_load() {
         log "${cmd[0]} failed for $name (round $round): $(tail -n1 "$out")"
     fi
     # shellcheck disable=SC2086
-    after=$(cpu_ticks $pids)
-    echo "$((after - before)) $(getconf CLK_TCK)" >"$out.cpu"
+    record_cpu "$out" "" "$before" "$(proc_counters $pids)"
     if [ -n "$pg_counters_before" ]; then
-        echo "$(($(postgres_ticks) - pg_before)) $(getconf CLK_TCK)" >"$out.postgres-cpu"
+        record_cpu "$out" postgres- "$pg_before" "$(postgres_proc_counters)"
         echo "$pg_counters_before $(postgres_counters)" >"$out.postgres-counters"
     fi
     # shellcheck disable=SC2086
-    echo "$(($(cpu_ticks $up_pids) - up_before)) $(getconf CLK_TCK)" >"$out.upstream-cpu"
+    record_cpu "$out" upstream- "$up_before" "$(proc_counters $up_pids)"
     echo "$machine_before $(machine_ticks)" >"$out.machine"
     # The Redis server's CPU time too: on this machine it shares the cores with the proxy.
     if [ -n "$redis_pids" ]; then
         # shellcheck disable=SC2086
-        echo "$(($(cpu_ticks $redis_pids) - redis_before)) $(getconf CLK_TCK)" >"$out.redis-cpu"
+        record_cpu "$out" redis- "$redis_before" "$(proc_counters $redis_pids)"
     fi
     check_alive "during the $name load"
     if [ "$round" != warmup ]; then
@@ -769,7 +788,7 @@ cat >"$results/meta.json" <<JSON
  "bulk_bytes": $bulk_bytes, "cluster_masters": [$cluster_masters],
  "h2_connections": $h2_connections, "h2_streams": $h2_streams,
  "grpc_message_bytes": $grpc_message_bytes, "grpc_load": "$grpc_load",
- "pg_pool": "${pg_pool:-default}", "pg_standby": $pg_standby, "pg_settings": "$(IFS=' '; echo "${pg_settings[*]}")",
+ "ttl": "$proxy_ttl", "pg_pool": "${pg_pool:-default}", "pg_standby": $pg_standby, "pg_settings": "$(IFS=' '; echo "${pg_settings[*]}")",
  "load_start": "$load_start", "load_end": "$load_end"}
 JSON
 status=0
