@@ -11,7 +11,7 @@ deps:
 
 build: deps
 	@cmake --preset release >/dev/null
-	@cmake --build --preset release -j $(JOBS) --target onceproxy onceproxy_test_upstream onceproxy_grpc_load
+	@cmake --build --preset release -j $(JOBS) --target onceproxy onceproxy_test_upstream onceproxy_grpc_load onceproxy_syscall_cost
 
 run: build
 	@scripts/demo.sh build/release

@@ -383,6 +383,51 @@ def split_table(meta: dict, med: dict) -> None:
         print(f"{label:<40}{cells}")
 
 
+SYSCALLS = ("recvfrom", "read", "sendto", "sendmsg", "writev", "write", "epoll_ctl", "epoll_wait")
+
+
+def syscall_share(f: pathlib.Path, requests: int) -> dict:
+    """System calls of the proxy per request, by call, from `perf stat -x,` output (--syscalls);
+    empty when the run did not count them."""
+    sf = f.with_name(f.name + ".syscalls")
+    if requests <= 0 or not sf.exists():
+        return {}
+    out = {}
+    for line in sf.read_text().splitlines():
+        cells = line.split(",")
+        if len(cells) > 2 and cells[2].startswith("syscalls:sys_enter_") and cells[0].isdigit():
+            out[cells[2].removeprefix("syscalls:sys_enter_")] = int(cells[0]) / requests
+    return {"syscalls": out} if out else {}
+
+
+def syscall_table(meta: dict, runs: dict) -> None:
+    """--syscalls: the proxy's system calls per request, by call (mean over rounds)."""
+    rows = [(n, label) for n, label in SCENARIOS + cluster_scenarios(meta)
+            if n in runs and all("syscalls" in r for r in runs[n])]
+    if not rows:
+        return
+    print()
+    print("system calls of the proxy per request (perf stat; mean over rounds)")
+    print(f"{'scenario':<40}" + "".join(f" {c:>10}" for c in SYSCALLS) + f" {'all':>6}")
+    for name, label in rows:
+        rs = runs[name]
+        per = {c: statistics.mean(r["syscalls"].get(c, 0.0) for r in rs) for c in SYSCALLS}
+        print(f"{label:<40}" + "".join(f" {per[c]:>10.2f}" for c in SYSCALLS) +
+              f" {sum(per.values()):>6.2f}")
+
+
+def syscall_cost_line(d: pathlib.Path) -> None:
+    """What one system call costs on this machine (bench/onceproxy_syscall_cost)."""
+    f = d / "syscall-cost.json"
+    if not f.exists():
+        return
+    c = json.loads(f.read_text())
+    print(f"one system call on this machine (onceproxy_syscall_cost): getppid "
+          f"{c['getppid_ns'] / 1000:.2f} us, recv finding nothing {c['recv_eagain_ns'] / 1000:.2f} us, "
+          f"epoll_ctl {c['epoll_ctl_mod_ns'] / 1000:.2f} us: the price of entering the kernel, "
+          "paid on every read and write")
+
+
 def machine_share(f: pathlib.Path, requests: int) -> dict:
     """The rest of the machine during one load: CPU time per request of the test upstream and
     of wrk, and the share of the CPUs left idle (NaN where a file is missing)."""
@@ -691,6 +736,7 @@ def main() -> int:
             parsed.update(postgres_share(f, parsed["requests"]))
             parsed.update(machine_share(f, parsed["requests"]))
             parsed.update(split_share(f, parsed["requests"], m.group(2)))
+            parsed.update(syscall_share(f, parsed["requests"]))
             parsed["round"] = int(m.group(1))
             runs.setdefault(m.group(2), []).append(parsed)
         except ValueError as e:
@@ -724,6 +770,7 @@ def main() -> int:
         print(f"HTTP/2 rows: h2load -t1 -c{meta.get('h2_connections', '?')} "
               f"-m{meta.get('h2_streams', '?')} (streams per connection) -D{meta['duration']}; "
               "h2load gives no percentiles (p50/p99 n/a)")
+    syscall_cost_line(d)
     if meta.get("load_start"):
         print(f"load average (1, 5, 15 min) at the start of the load {meta['load_start']}, "
               f"at the end {meta.get('load_end', '?')}")
@@ -747,6 +794,7 @@ def main() -> int:
         elif name in ("replay", "first", "observe") and not engine_ok and name in meta["scenarios"]:
             print(f"{label:<40} {'engine not available':>10}")
     split_table(meta, med)
+    syscall_table(meta, runs)
 
     summary: dict = {"meta": meta, "median": med, "engine": engine, "figures": {}}
     fig = summary["figures"]

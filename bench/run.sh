@@ -14,7 +14,7 @@
 #                [--grpc-message-bytes 64] [--grpc-load onceproxy_grpc_load|h2load]
 #                [--bulk-bytes 1073741824] [--commandstats] [--commandstats-requests 1000]
 #                [--warmup 1] [--encrypt] [--pg-pool N] [--pg-setting NAME=VALUE]...
-#                [--pg-standby] [--ttl 1h]
+#                [--pg-standby] [--ttl 1h] [--syscalls]
 #                [--build-dir build/rel] [--out DIR]
 #
 # Every option also reads an environment variable (BENCH_DURATION, BENCH_CONNECTIONS,
@@ -34,6 +34,10 @@
 # --pg-standby (BENCH_PG_STANDBY=1) adds a synchronous standby of that server on this machine.
 # --ttl sets defaults.ttl of every onceproxy: with a short one (e.g. 2s) the records of `first`
 # expire about as fast as they are made, so the store reuses its memory instead of growing.
+# --syscalls (BENCH_SYSCALLS=1) counts the system calls of the proxy under test during each load
+# with `perf stat` (tracepoints; root or a low perf_event_paranoid) and prints them per request.
+# The report's header always gives what one system call costs on this machine
+# (bench/onceproxy_syscall_cost of the release build, when built).
 # first_cluster and replay_cluster (with --store redis) run first/replay against a local Redis
 # Cluster of each size in --cluster-masters, through a second onceproxy. Exits non-zero when a
 # component fails to start or dies during the run.
@@ -66,6 +70,7 @@ pg_standby=${BENCH_PG_STANDBY:-0}
 proxy_ttl=${BENCH_TTL:-1h}
 [ -n "${BENCH_PG_SETTINGS:-}" ] && IFS=, read -r -a pg_settings <<<"$BENCH_PG_SETTINGS"
 commandstats=0
+count_syscalls=${BENCH_SYSCALLS:-0}
 commandstats_requests=1000
 warmup=1
 out_dir=""
@@ -88,6 +93,7 @@ while [ $# -gt 0 ]; do
     --grpc-message-bytes) grpc_message_bytes=$2; shift 2 ;;
     --grpc-load) grpc_load=$2; shift 2 ;;
     --commandstats) commandstats=1; shift ;;
+    --syscalls) count_syscalls=1; shift ;;
     --commandstats-requests) commandstats_requests=$2; shift 2 ;;
     --warmup) warmup=$2; shift 2 ;;
     --encrypt) BENCH_ENCRYPT=1; shift ;;
@@ -186,6 +192,13 @@ if [ -n "$out_dir" ]; then
     results=$(cd "$out_dir" && pwd)
 fi
 mkdir -p "$results"
+# What one system call costs here, measured before anything else runs.
+if [ -x "$syscall_cost_bin" ]; then
+    "$syscall_cost_bin" >"$results/syscall-cost.json" || rm -f "$results/syscall-cost.json"
+fi
+if [ "$count_syscalls" -eq 1 ] && ! command -v perf >/dev/null; then
+    die "--syscalls needs perf (linux-perf)"
+fi
 
 # ---- components -------------------------------------------------------------------------
 start_upstream "$upstream_threads"
@@ -555,8 +568,21 @@ run_load() {
     machine_before=$(machine_ticks)
     # In a subshell whose `times` reports wrk's own CPU time (the load generator's share of
     # the cores).
+    # --syscalls: the proxy's system calls over the load (perf stops with the load).
+    local perf_pid=""
+    if [ "$count_syscalls" -eq 1 ]; then
+        # shellcheck disable=SC2086
+        perf stat -x, -o "$out.syscalls" -p "$(echo $pids | tr ' ' ',')" \
+            -e 'syscalls:sys_enter_recvfrom,syscalls:sys_enter_read,syscalls:sys_enter_sendto,syscalls:sys_enter_sendmsg,syscalls:sys_enter_writev,syscalls:sys_enter_write,syscalls:sys_enter_epoll_ctl,syscalls:sys_enter_epoll_wait' \
+            2>/dev/null &
+        perf_pid=$!
+    fi
     if ! (timeout $((seconds + 30)) "${cmd[@]}" >"$out" 2>&1 && times >"$out.wrk-times"); then
         log "${cmd[0]} failed for $name (round $round): $(tail -n1 "$out")"
+    fi
+    if [ -n "$perf_pid" ]; then
+        kill -INT "$perf_pid" 2>/dev/null || true
+        wait "$perf_pid" 2>/dev/null || true
     fi
     # shellcheck disable=SC2086
     record_cpu "$out" "" "$before" "$(proc_counters $pids)"
