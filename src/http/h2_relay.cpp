@@ -347,7 +347,8 @@ net::awaitable<void> plain_relay::async_relay_h2(h2_stream& client, request& req
         p.skip(head_request);
         p.stream_body(relay_chunk);
         conn.dl.expires_after(x.up.timeout);
-        auto ec = co_await wire::async_read(conn.stream, conn.buffer, p, wire::read_until::header);
+        auto ec = co_await wire::async_read(conn.stream, conn.buffer, p, wire::read_until::header,
+                                            /*answer=*/true);
         if (ec) {
             co_await x.fail(upstream_failure(read_failure(ec, conn.dl.fired()), reg_, x.up.name));
             co_return;

@@ -479,7 +479,8 @@ struct plain_relay::exchange {
             rp.stream_body(relay_chunk);
             conn->dl.expires_after(up.timeout);
             auto ec =
-                co_await wire::async_read(conn->stream, conn->buffer, rp, wire::read_until::header);
+                co_await wire::async_read(conn->stream, conn->buffer, rp, wire::read_until::header,
+                                          /*answer=*/true);
             if (ec) {
                 if (!conn_reused && upstream::tls_refused(*conn, ec)) {
                     co_return upstream::forward_status::tls_failed;

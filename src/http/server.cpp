@@ -284,7 +284,9 @@ struct server::impl::connection {
         h.reset();
         if (buffer.size() == 0) {
             dl.expires_after(first ? limits().header_timeout : limits().idle_timeout);
-            auto [ec, n] = co_await stream.async_read_some(buffer.prepare(4096), use_tuple);
+            // The client's turn: after a request read whole, the read waits for its next bytes
+            // rather than first finding nothing (async_read_next).
+            auto [ec, n] = co_await stream.async_read_next(buffer.prepare(4096), use_tuple);
             if (ec) {
                 co_return read_verdict{};
             }

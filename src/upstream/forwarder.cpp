@@ -170,26 +170,46 @@ struct forwarder::impl {
     /// means the upstream closed it or wrote bytes nobody asked for (a stray second answer,
     /// bytes after a 101). Either way it is closed and dropped from the pool at once, so no
     /// later request, safe requests that skip the peek included, reads them as its answer.
+    ///
+    /// On a plain connection the watch is a one-byte read in the upstream's turn
+    /// (async_read_next): after an answer that drained the connection it costs no system call,
+    /// where a wait for readiness re-arms the socket's registration (epoll_ctl) every time. A
+    /// TLS connection keeps the wait: a cancelled TLS read could leave a record half read.
     static void watch_idle(pool& p, connection& c) {
-        auto& sock = c.stream.socket();
-        sock.async_wait(tcp::socket::wait_read, [wp = p.weak_from_this(),
-                                                 conn = &c](const boost::system::error_code& ec) {
-            if (ec == net::error::operation_aborted) {
-                return; // taken from the pool (take_idle cancels the watch) or closed
-            }
-            const auto sp = wp.lock();
-            if (!sp) {
-                return;
-            }
-            auto& idle = sp->idle;
-            const auto it = std::find_if(idle.begin(), idle.end(),
-                                         [conn](const auto& x) { return x.get() == conn; });
-            if (it != idle.end()) {
-                idle.erase(it); // closes it
-                --sp->open;
-                wake_one(*sp);
-            }
-        });
+        if (c.stream.is_tls()) {
+            c.stream.socket().async_wait(
+                tcp::socket::wait_read,
+                [wp = p.weak_from_this(), conn = &c](const boost::system::error_code& ec) {
+                    drop_if_idle(wp, conn, ec);
+                });
+            return;
+        }
+        c.stream.async_read_next(
+            net::buffer(&c.watch_byte, 1),
+            [wp = p.weak_from_this(), conn = &c](const boost::system::error_code& ec, std::size_t) {
+                drop_if_idle(wp, conn, ec);
+            });
+    }
+
+    /// The idle watch of `conn` fired: unless it was cancelled (taken from the pool, or
+    /// closed), the connection is dropped from the pool if it is still there.
+    static void drop_if_idle(const std::weak_ptr<pool>& wp, const connection* conn,
+                             const boost::system::error_code& ec) {
+        if (ec == net::error::operation_aborted) {
+            return;
+        }
+        const auto sp = wp.lock();
+        if (!sp) {
+            return;
+        }
+        auto& idle = sp->idle;
+        const auto it = std::find_if(idle.begin(), idle.end(),
+                                     [conn](const auto& x) { return x.get() == conn; });
+        if (it != idle.end()) {
+            idle.erase(it); // closes it
+            --sp->open;
+            wake_one(*sp);
+        }
     }
 
     /// The most recently pooled connection still fit for use, taken out of the pool with its
@@ -418,7 +438,8 @@ forwarder::async_forward(std::size_t upstream_index, request& req,
                 parser.stream_body(*hold + 1);
             }
             const auto rec =
-                co_await wire::async_read(c.stream, c.buffer, parser, wire::read_until::message);
+                co_await wire::async_read(c.stream, c.buffer, parser, wire::read_until::message,
+                                          /*answer=*/true);
             if (rec == http::error::need_buffer) {
                 if (unusable_status(parser.get().result_int())) {
                     impl_->give_back(p, std::move(a.conn), false);

@@ -9,6 +9,7 @@
 
 #include <stdexcept>
 #include <string_view>
+#include <tuple>
 
 namespace onceproxy::wire {
 
@@ -65,7 +66,8 @@ bool has_obs_fold(std::string_view head) {
 
 template <bool isRequest>
 net::awaitable<error_code> async_read(stream& sock, boost::beast::flat_buffer& buffer,
-                                      message_parser<isRequest>& parser, read_until until) {
+                                      message_parser<isRequest>& parser, read_until until,
+                                      bool answer) {
     if (until != read_until::some && reached(parser, until)) {
         co_return error_code{};
     }
@@ -95,7 +97,14 @@ net::awaitable<error_code> async_read(stream& sock, boost::beast::flat_buffer& b
         if (!prepare(buffer, room)) {
             co_return bhttp::error::buffer_overflow;
         }
-        auto [rec, n] = co_await sock.async_read_some(room, use_tuple);
+        error_code rec;
+        std::size_t n = 0;
+        if (answer) {
+            std::tie(rec, n) = co_await sock.async_read_next(room, use_tuple);
+            answer = false;
+        } else {
+            std::tie(rec, n) = co_await sock.async_read_some(room, use_tuple);
+        }
         buffer.commit(n);
         // A TLS peer that closes without close_notify: an idle connection that went away
         // (nothing of a message yet) is an ordinary close; a message cut short is not.
@@ -115,8 +124,8 @@ net::awaitable<error_code> async_read(stream& sock, boost::beast::flat_buffer& b
 }
 
 template net::awaitable<error_code> async_read<true>(stream&, boost::beast::flat_buffer&,
-                                                     message_parser<true>&, read_until);
+                                                     message_parser<true>&, read_until, bool);
 template net::awaitable<error_code> async_read<false>(stream&, boost::beast::flat_buffer&,
-                                                      message_parser<false>&, read_until);
+                                                      message_parser<false>&, read_until, bool);
 
 } // namespace onceproxy::wire

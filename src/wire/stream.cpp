@@ -2,6 +2,13 @@
 
 #include "onceproxy/asio/use_tuple.hpp"
 
+#include <boost/asio/detail/epoll_reactor.hpp>
+#include <boost/asio/detail/reactor.hpp>
+#include <boost/asio/detail/reactor_op.hpp>
+#include <boost/asio/detail/socket_ops.hpp>
+#include <boost/asio/execution/context.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/query.hpp>
 #include <boost/asio/ssl/context.hpp>
 #include <boost/asio/ssl/host_name_verification.hpp>
 #include <boost/asio/ssl/stream.hpp>
@@ -11,7 +18,12 @@
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
 
+#include <sys/socket.h>
+
 #include <array>
+#include <cerrno>
+#include <memory>
+#include <type_traits>
 
 namespace onceproxy::wire {
 
@@ -26,6 +38,107 @@ struct stream::tls_state {
     ssl::stream<net::ip::tcp::socket&> stream;
     std::array<char, max_gather> gather{};
 };
+
+namespace {
+
+namespace ad = net::detail;
+
+// plain_read works with Asio's reactor itself, which the project builds with epoll (not
+// io_uring): another reactor would need another operation.
+static_assert(std::is_same_v<ad::reactor, ad::epoll_reactor>);
+
+/// The socket's state inside Asio (descriptor, non-blocking flags, the reactor's registration).
+struct socket_access : net::ip::tcp::socket {
+    static auto& implementation(net::ip::tcp::socket& s) {
+        return (s.*&socket_access::impl_).get_implementation();
+    }
+};
+
+/// One read as the reactor performs it, like Asio's own receive operation (registered once,
+/// edge-triggered; tried at once, then again at each readiness of the socket), with two
+/// differences: it notes whether the read drained the socket, and with `skip_first` set while
+/// it starts it does not try at once but waits for the next readiness (async_read_next).
+class recv_op : public ad::reactor_op {
+public:
+    recv_op(int fd, net::mutable_buffer b, bool& drained, stream::read_handler h)
+        : ad::reactor_op(boost::system::error_code(), &recv_op::do_perform, &recv_op::do_complete),
+          fd_(fd), buffer_(b), drained_(drained), handler_(std::move(h)) {}
+
+    bool skip_first = false;
+
+private:
+    // Runs at the start and at each readiness, never after the socket closed (its operations
+    // are aborted first), so the stream that owns `drained_` is alive.
+    static status do_perform(ad::reactor_op* base) {
+        auto* o = static_cast<recv_op*>(base);
+        if (o->skip_first) {
+            return not_done; // the attempt at the start (see plain_read)
+        }
+        for (;;) {
+            const auto n = ::recv(o->fd_, o->buffer_.data(), o->buffer_.size(), 0);
+            if (n > 0) {
+                o->bytes_transferred_ = static_cast<std::size_t>(n);
+                o->drained_ = o->bytes_transferred_ < o->buffer_.size();
+                return done;
+            }
+            if (n == 0) {
+                o->ec_ = net::error::eof;
+                o->drained_ = false;
+                return done;
+            }
+            if (errno == EINTR) {
+                continue;
+            }
+            if (errno == EAGAIN || errno == EWOULDBLOCK) {
+                return not_done;
+            }
+            o->ec_ = boost::system::error_code(errno, boost::asio::error::get_system_category());
+            o->drained_ = false;
+            return done;
+        }
+    }
+
+    // `owner` is null when the operation is destroyed unrun (the event loop is shut down).
+    static void do_complete(void* owner, ad::operation* base, const boost::system::error_code&,
+                            std::size_t) {
+        std::unique_ptr<recv_op> o(static_cast<recv_op*>(base));
+        if (owner == nullptr) {
+            return;
+        }
+        auto h = std::move(o->handler_);
+        const auto ec = o->ec_;
+        const auto n = o->bytes_transferred_;
+        o.reset();
+        std::move(h)(ec, n);
+    }
+
+    int fd_;
+    net::mutable_buffer buffer_;
+    bool& drained_;
+    stream::read_handler handler_;
+};
+
+} // namespace
+
+void stream::plain_read(net::mutable_buffer b, bool next, read_handler h) {
+    auto& impl = socket_access::implementation(sock_);
+    boost::system::error_code ec;
+    if (b.size() == 0 || impl.socket_ == ad::invalid_socket ||
+        ((impl.state_ & ad::socket_ops::non_blocking) == 0 &&
+         !ad::socket_ops::set_internal_non_blocking(impl.socket_, impl.state_, true, ec))) {
+        // Nothing to read into, or a closed socket: the socket's own read says so as usual.
+        sock_.async_read_some(b, std::move(h));
+        return;
+    }
+    auto& reactor =
+        net::use_service<ad::reactor>(net::query(sock_.get_executor(), net::execution::context));
+    auto* op = new recv_op(impl.socket_, b, drained_, std::move(h));
+    // The attempt at the start is skipped while skip_first is set; every later one (at a
+    // readiness) reads. The event loop is single-threaded: the operation cannot run in between.
+    op->skip_first = next && drained_;
+    reactor.start_op(ad::reactor::read_op, impl.socket_, impl.reactor_data_, op, false, true);
+    op->skip_first = false;
+}
 
 stream::stream(net::ip::tcp::socket sock) : sock_(std::move(sock)) {}
 

@@ -64,7 +64,8 @@ struct connection {
     /// the upstream is a parse error (bad_response), not unbounded memory or a throw.
     boost::beast::flat_buffer buffer;
     std::chrono::steady_clock::time_point idle_since{};
-    std::string head; ///< the serialised request head being written
+    char watch_byte = 0; ///< what the idle watch reads (a byte there makes it unusable)
+    std::string head;    ///< the serialised request head being written
     /// The fields of the answer being read on the plain path (keep_raw_fields), reused from
     /// answer to answer on this connection.
     wire::raw_header_store answer_fields;

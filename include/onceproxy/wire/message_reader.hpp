@@ -31,14 +31,17 @@ enum class read_until {
 /// error: drain it and read on), parser errors, and socket errors (`operation_aborted` when a
 /// deadline cancelled the read). The bytes parsed are consumed from `buffer`; any left belong
 /// to what follows (a pipelined request). Runs on the socket's executor.
+///
+/// `answer`: the message is the answer to a request just written, so its first read is the
+/// peer's turn (stream::async_read_next); every later read is an ordinary one.
 template <bool isRequest>
 boost::asio::awaitable<boost::system::error_code>
 async_read(stream& sock, boost::beast::flat_buffer& buffer, message_parser<isRequest>& parser,
-           read_until until);
+           read_until until, bool answer = false);
 
 extern template boost::asio::awaitable<boost::system::error_code>
-async_read<true>(stream&, boost::beast::flat_buffer&, message_parser<true>&, read_until);
+async_read<true>(stream&, boost::beast::flat_buffer&, message_parser<true>&, read_until, bool);
 extern template boost::asio::awaitable<boost::system::error_code>
-async_read<false>(stream&, boost::beast::flat_buffer&, message_parser<false>&, read_until);
+async_read<false>(stream&, boost::beast::flat_buffer&, message_parser<false>&, read_until, bool);
 
 } // namespace onceproxy::wire

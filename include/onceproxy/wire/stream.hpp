@@ -98,12 +98,35 @@ public:
         return boost::asio::async_initiate<Token, void(boost::system::error_code, std::size_t)>(
             [this](auto handler, const MutableBuffers& b) {
                 if (tls_ == nullptr) {
-                    sock_.async_read_some(b, std::move(handler));
+                    plain_read(first_buffer(b), false, read_handler(std::move(handler)));
                     return;
                 }
                 tls_read_some(first_buffer(b), read_handler(std::move(handler)));
             },
             token, buffers);
+    }
+
+    /// async_read_some for bytes the peer has yet to send: the next request on a kept-alive
+    /// connection, the answer to a request just written, anything at all on an idle pooled
+    /// connection. On a plain connection whose last read drained the socket (it got fewer bytes
+    /// than it asked for), it does not first try a read that can only find nothing (a system
+    /// call per message, the costliest part of a small exchange): it waits for the readiness
+    /// the peer's next bytes bring, as nginx does. What such a wait does not see is an end of
+    /// stream that came with the bytes of the last read: it shows at the next readiness (any
+    /// byte written to the connection brings one) or deadline, not at once. So it is never for
+    /// a read inside a message, whose end may be the close. Cancelled, as every operation on
+    /// the stream, by cancelling or closing the socket (not by a cancellation slot).
+    template <class Token>
+    auto async_read_next(boost::asio::mutable_buffer b, Token&& token) {
+        return boost::asio::async_initiate<Token, void(boost::system::error_code, std::size_t)>(
+            [this](auto handler, boost::asio::mutable_buffer buf) {
+                if (tls_ == nullptr) {
+                    plain_read(buf, true, read_handler(std::move(handler)));
+                    return;
+                }
+                tls_read_some(buf, read_handler(std::move(handler)));
+            },
+            token, b);
     }
 
     template <class ConstBuffers, class Token>
@@ -164,6 +187,9 @@ private:
     }
 
     char* gather_buffer() noexcept; ///< max_gather bytes, TLS connections only
+    /// A read on the plain socket through the reactor (stream.cpp): as the socket's own, and
+    /// it notes whether the read drained the socket; with `next`, async_read_next's wait.
+    void plain_read(boost::asio::mutable_buffer b, bool next, read_handler h);
     void tls_read_some(boost::asio::mutable_buffer b, read_handler h);
     void tls_write_some(boost::asio::const_buffer b, write_handler h);
 
@@ -171,6 +197,9 @@ private:
     boost::asio::ip::tcp::socket sock_;
     std::unique_ptr<tls_state> tls_;
     bool cut_ = false;
+    /// The last read on the plain socket got fewer bytes than it asked for: the socket was
+    /// empty then, so any byte that came since brought a readiness of its own.
+    bool drained_ = false;
 };
 
 } // namespace onceproxy::wire
