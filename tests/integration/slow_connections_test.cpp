@@ -128,3 +128,27 @@ TEST_CASE("1,000 slowloris connections: others are served, memory is bounded, al
     CHECK(fetch(proxy.port, "GET", "/after").status == 200);
     CHECK(upstream.total() == served + 2);
 }
+
+// The wait for a client's next request skips the read that would find nothing when the last one
+// drained the connection (wire::stream::async_read_next). A client that shuts down its sending
+// side right after its request still gets its whole answer, and its connection still ends: at
+// once when the close came after the request was read, at idle_timeout when it came with it.
+TEST_CASE("a client that half-closes after its request gets its answer, then the connection ends") {
+    upstream_process upstream;
+    proxy_config cfg;
+    cfg.upstream_port = upstream.port;
+    cfg.limits = {"idle_timeout: 1s"};
+    proxy_process proxy(cfg.yaml(), upstream.port);
+    for (int i = 0; i < 5; ++i) {
+        stream_connection c(proxy.port);
+        REQUIRE(c.send("GET /half-close HTTP/1.1\r\nHost: x\r\n\r\n"));
+        c.shutdown_send();
+        const auto head = c.read_head(5s);
+        REQUIRE(head);
+        CHECK(head->status == 200);
+        c.begin_body(*head);
+        CHECK(c.read_body([](std::string_view) {}).complete);
+        CHECK(c.wait_closed(10s));
+    }
+    CHECK(upstream.total() == 5);
+}
