@@ -23,6 +23,7 @@
 #include <atomic>
 #include <chrono>
 #include <stdexcept>
+#include <unordered_map>
 
 namespace onceproxy::store {
 
@@ -46,18 +47,30 @@ namespace {
 
 // A claim is one native command, SET key value NX PX lease GET (redis_record.hpp gives the
 // value's layout); the scripts below are the fenced writes and the key administration. Each
-// matches a lease by the prefix `2f<owner length>:<owner>` of the value.
+// matches a lease by the prefix `2f<owner length>:<owner>` of the value (complete first compares
+// the whole lease, when the claim was made here).
 
-// complete. ARGV[1] owner, ARGV[2] payload, ARGV[3] ttl (ms). Returns 1 ok, 0 not owner.
+// complete. ARGV[1] the lease as its owner wrote it, or when the store does not know it only
+// its start `2f<owner length>:<owner>`; ARGV[2] redis_record::completed_value(ARGV[1], payload);
+// ARGV[3] ttl (ms). Returns 1 ok, 0 not owner. The common case is the first branch: the lease
+// compared whole and the record written as sent, no string built in Lua (which hashes every
+// byte of every string it makes). The rest matches the owner's prefix and builds the record
+// from the value found, as `2c` .. its rest .. the payload.
 constexpr const char* complete_lua = R"lua(
 local v = redis.call('GET', KEYS[1])
+if v == ARGV[1] then
+  redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+  return 1
+end
 if not v then
   return 0
 end
-local o = #ARGV[1] .. ':' .. ARGV[1]
+local n = string.match(ARGV[1], '^2f(%d+):')
+local o = string.sub(ARGV[1], 3, 3 + #n + n)
 local head = string.sub(v, 1, #o + 2)
 if head == '2f' .. o then
-  redis.call('SET', KEYS[1], '2c' .. string.sub(v, 3) .. ARGV[2], 'PX', ARGV[3])
+  local payload = string.sub(ARGV[2], #ARGV[1] + 1)
+  redis.call('SET', KEYS[1], '2c' .. string.sub(v, 3) .. payload, 'PX', ARGV[3])
   return 1
 end
 if head == '2c' .. o then
@@ -232,7 +245,16 @@ struct redis_store::impl {
         /// of `clients`.
         std::vector<std::unique_ptr<redis_cluster>> clusters;
         std::size_t next = 0; // touched only by the worker's own thread
+        /// The lease value of each claim acquired on this worker and not yet completed or
+        /// released, by Redis key (touched only by the worker's own thread): complete sends it
+        /// so that its script matches the lease whole. A hint: without it complete sends the
+        /// owner's prefix, and the script does the same write.
+        std::unordered_map<std::string, std::string> leases;
     };
+
+    /// More held leases than this on one worker: the hints are dropped (a lease that is
+    /// neither completed nor released leaves its hint behind).
+    static constexpr std::size_t max_leases = 16384;
 
     config::redis_config cfg;
     redis_client_options options;
@@ -253,17 +275,57 @@ struct redis_store::impl {
 
     bool clustered() const noexcept { return !cluster_options.seeds.empty(); }
 
+    worker* local(const net::any_io_executor& ex) noexcept {
+        auto* ctx = &net::query(ex, net::execution::context);
+        for (auto& w : workers) {
+            if (w.context == ctx) {
+                return &w;
+            }
+        }
+        return nullptr;
+    }
+
+    // A claim of `key` acquired `lease`.
+    void note_lease(const net::any_io_executor& ex, const std::string& key, std::string lease) {
+        worker* w = local(ex);
+        if (w == nullptr) {
+            return;
+        }
+        if (w->leases.size() >= max_leases) {
+            w->leases.clear();
+        }
+        w->leases.insert_or_assign(key, std::move(lease));
+    }
+
+    // The lease `owner` holds on `key` as noted, else its prefix; the note is dropped.
+    std::string take_lease(const net::any_io_executor& ex, const std::string& key,
+                           const std::string& owner) {
+        std::string prefix = redis_record::lease_prefix(owner);
+        worker* w = local(ex);
+        if (w == nullptr) {
+            return prefix;
+        }
+        auto it = w->leases.find(key);
+        if (it == w->leases.end()) {
+            return prefix;
+        }
+        if (!it->second.starts_with(prefix)) {
+            return prefix; // another owner's (ours lapsed and was taken over)
+        }
+        std::string lease = std::move(it->second);
+        w->leases.erase(it);
+        return lease;
+    }
+
     redis_client* pick(const net::any_io_executor& ex) noexcept {
         if (refused.load(std::memory_order_relaxed)) {
             return nullptr;
         }
-        auto* ctx = &net::query(ex, net::execution::context);
-        for (auto& w : workers) {
-            if (w.context == ctx && !w.clients.empty()) {
-                return &w.clients[w.next++ % w.clients.size()];
-            }
+        worker* w = local(ex);
+        if (w == nullptr || w->clients.empty()) {
+            return nullptr;
         }
-        return nullptr;
+        return &w->clients[w->next++ % w->clients.size()];
     }
 
     // Where an operation on Redis key `key` goes from `ex`: a connection of the worker, or in
@@ -277,13 +339,11 @@ struct redis_store::impl {
         if (refused.load(std::memory_order_relaxed)) {
             return {};
         }
-        auto* ctx = &net::query(ex, net::execution::context);
-        for (auto& w : workers) {
-            if (w.context == ctx && !w.clusters.empty()) {
-                return {w.clusters[w.next++ % w.clusters.size()].get(), key};
-            }
+        worker* w = local(ex);
+        if (w == nullptr || w->clusters.empty()) {
+            return {};
         }
-        return {};
+        return {w->clusters[w->next++ % w->clusters.size()].get(), key};
     }
 
     // durability replicated: `cmd` and a WAIT behind it on the same connection (a WAIT counts
@@ -673,14 +733,20 @@ std::int64_t unix_millis() {
         .count();
 }
 
+// The value a claim of `req` writes.
+std::string lease_value(const claim_request& req) {
+    return redis_record::claim_value(req.owner, req.fingerprint,
+                                     req.created_ms != 0 ? req.created_ms : unix_millis());
+}
+
 // SET key value NX PX lease GET: takes the lease if the key is free, else returns what is there.
-std::vector<std::string> claim_command(const std::string& key, const claim_request& req) {
+std::vector<std::string> claim_command(const std::string& key, const std::string& value,
+                                       const claim_request& req) {
     std::vector<std::string> cmd;
     cmd.reserve(7);
     cmd.emplace_back("SET");
     cmd.push_back(key);
-    cmd.push_back(redis_record::claim_value(req.owner, req.fingerprint,
-                                            req.created_ms != 0 ? req.created_ms : unix_millis()));
+    cmd.push_back(value);
     cmd.emplace_back("NX");
     cmd.emplace_back("PX");
     cmd.push_back(millis(req.lease));
@@ -718,7 +784,8 @@ net::awaitable<result<claim_result>> redis_store::async_claim(claim_request req)
     if (!c) {
         co_return error_code(errc::unavailable);
     }
-    auto r = co_await impl_->exec(c, claim_command(key, req), true);
+    std::string lease = lease_value(req);
+    auto r = co_await impl_->exec(c, claim_command(key, lease, req), true);
     if (r.ec) {
         if (r.written && (r.ec == errc::timeout || r.ec == errc::unavailable)) {
             co_return co_await recover_lost_claim(c, key, req, r.ec, 1);
@@ -729,6 +796,7 @@ net::awaitable<result<claim_result>> redis_store::async_claim(claim_request req)
     switch (r.reply.type) {
     case redis_reply::kind::nil:
         out.status = claim_status::acquired; // the key was free: our value is set
+        impl_->note_lease(ex, key, std::move(lease));
         co_return out;
     case redis_reply::kind::string: {
         auto f = found(r.reply.str, req);
@@ -829,7 +897,7 @@ net::awaitable<result<claim_result>> redis_store::claim_v1(redis_route& c, const
         break;
     case 4: {
         // The version 1 record lapsed between the two reads: claim it in this layout, once.
-        auto again = co_await impl_->exec(c, claim_command(key, req), true);
+        auto again = co_await impl_->exec(c, claim_command(key, lease_value(req), req), true);
         if (again.ec) {
             if (again.written && (again.ec == errc::timeout || again.ec == errc::unavailable)) {
                 co_return co_await recover_lost_claim(c, key, req, again.ec, 3);
@@ -867,7 +935,9 @@ net::awaitable<result<fence_status>> redis_store::async_complete(std::string key
     if (!c) {
         co_return error_code(errc::unavailable);
     }
-    std::vector<std::string> args{std::move(owner), std::move(payload), millis(ttl)};
+    std::string lease = impl_->take_lease(ex, rkey, owner);
+    std::string record = redis_record::completed_value(lease, payload);
+    std::vector<std::string> args{std::move(lease), std::move(record), millis(ttl)};
     auto r = co_await impl_->eval(c, impl_->complete, rkey, std::move(args), true);
     co_return to_fence(r);
 }
@@ -880,6 +950,7 @@ net::awaitable<result<fence_status>> redis_store::async_release(std::string key,
     if (!c) {
         co_return error_code(errc::unavailable);
     }
+    impl_->take_lease(ex, rkey, owner); // its note goes with it
     std::vector<std::string> args{std::move(owner)};
     auto r = co_await impl_->eval(c, impl_->release, rkey, std::move(args));
     co_return to_fence(r);

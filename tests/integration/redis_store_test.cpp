@@ -1001,6 +1001,65 @@ TEST_CASE("redis store: one connection per worker executor, used from worker thr
     }
 }
 
+TEST_CASE("redis store: complete writes the same record whether or not this store made the "
+          "claim") {
+    // complete sends the lease as this store wrote it, when it did, else the owner's prefix:
+    // either way the record is `2c`, the fields of the lease found, the payload, and a lease
+    // of another owner is left as it is.
+    store_env a(make_config(shared_server().url()));
+    store_env b(make_config(shared_server().url()));
+    auto claim = [](store_env& env, const std::string& key, const std::string& owner,
+                    std::int64_t created_ms, store::duration lease = 30'000ms) {
+        auto r = env.go(env.store->async_claim({key, "fp", owner, lease, {}, created_ms}));
+        REQUIRE_MESSAGE(r.has_value(), r.error().message());
+        return r->status;
+    };
+    auto complete = [](store_env& env, const std::string& key, const std::string& owner,
+                       std::string payload) {
+        auto r = env.go(env.store->async_complete(key, owner, std::move(payload), 60'000ms,
+                                                  onceproxy::store::record_kind::kept));
+        REQUIRE_MESSAGE(r.has_value(), r.error().message());
+        return *r;
+    };
+    auto value = [&a](const std::string& key) {
+        return shared_server().cli({"GET", a.store->redis_key(key)});
+    };
+    const std::string key = unique("complete");
+    SUBCASE("claimed through another store") {
+        REQUIRE(claim(b, key, "owner-1", 111) == claim_status::acquired);
+        CHECK(complete(a, key, "owner-1", "p1") == fence_status::ok);
+        CHECK(value(key) == "2c7:owner-12:fp111;p1\n");
+    }
+    SUBCASE("claimed through this store") {
+        REQUIRE(claim(a, key, "owner-1", 111) == claim_status::acquired);
+        CHECK(complete(a, key, "owner-1", "p1") == fence_status::ok);
+        CHECK(value(key) == "2c7:owner-12:fp111;p1\n");
+        // A retry whose first reply was lost.
+        CHECK(complete(a, key, "owner-1", "p2") == fence_status::ok);
+        CHECK(value(key) == "2c7:owner-12:fp111;p1\n");
+    }
+    SUBCASE("the same owner's lease lapsed and was claimed again: the lease found counts") {
+        REQUIRE(claim(a, key, "owner-1", 111, 100ms) == claim_status::acquired);
+        std::this_thread::sleep_for(300ms);
+        REQUIRE(claim(b, key, "owner-1", 222) == claim_status::acquired);
+        CHECK(complete(a, key, "owner-1", "p") == fence_status::ok);
+        CHECK(value(key) == "2c7:owner-12:fp222;p\n");
+    }
+    for (store_env* taker : {&a, &b}) {
+        SUBCASE(taker == &a ? "taken over through this store: the stale owner changes nothing"
+                            : "taken over through another store: the stale owner changes nothing") {
+            REQUIRE(claim(a, key, "owner-1", 111, 100ms) == claim_status::acquired);
+            std::this_thread::sleep_for(300ms);
+            REQUIRE(claim(*taker, key, "owner-2", 222) == claim_status::acquired);
+            CHECK(complete(a, key, "owner-1", "stale") == fence_status::not_owner);
+            CHECK(value(key) == "2f7:owner-22:fp222;\n");
+            CHECK(complete(*taker, key, "owner-2", "fresh") == fence_status::ok);
+            CHECK(complete(a, key, "owner-1", "stale") == fence_status::not_owner);
+            CHECK(value(key) == "2c7:owner-22:fp222;fresh\n");
+        }
+    }
+}
+
 TEST_CASE("redis store: record format: binary-safe fields, versioned, foreign keys are errors") {
     store_env env(make_config(shared_server().url()));
     SUBCASE("fingerprints and owners are compared as bytes, NULs included") {
