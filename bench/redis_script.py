@@ -14,13 +14,19 @@ the record built by the proxy (a script that compares `v == ARGV[1]`), else the 
 payload. `complete_prefix` is the current script when the proxy does not know the lease (only
 its owner's prefix is sent): the script builds the record in Lua.
 
+With --instructions, redis-server runs under valgrind's callgrind and each row's figure is its
+instructions per first execution (the same from run to run, unlike CPU time on a busy machine;
+give fewer --ops: valgrind is some fifty times slower).
+
     bench/redis_script.py --base main
+    bench/redis_script.py --base main --instructions --ops 2000 --reps 1
 """
 
 import argparse
 import os
 import random
 import re
+import shutil
 import socket
 import statistics
 import subprocess
@@ -62,6 +68,8 @@ def main():
     ap.add_argument("--payload", type=int, default=450, help="payload bytes")
     ap.add_argument("--keys", type=int, default=2000, help="keys of the steady dataset")
     ap.add_argument("--datasets", default="steady,growing")
+    ap.add_argument("--instructions", action="store_true",
+                    help="count instructions under callgrind instead of CPU time")
     args = ap.parse_args()
 
     scripts = {"complete": complete_script(open(os.path.join(ROOT, SOURCE)).read())}
@@ -71,11 +79,15 @@ def main():
         scripts["complete@" + args.base] = complete_script(text)
 
     port = free_port()
-    log = tempfile.NamedTemporaryFile(prefix="redis-script-", suffix=".log", delete=False).name
-    server = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1",
-                               "--save", "", "--appendonly", "no", "--logfile", log])
+    tmp = tempfile.mkdtemp(prefix="redis-script-")
+    command = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+               "--appendonly", "no", "--logfile", os.path.join(tmp, "redis.log")]
+    if args.instructions:
+        command = ["valgrind", "--tool=callgrind", "--log-file=" + os.path.join(tmp, "vg.log"),
+                   "--callgrind-out-file=" + os.path.join(tmp, "callgrind.out")] + command
+    server = subprocess.Popen(command)
     try:
-        for _ in range(100):
+        for _ in range(400):
             try:
                 conn = socket.create_connection(("127.0.0.1", port))
                 break
@@ -83,14 +95,14 @@ def main():
                 time.sleep(0.05)
         else:
             sys.exit("redis-server did not start")
-        run(conn, server.pid, scripts, args)
+        run(conn, server.pid, scripts, args, tmp)
     finally:
         server.terminate()
         server.wait()
-        os.unlink(log)
+        shutil.rmtree(tmp)
 
 
-def run(conn, pid, scripts, args):
+def run(conn, pid, scripts, args, tmp):
     def cmd(*a):
         conn.sendall(enc(list(a)))
         return conn.recv(1 << 16)
@@ -102,6 +114,28 @@ def run(conn, pid, scripts, args):
     def faults():
         with open(f"/proc/{pid}/stat") as f:
             return int(f.read().split(")")[1].split()[7])
+
+    dumps = [0]
+
+    def instructions():
+        # Dumps callgrind's counters, which zeroes them: what ran since the last dump.
+        subprocess.run(["callgrind_control", "-d", str(pid)], check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        dumps[0] += 1
+        with open(os.path.join(tmp, f"callgrind.out.{dumps[0]}")) as f:
+            for line in f:
+                if line.startswith("totals:"):
+                    return int(line.split()[1])
+        sys.exit("no totals in callgrind's dump")
+
+    # A row's figure: CPU µs, or instructions (counted since the dump that starts the row).
+    def figure_start():
+        return instructions() if args.instructions else cpu_seconds()
+
+    def figure_end(start, n):
+        if args.instructions:
+            return instructions() / n
+        return (cpu_seconds() - start) / n * 1e6
 
     sha = {}
     for name, body in scripts.items():
@@ -156,7 +190,7 @@ def run(conn, pid, scripts, args):
         generation[0] += 1
         writes = [b"".join(make(j, growing) for j in range(i, min(i + 64, n))) + enc(["PING"])
                   for i in range(0, n, 64)]
-        t0, f0 = cpu_seconds(), faults()
+        t0, f0 = figure_start(), faults()
         for w in writes:
             conn.sendall(w)
             data = b""
@@ -164,7 +198,7 @@ def run(conn, pid, scripts, args):
                 data += conn.recv(1 << 20)
             if b"\r\n-" in data or data.startswith(b"-"):
                 sys.exit("error reply: " + data[:300].decode(errors="replace"))
-        return (cpu_seconds() - t0) / n * 1e6, (faults() - f0) / n
+        return figure_end(t0, n), (faults() - f0) / n
 
     datasets = args.datasets.split(",")
     results = {(r, d): [] for r in rows for d in datasets}
@@ -176,7 +210,8 @@ def run(conn, pid, scripts, args):
                 results[(r, d)].append(measure(rows[r], d == "growing", args.ops))
         cmd("FLUSHALL")
 
-    print(f"redis-server CPU per first execution (µs), {args.ops} per run, {args.reps} runs, "
+    unit = "instructions" if args.instructions else "CPU µs"
+    print(f"redis-server {unit} per first execution, {args.ops} per run, {args.reps} runs, "
           f"payload {args.payload} B")
     print(f"| row | {' | '.join(f'{d} median | {d} min | {d} faults' for d in datasets)} |")
     print("|---|" + "---|" * (3 * len(datasets)))
@@ -185,7 +220,8 @@ def run(conn, pid, scripts, args):
         for d in datasets:
             us = [x[0] for x in results[(r, d)]]
             fl = [x[1] for x in results[(r, d)]]
-            cells += [f"{statistics.median(us):.2f}", f"{min(us):.2f}",
+            fmt = ".0f" if args.instructions else ".2f"
+            cells += [f"{statistics.median(us):{fmt}}", f"{min(us):{fmt}}",
                       f"{statistics.median(fl):.3f}"]
         print(f"| {r} | {' | '.join(cells)} |")
 
