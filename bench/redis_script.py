@@ -11,8 +11,8 @@ printed. Two datasets: `steady` overwrites the same --keys keys (no new memory i
 The completion is measured as in the source (`complete`), and as in a git revision
 (--base REV, e.g. main) when given. Each is called as its own source calls it: the lease and
 the record built by the proxy (a script that compares `v == ARGV[1]`), else the owner and the
-payload. `complete_prefix` is the current script when the proxy does not know the lease (only
-its owner's prefix is sent): the script builds the record in Lua.
+payload. `complete_prefix` is the current script when complete is not given the claim's
+fields (only its owner's prefix is sent): the script builds the record in Lua.
 
 With --instructions, redis-server runs under valgrind's callgrind and each row's figure is its
 instructions per first execution (the same from run to run, unlike CPU time on a busy machine;

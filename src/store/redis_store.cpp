@@ -23,7 +23,6 @@
 #include <atomic>
 #include <chrono>
 #include <stdexcept>
-#include <unordered_map>
 
 namespace onceproxy::store {
 
@@ -48,14 +47,15 @@ namespace {
 // A claim is one native command, SET key value NX PX lease GET (redis_record.hpp gives the
 // value's layout); the scripts below are the fenced writes and the key administration. Each
 // matches a lease by the prefix `2f<owner length>:<owner>` of the value (complete first compares
-// the whole lease, when the claim was made here).
+// the whole lease, when its caller gives the claim's fields).
 
-// complete. ARGV[1] the lease as its owner wrote it, or when the store does not know it only
-// its start `2f<owner length>:<owner>`; ARGV[2] redis_record::completed_value(ARGV[1], payload);
-// ARGV[3] ttl (ms). Returns 1 ok, 0 not owner. The common case is the first branch: the lease
-// compared whole and the record written as sent, no string built in Lua (which hashes every
-// byte of every string it makes). The rest matches the owner's prefix and builds the record
-// from the value found, as `2c` .. its rest .. the payload.
+// complete. ARGV[1] the lease as its owner's claim wrote it (rebuilt from the claimed_lease
+// given), or when that is unknown only its start `2f<owner length>:<owner>`; ARGV[2]
+// redis_record::completed_value(ARGV[1], payload); ARGV[3] ttl (ms). Returns 1 ok, 0 not owner.
+// The common case is the first branch: the lease compared whole and the record written as sent,
+// no string built in Lua (which hashes every byte of every string it makes). The rest matches
+// the owner's prefix and builds the record from the value found, as `2c` .. its rest .. the
+// payload.
 constexpr const char* complete_lua = R"lua(
 local v = redis.call('GET', KEYS[1])
 if v == ARGV[1] then
@@ -245,16 +245,7 @@ struct redis_store::impl {
         /// of `clients`.
         std::vector<std::unique_ptr<redis_cluster>> clusters;
         std::size_t next = 0; // touched only by the worker's own thread
-        /// The lease value of each claim acquired on this worker and not yet completed or
-        /// released, by Redis key (touched only by the worker's own thread): complete sends it
-        /// so that its script matches the lease whole. A hint: without it complete sends the
-        /// owner's prefix, and the script does the same write.
-        std::unordered_map<std::string, std::string> leases;
     };
-
-    /// More held leases than this on one worker: the hints are dropped (a lease that is
-    /// neither completed nor released leaves its hint behind).
-    static constexpr std::size_t max_leases = 16384;
 
     config::redis_config cfg;
     redis_client_options options;
@@ -283,38 +274,6 @@ struct redis_store::impl {
             }
         }
         return nullptr;
-    }
-
-    // A claim of `key` acquired `lease`.
-    void note_lease(const net::any_io_executor& ex, const std::string& key, std::string lease) {
-        worker* w = local(ex);
-        if (w == nullptr) {
-            return;
-        }
-        if (w->leases.size() >= max_leases) {
-            w->leases.clear();
-        }
-        w->leases.insert_or_assign(key, std::move(lease));
-    }
-
-    // The lease `owner` holds on `key` as noted, else its prefix; the note is dropped.
-    std::string take_lease(const net::any_io_executor& ex, const std::string& key,
-                           const std::string& owner) {
-        std::string prefix = redis_record::lease_prefix(owner);
-        worker* w = local(ex);
-        if (w == nullptr) {
-            return prefix;
-        }
-        auto it = w->leases.find(key);
-        if (it == w->leases.end()) {
-            return prefix;
-        }
-        if (!it->second.starts_with(prefix)) {
-            return prefix; // another owner's (ours lapsed and was taken over)
-        }
-        std::string lease = std::move(it->second);
-        w->leases.erase(it);
-        return lease;
     }
 
     redis_client* pick(const net::any_io_executor& ex) noexcept {
@@ -733,20 +692,14 @@ std::int64_t unix_millis() {
         .count();
 }
 
-// The value a claim of `req` writes.
-std::string lease_value(const claim_request& req) {
-    return redis_record::claim_value(req.owner, req.fingerprint,
-                                     req.created_ms != 0 ? req.created_ms : unix_millis());
-}
-
 // SET key value NX PX lease GET: takes the lease if the key is free, else returns what is there.
-std::vector<std::string> claim_command(const std::string& key, const std::string& value,
-                                       const claim_request& req) {
+std::vector<std::string> claim_command(const std::string& key, const claim_request& req) {
     std::vector<std::string> cmd;
     cmd.reserve(7);
     cmd.emplace_back("SET");
     cmd.push_back(key);
-    cmd.push_back(value);
+    cmd.push_back(redis_record::claim_value(req.owner, req.fingerprint,
+                                            req.created_ms != 0 ? req.created_ms : unix_millis()));
     cmd.emplace_back("NX");
     cmd.emplace_back("PX");
     cmd.push_back(millis(req.lease));
@@ -784,8 +737,7 @@ net::awaitable<result<claim_result>> redis_store::async_claim(claim_request req)
     if (!c) {
         co_return error_code(errc::unavailable);
     }
-    std::string lease = lease_value(req);
-    auto r = co_await impl_->exec(c, claim_command(key, lease, req), true);
+    auto r = co_await impl_->exec(c, claim_command(key, req), true);
     if (r.ec) {
         if (r.written && (r.ec == errc::timeout || r.ec == errc::unavailable)) {
             co_return co_await recover_lost_claim(c, key, req, r.ec, 1);
@@ -796,7 +748,6 @@ net::awaitable<result<claim_result>> redis_store::async_claim(claim_request req)
     switch (r.reply.type) {
     case redis_reply::kind::nil:
         out.status = claim_status::acquired; // the key was free: our value is set
-        impl_->note_lease(ex, key, std::move(lease));
         co_return out;
     case redis_reply::kind::string: {
         auto f = found(r.reply.str, req);
@@ -897,7 +848,7 @@ net::awaitable<result<claim_result>> redis_store::claim_v1(redis_route& c, const
         break;
     case 4: {
         // The version 1 record lapsed between the two reads: claim it in this layout, once.
-        auto again = co_await impl_->exec(c, claim_command(key, lease_value(req), req), true);
+        auto again = co_await impl_->exec(c, claim_command(key, req), true);
         if (again.ec) {
             if (again.written && (again.ec == errc::timeout || again.ec == errc::unavailable)) {
                 co_return co_await recover_lost_claim(c, key, req, again.ec, 3);
@@ -926,7 +877,8 @@ net::awaitable<result<claim_result>> redis_store::claim_v1(redis_route& c, const
 
 net::awaitable<result<fence_status>> redis_store::async_complete(std::string key, std::string owner,
                                                                  std::string payload, duration ttl,
-                                                                 record_kind kind) {
+                                                                 record_kind kind,
+                                                                 claimed_lease claimed) {
     // Redis keeps every record for its ttl whatever it holds: its own maxmemory bounds it.
     (void)kind;
     auto ex = co_await net::this_coro::executor;
@@ -935,7 +887,10 @@ net::awaitable<result<fence_status>> redis_store::async_complete(std::string key
     if (!c) {
         co_return error_code(errc::unavailable);
     }
-    std::string lease = impl_->take_lease(ex, rkey, owner);
+    std::string lease =
+        claimed.created_ms != 0
+            ? redis_record::claim_value(owner, claimed.fingerprint, claimed.created_ms)
+            : redis_record::lease_prefix(owner);
     std::string record = redis_record::completed_value(lease, payload);
     std::vector<std::string> args{std::move(lease), std::move(record), millis(ttl)};
     auto r = co_await impl_->eval(c, impl_->complete, rkey, std::move(args), true);
@@ -950,7 +905,6 @@ net::awaitable<result<fence_status>> redis_store::async_release(std::string key,
     if (!c) {
         co_return error_code(errc::unavailable);
     }
-    impl_->take_lease(ex, rkey, owner); // its note goes with it
     std::vector<std::string> args{std::move(owner)};
     auto r = co_await impl_->eval(c, impl_->release, rkey, std::move(args));
     co_return to_fence(r);
