@@ -405,9 +405,10 @@ net::awaitable<core::action> do_complete(exchange_state& s, core::action a) {
     std::string k = s.store_key;
     std::string o = s.owner;
     std::string payload = *s.payload;
+    store::claimed_lease claimed{s.fingerprint, s.created_ms}; // what do_claim's request wrote
     ++s.round_trips;
     auto r = co_await s.env.st->async_complete(std::move(k), std::move(o), std::move(payload),
-                                               a.ttl, s.payload_kind);
+                                               a.ttl, s.payload_kind, std::move(claimed));
     op.done(r);
     co_return s.fsm.on_complete(to_fence_event(r), clock::now());
 }

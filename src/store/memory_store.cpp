@@ -369,7 +369,7 @@ boost::asio::awaitable<result<claim_result>> memory_store::async_claim(claim_req
 
 boost::asio::awaitable<result<fence_status>>
 memory_store::async_complete(std::string key, std::string owner, std::string payload, duration ttl,
-                             record_kind kind) {
+                             record_kind kind, claimed_lease /*claimed: the owner fences alone*/) {
     co_return complete(key, owner, std::move(payload), ttl, kind);
 }
 

@@ -762,7 +762,8 @@ result<fence_status> fenced(const pg_result& r) {
 
 net::awaitable<result<fence_status>>
 postgres_store::async_complete(std::string key, std::string owner, std::string payload,
-                               duration ttl, record_kind kind) {
+                               duration ttl, record_kind kind,
+                               claimed_lease /*claimed: the owner fences alone*/) {
     std::vector<pg_param> params{pg_param::text(row_key(key)), pg_param::binary(std::move(owner)),
                                  pg_param::binary(std::move(payload)), text_param(ttl.count()),
                                  text_param(kind == record_kind::evictable ? 1 : 0)};

@@ -1,5 +1,6 @@
 #include "store/redis_record.hpp"
 
+#include <algorithm>
 #include <charconv>
 
 namespace onceproxy::store::redis_record {
@@ -41,6 +42,25 @@ std::string claim_value(std::string_view owner, std::string_view fingerprint,
     put_field(out, fingerprint);
     out += std::to_string(created_ms);
     out += ';';
+    return out;
+}
+
+std::string lease_prefix(std::string_view owner) {
+    std::string out;
+    out.reserve(owner.size() + 24);
+    out += version;
+    out += in_flight;
+    put_field(out, owner);
+    return out;
+}
+
+std::string completed_value(std::string_view lease, std::string_view payload) {
+    std::string out;
+    out.reserve(lease.size() + payload.size());
+    out += version;
+    out += completed;
+    out += lease.substr(std::min<std::size_t>(lease.size(), 2));
+    out += payload;
     return out;
 }
 

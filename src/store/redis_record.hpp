@@ -30,6 +30,13 @@ inline constexpr char completed = 'c';
 std::string claim_value(std::string_view owner, std::string_view fingerprint,
                         std::int64_t created_ms);
 
+/// The start of every lease `owner` writes: `2f<owner length>:<owner>`.
+std::string lease_prefix(std::string_view owner);
+
+/// The value complete() writes over `lease` (a claim value, or a lease_prefix): state `c`, the
+/// rest of `lease` unchanged, then `payload`.
+std::string completed_value(std::string_view lease, std::string_view payload);
+
 struct view {
     char state = in_flight;
     std::string_view owner;

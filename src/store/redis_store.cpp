@@ -46,18 +46,31 @@ namespace {
 
 // A claim is one native command, SET key value NX PX lease GET (redis_record.hpp gives the
 // value's layout); the scripts below are the fenced writes and the key administration. Each
-// matches a lease by the prefix `2f<owner length>:<owner>` of the value.
+// matches a lease by the prefix `2f<owner length>:<owner>` of the value (complete first compares
+// the whole lease, when its caller gives the claim's fields).
 
-// complete. ARGV[1] owner, ARGV[2] payload, ARGV[3] ttl (ms). Returns 1 ok, 0 not owner.
+// complete. ARGV[1] the lease as its owner's claim wrote it (rebuilt from the claimed_lease
+// given), or when that is unknown only its start `2f<owner length>:<owner>`; ARGV[2]
+// redis_record::completed_value(ARGV[1], payload); ARGV[3] ttl (ms). Returns 1 ok, 0 not owner.
+// The common case is the first branch: the lease compared whole and the record written as sent,
+// no string built in Lua (which hashes every byte of every string it makes). The rest matches
+// the owner's prefix and builds the record from the value found, as `2c` .. its rest .. the
+// payload.
 constexpr const char* complete_lua = R"lua(
 local v = redis.call('GET', KEYS[1])
+if v == ARGV[1] then
+  redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+  return 1
+end
 if not v then
   return 0
 end
-local o = #ARGV[1] .. ':' .. ARGV[1]
+local n = string.match(ARGV[1], '^2f(%d+):')
+local o = string.sub(ARGV[1], 3, 3 + #n + n)
 local head = string.sub(v, 1, #o + 2)
 if head == '2f' .. o then
-  redis.call('SET', KEYS[1], '2c' .. string.sub(v, 3) .. ARGV[2], 'PX', ARGV[3])
+  local payload = string.sub(ARGV[2], #ARGV[1] + 1)
+  redis.call('SET', KEYS[1], '2c' .. string.sub(v, 3) .. payload, 'PX', ARGV[3])
   return 1
 end
 if head == '2c' .. o then
@@ -253,17 +266,25 @@ struct redis_store::impl {
 
     bool clustered() const noexcept { return !cluster_options.seeds.empty(); }
 
+    worker* local(const net::any_io_executor& ex) noexcept {
+        auto* ctx = &net::query(ex, net::execution::context);
+        for (auto& w : workers) {
+            if (w.context == ctx) {
+                return &w;
+            }
+        }
+        return nullptr;
+    }
+
     redis_client* pick(const net::any_io_executor& ex) noexcept {
         if (refused.load(std::memory_order_relaxed)) {
             return nullptr;
         }
-        auto* ctx = &net::query(ex, net::execution::context);
-        for (auto& w : workers) {
-            if (w.context == ctx && !w.clients.empty()) {
-                return &w.clients[w.next++ % w.clients.size()];
-            }
+        worker* w = local(ex);
+        if (w == nullptr || w->clients.empty()) {
+            return nullptr;
         }
-        return nullptr;
+        return &w->clients[w->next++ % w->clients.size()];
     }
 
     // Where an operation on Redis key `key` goes from `ex`: a connection of the worker, or in
@@ -277,13 +298,11 @@ struct redis_store::impl {
         if (refused.load(std::memory_order_relaxed)) {
             return {};
         }
-        auto* ctx = &net::query(ex, net::execution::context);
-        for (auto& w : workers) {
-            if (w.context == ctx && !w.clusters.empty()) {
-                return {w.clusters[w.next++ % w.clusters.size()].get(), key};
-            }
+        worker* w = local(ex);
+        if (w == nullptr || w->clusters.empty()) {
+            return {};
         }
-        return {};
+        return {w->clusters[w->next++ % w->clusters.size()].get(), key};
     }
 
     // durability replicated: `cmd` and a WAIT behind it on the same connection (a WAIT counts
@@ -858,7 +877,8 @@ net::awaitable<result<claim_result>> redis_store::claim_v1(redis_route& c, const
 
 net::awaitable<result<fence_status>> redis_store::async_complete(std::string key, std::string owner,
                                                                  std::string payload, duration ttl,
-                                                                 record_kind kind) {
+                                                                 record_kind kind,
+                                                                 claimed_lease claimed) {
     // Redis keeps every record for its ttl whatever it holds: its own maxmemory bounds it.
     (void)kind;
     auto ex = co_await net::this_coro::executor;
@@ -867,7 +887,12 @@ net::awaitable<result<fence_status>> redis_store::async_complete(std::string key
     if (!c) {
         co_return error_code(errc::unavailable);
     }
-    std::vector<std::string> args{std::move(owner), std::move(payload), millis(ttl)};
+    std::string lease =
+        claimed.created_ms != 0
+            ? redis_record::claim_value(owner, claimed.fingerprint, claimed.created_ms)
+            : redis_record::lease_prefix(owner);
+    std::string record = redis_record::completed_value(lease, payload);
+    std::vector<std::string> args{std::move(lease), std::move(record), millis(ttl)};
     auto r = co_await impl_->eval(c, impl_->complete, rkey, std::move(args), true);
     co_return to_fence(r);
 }

@@ -129,7 +129,7 @@ template <class Fixture>
 store::fence_status complete(Fixture& f, const std::string& key, const std::string& owner,
                              std::string payload, store::duration ttl = suite_ttl,
                              store::record_kind kind = store::record_kind::kept) {
-    auto r = f.run(f.store().async_complete(key, owner, std::move(payload), ttl, kind));
+    auto r = f.run(f.store().async_complete(key, owner, std::move(payload), ttl, kind, {}));
     REQUIRE_MESSAGE(r.has_value(), "complete failed: " << r.error().message());
     return *r;
 }

@@ -191,7 +191,7 @@ TEST_CASE("redis cluster store: -MOVED after a slot changed master is followed, 
         CHECK(env.claim(before, "o3").status == claim_status::in_flight);
         CHECK(env.claim(later, "o3").status == claim_status::in_flight);
         auto done = env.go(env.store->async_complete(later, "o1", "payload", 60'000ms,
-                                                     onceproxy::store::record_kind::kept));
+                                                     onceproxy::store::record_kind::kept, {}));
         REQUIRE(done.has_value());
         CHECK(*done == store::fence_status::ok);
         const auto replay = env.claim(later, "o4");

@@ -341,7 +341,7 @@ TEST_SUITE("redis sentinel") {
             CHECK(r->status == claim_status::acquired);
             const auto done =
                 run(env.ioc, env.store->async_complete(key, "o", "payload", 60s,
-                                                       onceproxy::store::record_kind::kept));
+                                                       onceproxy::store::record_kind::kept, {}));
             REQUIRE(done.has_value());
             CHECK(*done == store::fence_status::ok);
             // Every node, replicas included, has the completed record at once (WAIT 2).

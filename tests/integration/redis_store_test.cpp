@@ -287,7 +287,7 @@ TEST_CASE("redis store: INFO commandstats shows one command per operation: a nat
         const std::string key = unique("stats");
         CHECK(env.claim(key, "o1").status == claim_status::acquired);
         auto done = env.go(env.store->async_complete(key, "o1", "payload", 60'000ms,
-                                                     onceproxy::store::record_kind::kept));
+                                                     onceproxy::store::record_kind::kept, {}));
         REQUIRE(done.has_value());
         CHECK(*done == fence_status::ok);
         auto replay = env.claim(key, "o2");
@@ -384,7 +384,7 @@ TEST_CASE("redis store: survives a restart (appendonly): in-flight commands fail
     // SCRIPT FLUSH behind our back: NOSCRIPT is answered by EVAL, and the completion still works.
     server.cli({"SCRIPT", "FLUSH"});
     auto done = env.go(env.store->async_complete(fresh, "owner-3", "p", 60'000ms,
-                                                 onceproxy::store::record_kind::kept));
+                                                 onceproxy::store::record_kind::kept, {}));
     REQUIRE(done.has_value());
     CHECK(*done == fence_status::ok);
     CHECK(server.command_calls("eval") == evals_before + 1);
@@ -564,7 +564,7 @@ TEST_CASE("redis store: rediss:// over TLS, verified against the CA; a wrong CA 
         const std::string key = unique("tls");
         CHECK(env.claim(key, "o").status == claim_status::acquired);
         auto done = env.go(env.store->async_complete(key, "o", std::string(100'000, 'z'), 60s,
-                                                     onceproxy::store::record_kind::kept));
+                                                     onceproxy::store::record_kind::kept, {}));
         REQUIRE(done.has_value());
         auto replay = env.claim(key, "p");
         CHECK(replay.status == claim_status::completed);
@@ -687,8 +687,8 @@ TEST_CASE("redis store: a claim whose reply was lost is resolved by reading the 
         CHECK(client.connect_count() == 2);
         CHECK(shared_server().command_calls("set") == set_before + 1);
         // The lease is really ours: the owner can complete it.
-        auto done = run(
-            ioc, s.async_complete(key, "me", "p", 60'000ms, onceproxy::store::record_kind::kept));
+        auto done = run(ioc, s.async_complete(key, "me", "p", 60'000ms,
+                                              onceproxy::store::record_kind::kept, {}));
         REQUIRE(done.has_value());
         CHECK(*done == fence_status::ok);
     }
@@ -791,20 +791,20 @@ TEST_CASE("redis store, durability replicated: a write whose reply was lost coun
         REQUIRE(claimed->status == claim_status::acquired);
         replica.pause();
         gate.set_existing(tcp_gate::mode::drop_replies);
-        auto first = run(
-            ioc, s.async_complete(key, "me", "p", 60'000ms, onceproxy::store::record_kind::kept));
+        auto first = run(ioc, s.async_complete(key, "me", "p", 60'000ms,
+                                               onceproxy::store::record_kind::kept, {}));
         REQUIRE_FALSE(first.has_value());
         // The record is on the master; the retry (on a new connection) finds it completed by
         // its own owner, which is not proof that a replica has it.
         REQUIRE(run(ioc, client.async_wait_ready(5s)));
-        auto again = run(
-            ioc, s.async_complete(key, "me", "p", 60'000ms, onceproxy::store::record_kind::kept));
+        auto again = run(ioc, s.async_complete(key, "me", "p", 60'000ms,
+                                               onceproxy::store::record_kind::kept, {}));
         REQUIRE_FALSE(again.has_value());
         CHECK(again.error() == store::errc::not_replicated);
         replica.resume();
         REQUIRE(run(ioc, client.async_wait_ready(5s)));
-        auto settled = run(
-            ioc, s.async_complete(key, "me", "p", 60'000ms, onceproxy::store::record_kind::kept));
+        auto settled = run(ioc, s.async_complete(key, "me", "p", 60'000ms,
+                                                 onceproxy::store::record_kind::kept, {}));
         REQUIRE_MESSAGE(settled.has_value(), settled.error().message());
         CHECK(*settled == fence_status::ok);
     }
@@ -1001,6 +1001,68 @@ TEST_CASE("redis store: one connection per worker executor, used from worker thr
     }
 }
 
+TEST_CASE("redis store: complete writes the same record whether or not the claim's fields are "
+          "given") {
+    // Given the claim's fields, complete sends the lease they make and the script compares it
+    // whole; unknown, it sends the owner's prefix. Either way the record is `2c`, the fields of
+    // the lease found, the payload, and a lease of another owner is left as it is.
+    store_env env(make_config(shared_server().url()));
+    auto claim = [&env](const std::string& key, const std::string& owner, std::int64_t created_ms,
+                        store::duration lease = 30'000ms) {
+        auto r = env.go(env.store->async_claim({key, "fp", owner, lease, {}, created_ms}));
+        REQUIRE_MESSAGE(r.has_value(), r.error().message());
+        return r->status;
+    };
+    auto complete = [&env](const std::string& key, const std::string& owner, std::string payload,
+                           store::claimed_lease claimed) {
+        auto r = env.go(env.store->async_complete(key, owner, std::move(payload), 60'000ms,
+                                                  onceproxy::store::record_kind::kept,
+                                                  std::move(claimed)));
+        REQUIRE_MESSAGE(r.has_value(), r.error().message());
+        return *r;
+    };
+    auto value = [&env](const std::string& key) {
+        return shared_server().cli({"GET", env.store->redis_key(key)});
+    };
+    const store::claimed_lease unknown{};
+    const std::string key = unique("complete");
+    SUBCASE("the claim's fields given: the lease compared whole") {
+        REQUIRE(claim(key, "owner-1", 111) == claim_status::acquired);
+        CHECK(complete(key, "owner-1", "p1", {"fp", 111}) == fence_status::ok);
+        CHECK(value(key) == "2c7:owner-12:fp111;p1\n");
+        // A retry whose first reply was lost.
+        CHECK(complete(key, "owner-1", "p2", {"fp", 111}) == fence_status::ok);
+        CHECK(value(key) == "2c7:owner-12:fp111;p1\n");
+    }
+    SUBCASE("the claim's fields unknown: the owner's prefix") {
+        REQUIRE(claim(key, "owner-1", 111) == claim_status::acquired);
+        CHECK(complete(key, "owner-1", "p1", unknown) == fence_status::ok);
+        CHECK(value(key) == "2c7:owner-12:fp111;p1\n");
+        CHECK(complete(key, "owner-1", "p2", unknown) == fence_status::ok);
+        CHECK(value(key) == "2c7:owner-12:fp111;p1\n");
+    }
+    SUBCASE("the same owner's lease lapsed and was claimed again: the lease found counts") {
+        REQUIRE(claim(key, "owner-1", 111, 100ms) == claim_status::acquired);
+        std::this_thread::sleep_for(300ms);
+        REQUIRE(claim(key, "owner-1", 222) == claim_status::acquired);
+        // The fields of the first claim: the whole lease differs, its owner's prefix matches.
+        CHECK(complete(key, "owner-1", "p", {"fp", 111}) == fence_status::ok);
+        CHECK(value(key) == "2c7:owner-12:fp222;p\n");
+    }
+    SUBCASE("taken over: the stale owner changes nothing, its claim's fields known or not") {
+        REQUIRE(claim(key, "owner-1", 111, 100ms) == claim_status::acquired);
+        std::this_thread::sleep_for(300ms);
+        REQUIRE(claim(key, "owner-2", 222) == claim_status::acquired);
+        CHECK(complete(key, "owner-1", "stale", {"fp", 111}) == fence_status::not_owner);
+        CHECK(complete(key, "owner-1", "stale", unknown) == fence_status::not_owner);
+        CHECK(value(key) == "2f7:owner-22:fp222;\n");
+        CHECK(complete(key, "owner-2", "fresh", {"fp", 222}) == fence_status::ok);
+        CHECK(complete(key, "owner-1", "stale", {"fp", 111}) == fence_status::not_owner);
+        CHECK(complete(key, "owner-1", "stale", unknown) == fence_status::not_owner);
+        CHECK(value(key) == "2c7:owner-22:fp222;fresh\n");
+    }
+}
+
 TEST_CASE("redis store: record format: binary-safe fields, versioned, foreign keys are errors") {
     store_env env(make_config(shared_server().url()));
     SUBCASE("fingerprints and owners are compared as bytes, NULs included") {
@@ -1096,7 +1158,7 @@ TEST_CASE("redis store: record format: binary-safe fields, versioned, foreign ke
         CHECK(in_flight.remaining_lease > 0ms);
         CHECK(in_flight.remaining_lease <= 5'000ms);
         auto done = env.go(env.store->async_complete(key, "o", "r", 3'600'000ms,
-                                                     onceproxy::store::record_kind::kept));
+                                                     onceproxy::store::record_kind::kept, {}));
         REQUIRE(done.has_value());
         const auto record_ttl =
             std::stoll(shared_server().cli({"PTTL", env.store->redis_key(key)}));

@@ -60,7 +60,8 @@ public:
     boost::asio::awaitable<result<claim_result>> async_claim(claim_request req) override;
     boost::asio::awaitable<result<fence_status>> async_complete(std::string key, std::string owner,
                                                                 std::string payload, duration ttl,
-                                                                record_kind kind) override;
+                                                                record_kind kind,
+                                                                claimed_lease claimed) override;
     boost::asio::awaitable<result<fence_status>> async_release(std::string key,
                                                                std::string owner) override;
     boost::asio::awaitable<result<fence_status>> async_extend(std::string key, std::string owner,

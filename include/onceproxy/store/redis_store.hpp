@@ -121,7 +121,8 @@ public:
     /// One EVALSHA; ok also when the same owner already completed it (lost reply, retried).
     boost::asio::awaitable<result<fence_status>> async_complete(std::string key, std::string owner,
                                                                 std::string payload, duration ttl,
-                                                                record_kind kind) override;
+                                                                record_kind kind,
+                                                                claimed_lease claimed) override;
 
     /// One EVALSHA; deletes the record only if it is a lease held by `owner`.
     boost::asio::awaitable<result<fence_status>> async_release(std::string key,

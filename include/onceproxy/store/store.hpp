@@ -57,6 +57,16 @@ struct claim_request {
     std::int64_t created_ms = 0;
 };
 
+/// What the caller's claim wrote, for complete: the claim's fingerprint and created_ms, as given
+/// to async_claim (a nonzero created_ms). The Redis store rebuilds the exact lease value from
+/// them, so that its script compares the lease whole. Unknown (created_ms 0, e.g. `{}`): the
+/// lease is matched by its owner alone, with the same outcome. The memory and PostgreSQL stores
+/// ignore it.
+struct claimed_lease {
+    std::string fingerprint;
+    std::int64_t created_ms = 0;
+};
+
 /// What kind of answer a completed record holds, for the memory store's eviction order.
 enum class record_kind {
     kept,     ///< a 2xx answer, or an uncertain outcome: never evicted before its ttl ends
@@ -158,9 +168,10 @@ public:
 
     /// Turns the caller's lease into a completed record with `payload`, kept for `ttl` (the
     /// memory store may evict a record of `kind` evictable earlier; the Redis store ignores it).
+    /// `claimed`: what the caller's claim wrote, or `{}` when unknown (see claimed_lease).
     virtual boost::asio::awaitable<result<fence_status>>
     async_complete(std::string key, std::string owner, std::string payload, duration ttl,
-                   record_kind kind) = 0;
+                   record_kind kind, claimed_lease claimed) = 0;
 
     /// Deletes the caller's lease so a retry may execute.
     virtual boost::asio::awaitable<result<fence_status>> async_release(std::string key,

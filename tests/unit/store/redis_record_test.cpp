@@ -27,6 +27,23 @@ TEST_CASE("the scripts' lease prefix is the start of the claim value") {
     const std::string owner = "a1b2c3";
     const auto v = record::claim_value(owner, "x", 1);
     CHECK(v.rfind("2f" + std::to_string(owner.size()) + ":" + owner, 0) == 0);
+    CHECK(record::lease_prefix(owner) == "2f6:a1b2c3");
+    CHECK(v.starts_with(record::lease_prefix(owner)));
+    CHECK(record::lease_prefix("") == "2f0:");
+}
+
+TEST_CASE("complete's value: the lease's state flipped to c, the payload after it") {
+    const auto lease = record::claim_value("o\0w"s, "fp", 7);
+    const std::string payload = "\0;2f1:x"s;
+    const auto v = record::completed_value(lease, payload);
+    CHECK(v == "2c3:o\0w2:fp7;\0;2f1:x"s);
+    auto p = record::parse(v);
+    REQUIRE(p);
+    CHECK(p->state == record::completed);
+    CHECK(p->owner == "o\0w"s);
+    CHECK(v.substr(p->payload_offset) == payload);
+    // From the owner's prefix alone (what complete sends when it does not know the lease).
+    CHECK(record::completed_value(record::lease_prefix("ab"), "p") == "2c2:abp");
 }
 
 TEST_CASE("a completed value carries its payload after the header, binary-safe") {
