@@ -29,7 +29,8 @@ namespace {
     std::exit(1);
 }
 
-template <typename F> double ns_per_call(long calls, F&& f) {
+template <typename F>
+double ns_per_call(long calls, F&& f) {
     const auto t0 = std::chrono::steady_clock::now();
     for (long i = 0; i < calls; ++i) {
         f(i);
@@ -86,8 +87,8 @@ int main(int argc, char** argv) {
     const double getppid_ns = ns_per_call(calls, [](long) { (void)::getppid(); });
     const double recv_ns =
         ns_per_call(calls, [&](long) { (void)::recv(server, buf, sizeof buf, 0); });
-    const double peek_ns = ns_per_call(
-        calls, [&](long) { (void)::recv(server, buf, 1, MSG_PEEK | MSG_DONTWAIT); });
+    const double peek_ns =
+        ns_per_call(calls, [&](long) { (void)::recv(server, buf, 1, MSG_PEEK | MSG_DONTWAIT); });
     const double ctl_ns = ns_per_call(calls, [&](long i) {
         ev.events = EPOLLIN | EPOLLET | ((i & 1) != 0 ? EPOLLOUT : 0u);
         (void)::epoll_ctl(ep, EPOLL_CTL_MOD, server, &ev);

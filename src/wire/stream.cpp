@@ -130,13 +130,15 @@ void stream::plain_read(net::mutable_buffer b, bool next, read_handler h) {
         sock_.async_read_some(b, std::move(h));
         return;
     }
-    auto& reactor =
-        net::use_service<ad::reactor>(net::query(sock_.get_executor(), net::execution::context));
+    if (reactor_ == nullptr) {
+        reactor_ = &net::use_service<ad::reactor>(
+            net::query(sock_.get_executor(), net::execution::context));
+    }
     auto* op = new recv_op(impl.socket_, b, drained_, std::move(h));
     // The attempt at the start is skipped while skip_first is set; every later one (at a
     // readiness) reads. The event loop is single-threaded: the operation cannot run in between.
     op->skip_first = next && drained_;
-    reactor.start_op(ad::reactor::read_op, impl.socket_, impl.reactor_data_, op, false, true);
+    reactor_->start_op(ad::reactor::read_op, impl.socket_, impl.reactor_data_, op, false, true);
     op->skip_first = false;
 }
 

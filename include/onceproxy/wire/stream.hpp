@@ -28,6 +28,9 @@
 namespace boost::asio::ssl {
 class context;
 }
+namespace boost::asio::detail {
+class epoll_reactor;
+}
 
 struct ssl_st; // OpenSSL's SSL
 
@@ -200,6 +203,8 @@ private:
     /// The last read on the plain socket got fewer bytes than it asked for: the socket was
     /// empty then, so any byte that came since brought a readiness of its own.
     bool drained_ = false;
+    /// The event loop's reactor, which plain_read hands its operations to (looked up once).
+    boost::asio::detail::epoll_reactor* reactor_ = nullptr;
 };
 
 } // namespace onceproxy::wire
