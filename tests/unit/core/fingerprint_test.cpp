@@ -178,3 +178,28 @@ TEST_CASE("principal hash and store key") {
     // Field boundaries are part of the hash.
     CHECK(core::store_key("", "ab", "c", "d") != core::store_key("", "a", "bc", "d"));
 }
+
+TEST_CASE("hashes stay the same from one version to the next (stored keys and fingerprints)") {
+    // Store keys and fingerprints are kept in the store: a replica of another version must
+    // derive the same ones, or a retry during a rolling upgrade would miss its record.
+    const std::string big(3000, 'b');
+    const std::vector<header_view> scope{{"Authorization", "Bearer alice"}, {"X-Tenant", "t1"}};
+    const std::string principal = core::principal_hash(scope);
+    CHECK(core::to_hex(principal) ==
+          "c0c8adbdbe0b38d0cd9cd68dcfac8c22168fa5f5d1a48e6f9a722c00dd018b91");
+    CHECK(core::store_key("op:", "payments", principal, "key-1") ==
+          "op:faee93a5235f73e6e7e1a95b0d9695aef57a5829892e3f443fc843c4441e0238");
+    core::fingerprint_input small;
+    small.method = "POST";
+    small.target = "/pay?x=1";
+    small.headers = {{"Content-Type", "application/json"}, {"X-Tenant", "t1"}};
+    small.content_type = "application/json";
+    small.body = R"({"b":1,"a":[true,null]})";
+    CHECK(core::to_hex(core::compute_fingerprint(small)) ==
+          "7df0977e78ec2be79163447882cbeb85c5591295f25968d4beff6c8ed11e5e5e");
+    core::fingerprint_input large = small;
+    large.content_type = "text/plain";
+    large.body = big;
+    CHECK(core::to_hex(core::compute_fingerprint(large)) ==
+          "bdded4880ae8c35aacd5339faf86cac6c98ff074ded6cb94d171523d13376012");
+}
