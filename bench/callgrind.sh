@@ -3,13 +3,14 @@
 # does not move with the noise of a shared machine, so it compares two builds reliably.
 #
 #   bench/callgrind.sh [--build-dir build/release] [--seconds 10] [--connections 8]
-#                      [--mode plain|first|replay] [--store memory|redis|cluster]
+#                      [--mode plain|post|first|replay] [--store memory|redis|cluster]
 #                      [--cluster-masters 1] [--count proxy|redis] [--binary PATH] [--out DIR]
 #
 # Starts the test upstream and onceproxy (one worker, config of bench/run.sh) with onceproxy
 # under callgrind, sends one warm-up second of wrk load, zeroes the counters, runs wrk for
 # --seconds, dumps, and prints instructions per request (the proxy's whole process: user-space
-# instructions, system calls not included). --mode: GETs on the plain route (default), first
+# instructions, system calls not included). --mode: GETs on the plain route (default), POSTs
+# with a fresh Idempotency-Key on the plain route (post: the unguarded baseline), first
 # executions or replays (of a pool of 100 keys) on the guarded route, with --store's store
 # (cluster: a local Redis Cluster of --cluster-masters masters, no replicas).
 # --count redis puts the Redis server under callgrind instead (the proxy runs natively): the
@@ -46,7 +47,7 @@ while [ $# -gt 0 ]; do
     *) die "unknown option $1" ;;
     esac
 done
-case "$mode" in plain | first | replay) ;; *) die "--mode must be plain, first or replay" ;; esac
+case "$mode" in plain | post | first | replay) ;; *) die "--mode must be plain, post, first or replay" ;; esac
 case "$store" in memory | redis | cluster) ;; *) die "--store must be memory, redis or cluster" ;; esac
 [[ "$cluster_masters" =~ ^[1-9][0-9]*$ ]] || die "--cluster-masters must be a number >= 1"
 case "$count" in
@@ -103,6 +104,9 @@ fi
 url="http://127.0.0.1:$proxy_port/bench"
 script=()
 case "$mode" in
+post)
+    url="http://127.0.0.1:$proxy_port/plain"
+    script=(-s "$bench_dir/lua/fresh.lua") ;;
 first)
     url="http://127.0.0.1:$proxy_port/pay/first"
     script=(-s "$bench_dir/lua/fresh.lua") ;;
@@ -115,7 +119,7 @@ replay)
 esac
 args=()
 [ "$mode" = replay ] && args=(-- cg- 100)
-[ "$mode" = first ] && args=(-- "cg-$$")
+[ "$mode" = first ] || [ "$mode" = post ] && args=(-- "cg-$$")
 timeout 30 wrk -t1 -c"$conns" -d1s "${script[@]}" "$url" "${args[@]}" >/dev/null 2>&1 || true
 callgrind_control -z "$counted_pid" >/dev/null
 timeout $((seconds + 30)) wrk -t1 -c"$conns" -d"${seconds}s" "${script[@]}" "$url" "${args[@]}" \
@@ -128,6 +132,7 @@ errors=$(awk '/Non-2xx|Socket errors/' "$work_dir/wrk.txt")
 dump=$(ls -t "$out"/callgrind.out."$counted_pid".* 2>/dev/null | head -n1)
 [ -n "$dump" ] || die "no callgrind dump in $out"
 ir=$(awk '/^summary:/ {print $2}' "$dump")
+echo "$requests" >"$dump.requests" # for bench/callgrind_components.py
 echo "requests $requests"
 echo "instructions $ir"
 echo "instructions/request $((ir / requests))"
