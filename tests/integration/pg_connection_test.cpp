@@ -11,7 +11,6 @@
 #include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
-#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
 #include <doctest/doctest.h>
@@ -19,7 +18,6 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -84,6 +82,19 @@ net::awaitable<void> query_into(pg::pg_connection& conn, std::string sql, collec
                                 std::size_t i) {
     out.results[i] = co_await conn.async_query(std::move(sql));
     out.order.push_back(i);
+}
+
+/// An advisory lock of this test process, "(pid, k)", for pg_advisory_lock and its kin.
+std::string lock_key(int k) {
+    return "(" + std::to_string(::getpid()) + ", " + std::to_string(k) + ")";
+}
+
+/// How many backends wait for the advisory lock lock_key(k), as psql prints it ("2\n").
+std::string waiting_for_lock(const postgres_server& server, int k) {
+    return server.psql("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted "
+                       "AND classid = " +
+                       std::to_string(::getpid()) + " AND objid = " + std::to_string(k) +
+                       " AND objsubid = 2");
 }
 
 } // namespace
@@ -188,36 +199,40 @@ TEST_SUITE("integration.pg_connection") {
 
     TEST_CASE("statements issued while a batch is in flight wait for it and go out as one "
               "batch, in order") {
+        auto& server = shared_server();
         net::io_context ioc;
-        pg::pg_connection conn(ioc.get_executor(), options_for(shared_server()));
+        pg::pg_connection conn(ioc.get_executor(), options_for(server));
+        pg::pg_connection holder(ioc.get_executor(), options_for(server));
         connect(ioc, conn);
+        connect(ioc, holder);
+        // The first batch waits in the server for a lock `holder` holds, so it stays in flight
+        // until the test lets it go, however slow the machine: 50 statements are issued
+        // meanwhile, each in an event-loop turn of its own.
+        REQUIRE(!query(ioc, holder, "SELECT pg_advisory_lock" + lock_key(3)).ec);
         const auto syncs_before = conn.sync_count();
         constexpr std::size_t n = 50;
         collected out;
         out.results.resize(n + 1);
-        // The first batch takes 300 ms in the server; 50 statements are issued meanwhile, each
-        // in an event-loop turn of its own.
-        net::co_spawn(ioc, query_into(conn, "SELECT pg_sleep(0.3)::text", out, 0), net::detached);
-        net::steady_timer pause(ioc);
-        std::size_t issued = 0;
-        std::function<void()> issue_next = [&] {
-            if (issued == n) {
-                return;
-            }
-            ++issued;
-            net::co_spawn(
-                ioc,
-                exec_into(conn, "echo", {pg::pg_param::text(std::to_string(issued))}, out, issued),
-                net::detached);
-            pause.expires_after(2ms);
-            pause.async_wait([&](const boost::system::error_code&) { issue_next(); });
-        };
-        issue_next();
+        net::co_spawn(
+            ioc, query_into(conn, "SELECT pg_advisory_xact_lock" + lock_key(3) + "::text", out, 0),
+            net::detached);
+        ioc.restart();
+        ioc.poll(); // the first batch is sent
+        CHECK(conn.sync_count() == syncs_before + 1);
+        for (std::size_t i = 1; i <= n; ++i) {
+            net::co_spawn(ioc,
+                          exec_into(conn, "echo", {pg::pg_param::text(std::to_string(i))}, out, i),
+                          net::detached);
+            ioc.restart();
+            ioc.poll();
+        }
+        CHECK(out.order.empty());
+        CHECK(conn.sync_count() == syncs_before + 1); // all 50 wait for the first batch
+        REQUIRE(!query(ioc, holder, "SELECT pg_advisory_unlock" + lock_key(3)).ec);
         REQUIRE(run_until(
             ioc, [&] { return out.order.size() == n + 1; }, 15s));
-        CHECK(issued == n);
-        // The sleep's batch, then one (or, when issuing outlasted the sleep, a few) more.
-        CHECK(conn.sync_count() - syncs_before <= 3);
+        // The first batch, then the 50 as one more.
+        CHECK(conn.sync_count() == syncs_before + 2);
         for (std::size_t i = 0; i <= n; ++i) {
             CHECK(out.order[i] == i);
             const auto& r = *out.results[i];
@@ -311,26 +326,34 @@ TEST_SUITE("integration.pg_connection") {
         net::io_context ioc;
         pg::pg_connection a(ioc.get_executor(), options_for(server));
         pg::pg_connection b(ioc.get_executor(), options_for(server));
+        pg::pg_connection gate(ioc.get_executor(), options_for(server));
         connect(ioc, a);
         connect(ioc, b);
+        connect(ioc, gate);
 
-        // Each takes one advisory lock, sleeps, then wants the other's: one is the victim
-        // (after deadlock_timeout, 1 s), the other then goes on.
-        const auto id = std::to_string(::getpid());
+        // Each takes one advisory lock, passes the gate (a lock `gate` holds until both wait for
+        // it, so both hold their first lock however slow the machine), then wants the other's:
+        // one is the victim (after deadlock_timeout, 1 s), the other then goes on.
+        REQUIRE(!query(ioc, gate, "SELECT pg_advisory_lock" + lock_key(4)).ec);
         collected deadlock;
         deadlock.results.resize(2);
         net::co_spawn(ioc,
                       query_into(a,
-                                 "SELECT pg_advisory_xact_lock(" + id + ", 1), pg_sleep(0.3), " +
-                                     "pg_advisory_xact_lock(" + id + ", 2)",
+                                 "SELECT pg_advisory_xact_lock" + lock_key(1) +
+                                     ", pg_advisory_xact_lock_shared" + lock_key(4) +
+                                     ", pg_advisory_xact_lock" + lock_key(2),
                                  deadlock, 0),
                       net::detached);
         net::co_spawn(ioc,
                       query_into(b,
-                                 "SELECT pg_advisory_xact_lock(" + id + ", 2), pg_sleep(0.3), " +
-                                     "pg_advisory_xact_lock(" + id + ", 1)",
+                                 "SELECT pg_advisory_xact_lock" + lock_key(2) +
+                                     ", pg_advisory_xact_lock_shared" + lock_key(4) +
+                                     ", pg_advisory_xact_lock" + lock_key(1),
                                  deadlock, 1),
                       net::detached);
+        REQUIRE(run_until(
+            ioc, [&] { return waiting_for_lock(server, 4) == "2\n"; }, 10s));
+        REQUIRE(!query(ioc, gate, "SELECT pg_advisory_unlock" + lock_key(4)).ec);
         REQUIRE(run_until(
             ioc, [&] { return deadlock.order.size() == 2; }, 10s));
         const auto& victim = deadlock.results[0]->ec ? *deadlock.results[0] : *deadlock.results[1];
@@ -340,32 +363,38 @@ TEST_SUITE("integration.pg_connection") {
         CHECK(victim.sqlstate == "40P01");
         CHECK_MESSAGE(!survivor.ec, survivor.message);
 
-        // b, in repeatable read, updates a row a holds locked and then commits changed.
+        // b, in repeatable read, updates a row a holds locked and then commits changed: a
+        // updates the row, then waits at the gate until b waits for a's transaction.
         server.psql("CREATE TABLE IF NOT EXISTS counters (k text PRIMARY KEY, v int NOT NULL)");
         server.psql("GRANT ALL ON counters TO onceproxy");
         const std::string key = onceproxy::test::unique_key("pg", "counter");
         server.psql("INSERT INTO counters VALUES ('" + key + "', 0)");
         REQUIRE(!query(ioc, b, "SET default_transaction_isolation = 'repeatable read'").ec);
+        REQUIRE(!query(ioc, gate, "SELECT pg_advisory_lock" + lock_key(4)).ec);
         collected conflict;
         conflict.results.resize(2);
         net::co_spawn(ioc,
                       query_into(a,
                                  "WITH x AS (UPDATE counters SET v = v + 1 WHERE k = '" + key +
-                                     "' RETURNING 1) SELECT pg_sleep(0.3) FROM x",
+                                     "' RETURNING 1) SELECT pg_advisory_xact_lock_shared" +
+                                     lock_key(4) + " FROM x",
                                  conflict, 0),
                       net::detached);
         REQUIRE(run_until(
-            ioc,
-            [&] {
-                return server.psql("SELECT count(*) FROM pg_stat_activity WHERE state = 'active' "
-                                   "AND query LIKE 'WITH x AS (UPDATE counters%" +
-                                   key + "%'") == "1\n";
-            },
-            10s));
+            ioc, [&] { return waiting_for_lock(server, 4) == "1\n"; }, 10s));
         net::co_spawn(
             ioc,
             query_into(b, "UPDATE counters SET v = v + 1 WHERE k = '" + key + "'", conflict, 1),
             net::detached);
+        REQUIRE(run_until(
+            ioc,
+            [&] {
+                return server.psql("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = "
+                                   "'Lock' AND query LIKE 'UPDATE counters%" +
+                                   key + "%'") == "1\n";
+            },
+            10s));
+        REQUIRE(!query(ioc, gate, "SELECT pg_advisory_unlock" + lock_key(4)).ec);
         REQUIRE(run_until(
             ioc, [&] { return conflict.order.size() == 2; }, 10s));
         CHECK_MESSAGE(!conflict.results[0]->ec, conflict.results[0]->message);
@@ -388,18 +417,22 @@ TEST_SUITE("integration.pg_connection") {
 
     TEST_CASE("a command timeout fails the statement and closes the connection") {
         auto options = options_for(shared_server());
-        options.command_timeout = 200ms;
+        // It also bounds preparing the statements on a new backend and the echo below: short,
+        // but not so short that a loaded machine misses it; far below the statement's 30 s.
+        options.command_timeout = 1'000ms;
         net::io_context ioc;
         pg::pg_connection conn(ioc.get_executor(), options);
         connect(ioc, conn);
         collected out;
         out.results.resize(2);
-        net::co_spawn(ioc, query_into(conn, "SELECT pg_sleep(3)", out, 0), net::detached);
-        net::co_spawn(ioc, query_into(conn, "SELECT 1", out, 1), net::detached);
         const auto start = std::chrono::steady_clock::now();
+        net::co_spawn(ioc, query_into(conn, "SELECT pg_sleep(30)", out, 0), net::detached);
+        net::co_spawn(ioc, query_into(conn, "SELECT 1", out, 1), net::detached);
         REQUIRE(run_until(
-            ioc, [&] { return out.order.size() == 2; }, 5s));
-        CHECK(std::chrono::steady_clock::now() - start < 2s);
+            ioc, [&] { return out.order.size() == 2; }, 20s));
+        const auto elapsed = std::chrono::steady_clock::now() - start;
+        CHECK(elapsed >= options.command_timeout); // ended by the timeout, not by the statement
+        CHECK(elapsed < 15s);
         CHECK(out.results[0]->ec == pg::errc::timeout);
         // The second one's own deadline fires in the same instant, or the close fails it first.
         CHECK((out.results[1]->ec == pg::errc::connection_lost ||

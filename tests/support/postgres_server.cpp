@@ -98,7 +98,14 @@ postgres_server::postgres_server(postgres_server_options options)
                                  pwfile, "--auth-local=trust", "--auth-host=scram-sha-256", "-E",
                                  "UTF8", "--locale=C", "--no-sync", "--no-instructions"});
     run_to_end("initdb", initdb, dir_.file("initdb.log"));
-    start();
+    // The port is free when chosen, but another process may bind it before the server does.
+    for (int attempt = 1; !launch(); ++attempt) {
+        if (attempt == 5) {
+            throw std::runtime_error("postgres found its port taken " + std::to_string(attempt) +
+                                     " times:\n" + proc_.log());
+        }
+        port_ = free_port();
+    }
     psql("CREATE ROLE " + user() + " LOGIN PASSWORD '" + password() + "'", "postgres");
     psql("CREATE DATABASE " + database() + " OWNER " + user(), "postgres");
 }
@@ -113,6 +120,13 @@ std::string postgres_server::url() const {
 }
 
 void postgres_server::start() {
+    if (!launch()) {
+        throw std::runtime_error("postgres cannot bind port " + std::to_string(port_) + ":\n" +
+                                 proc_.log());
+    }
+}
+
+bool postgres_server::launch() {
     auto argv = as_postgres();
     argv.insert(argv.end(), {bin_dir + "/postgres", "-D", data_dir(), "-p", std::to_string(port_),
                              "-k", data_dir(), "-c", "listen_addresses=127.0.0.1"});
@@ -123,8 +137,11 @@ void postgres_server::start() {
     for (const auto& s : options_.settings) {
         argv.insert(argv.end(), {"-c", s});
     }
+    const auto log_before = read_file(dir_.file("postgres.log")).size();
     proc_ = process(argv, dir_.file("postgres.log"));
-    const std::vector<std::string> ready{bin_dir + "/pg_isready", "-q", "-h", "127.0.0.1", "-p",
+    // Through the server's own socket directory: on the TCP port, another server that took
+    // the port would answer in its place.
+    const std::vector<std::string> ready{bin_dir + "/pg_isready", "-q", "-h", data_dir(), "-p",
                                          std::to_string(port_)};
     const bool up = eventually(
         [&] {
@@ -136,12 +153,17 @@ void postgres_server::start() {
         },
         std::chrono::seconds(30), std::chrono::milliseconds(20));
     if (!proc_.running()) {
-        throw std::runtime_error("postgres exited at start-up:\n" + proc_.log());
+        const auto log = proc_.log();
+        if (log.find("Address already in use", log_before) != std::string::npos) {
+            return false;
+        }
+        throw std::runtime_error("postgres exited at start-up:\n" + log);
     }
     if (!up) {
         throw std::runtime_error("postgres did not accept connections within 30 s:\n" +
                                  proc_.log());
     }
+    return true;
 }
 
 void postgres_server::stop() {

@@ -56,6 +56,9 @@ public:
     std::string data_dir() const { return dir_.file("data"); }
 
 private:
+    /// Starts the server and waits until it accepts connections; false when its port is taken.
+    bool launch();
+
     postgres_server_options options_;
     temp_dir dir_;
     std::uint16_t port_ = 0;
