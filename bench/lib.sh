@@ -312,7 +312,9 @@ start_redis_cluster() {
 write_proxy_config() {
     local workers=$1 store=$2 name=${3:-onceproxy} store_block nodes=() node_list
     case "$store" in
-    memory) store_block="{ type: memory, memory: { max_bytes: 2GiB } }" ;;
+    # Every bench request comes from one holder (127.0.0.1, no scope header): it may fill the
+    # whole store, not the default sixteenth of it (the first rows of a long run were refused).
+    memory) store_block="{ type: memory, memory: { max_bytes: 2GiB, max_bytes_per_holder: 2GiB } }" ;;
     redis) store_block="{ type: redis, redis: { url: \"redis://127.0.0.1:$redis_port/0\"${redis_extra:+, $redis_extra} } }" ;;
     cluster)
         IFS=, read -r -a nodes <<<"$cluster_nodes"
