@@ -17,8 +17,9 @@ enum class errc {
     /// No open connection: the statement was not sent and had no effect.
     not_connected = 1,
 
-    /// The connection failed or was closed before the result arrived; the statement may have
-    /// taken effect.
+    /// The connection failed or was closed before the result arrived, or the server ended the
+    /// session (SQLSTATE 57P01, 57P02, 57P03, 57P05, class 08); the statement may have taken
+    /// effect.
     connection_lost,
 
     /// No result within the command timeout (the connection is closed then); the statement
@@ -64,6 +65,13 @@ inline errc errc_of_sqlstate(std::string_view sqlstate) noexcept {
     }
     if (sqlstate == "57014") {
         return errc::query_canceled;
+    }
+    // The server ended the session: shut down (57P01), crashed (57P02), starting or stopping
+    // (57P03), idle too long (57P05), or a connection exception (class 08). The connection goes
+    // with it, as when the socket closes: not an error of the statement.
+    if (sqlstate == "57P01" || sqlstate == "57P02" || sqlstate == "57P03" ||
+        sqlstate == "57P05" || sqlstate.starts_with("08")) {
+        return errc::connection_lost;
     }
     return errc::server_error;
 }

@@ -12,6 +12,13 @@ TEST_SUITE("unit.pg") {
         CHECK(pg::errc_of_sqlstate("40P01") == pg::errc::deadlock_detected);
         CHECK(pg::errc_of_sqlstate("57014") == pg::errc::query_canceled);
         CHECK(pg::errc_of_sqlstate("42P01") == pg::errc::server_error);
+        // The server ending the session is a lost connection (the store answers unavailable
+        // and retries an idempotent statement elsewhere), not an error of the statement.
+        CHECK(pg::errc_of_sqlstate("57P01") == pg::errc::connection_lost); // shutdown
+        CHECK(pg::errc_of_sqlstate("57P02") == pg::errc::connection_lost); // crash
+        CHECK(pg::errc_of_sqlstate("57P03") == pg::errc::connection_lost); // cannot connect now
+        CHECK(pg::errc_of_sqlstate("08006") == pg::errc::connection_lost);
+        CHECK(pg::errc_of_sqlstate("57P04") == pg::errc::server_error); // database dropped
         CHECK(pg::errc_of_sqlstate("") == pg::errc::server_error);
     }
 
