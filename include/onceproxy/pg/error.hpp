@@ -69,8 +69,8 @@ inline errc errc_of_sqlstate(std::string_view sqlstate) noexcept {
     // The server ended the session: shut down (57P01), crashed (57P02), starting or stopping
     // (57P03), idle too long (57P05), or a connection exception (class 08). The connection goes
     // with it, as when the socket closes: not an error of the statement.
-    if (sqlstate == "57P01" || sqlstate == "57P02" || sqlstate == "57P03" ||
-        sqlstate == "57P05" || sqlstate.starts_with("08")) {
+    if (sqlstate == "57P01" || sqlstate == "57P02" || sqlstate == "57P03" || sqlstate == "57P05" ||
+        sqlstate.starts_with("08")) {
         return errc::connection_lost;
     }
     return errc::server_error;
