@@ -22,6 +22,10 @@ const EVP_MD* sha256_md() {
     return md != nullptr ? md : EVP_sha256();
 }
 
+char lower(char c) noexcept {
+    return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c;
+}
+
 /// Incremental SHA-256 over length-prefixed fields. Small fields gather in a buffer and reach
 /// OpenSSL in one update; each thread keeps one digest context and one buffer for all its
 /// hashes, so a request's three hashes allocate nothing. Not reentrant: one hasher per thread
@@ -67,7 +71,7 @@ public:
     void lowered_field(std::string_view name) {
         number(name.size());
         for (const char c : name) {
-            buf_.push_back(c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c);
+            buf_.push_back(lower(c));
         }
     }
 
@@ -118,10 +122,6 @@ private:
     EVP_MD_CTX* ctx_;
     std::string& buf_;
 };
-
-char lower(char c) noexcept {
-    return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c;
-}
 
 bool iequals(std::string_view a, std::string_view b) noexcept {
     if (a.size() != b.size()) {
