@@ -11,7 +11,7 @@ deps:
 
 build: deps
 	@cmake --preset release >/dev/null
-	@cmake --build --preset release -j $(JOBS) --target onceproxy onceproxy_test_upstream onceproxy_grpc_load onceproxy_syscall_cost
+	@cmake --build --preset release -j $(JOBS) --target onceproxy onceproxy_test_upstream onceproxy_grpc_load onceproxy_syscall_cost onceproxy_floor_proxy
 
 run: build
 	@scripts/demo.sh build/release

@@ -77,6 +77,7 @@ find_binaries() {
     upstream_bin="$build/tools/test_upstream/onceproxy_test_upstream"
     grpc_load_bin="$build/bench/onceproxy_grpc_load"
     syscall_cost_bin="$build/bench/onceproxy_syscall_cost"
+    floor_bin="$build/bench/onceproxy_floor_proxy"
     [ -x "$onceproxy_bin" ] || die "no $onceproxy_bin: build it (see bench/README.md)"
     [ -x "$upstream_bin" ] || die "no $upstream_bin: build it (see bench/README.md)"
     if [ -f "$build/CMakeCache.txt" ] &&

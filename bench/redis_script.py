@@ -9,7 +9,10 @@ printed. Two datasets: `steady` overwrites the same --keys keys (no new memory i
 `growing` writes a new key per execution (page faults included).
 
 The completion is measured as in the source (`complete`), and as in a git revision
-(--base REV, e.g. main) when given. Each is called as its own source calls it: the lease and
+(--base REV, e.g. main) when given. Three floors stand beside it: the completion without
+fencing (a plain `SET … XX` of the same record, what a native compare-and-set would cost), a
+script that only returns (what any script call costs with the same arguments), and complete's
+fast path as a Redis Function (FCALL). Each is called as its own source calls it: the lease and
 the record built by the proxy (a script that compares `v == ARGV[1]`), else the owner and the
 payload. `complete_prefix` is the current script when complete is not given the claim's
 fields (only its owner's prefix is sent): the script builds the record in Lua.
@@ -43,6 +46,19 @@ def complete_script(text):
     if not m:
         sys.exit("no complete_lua in " + SOURCE)
     return m.group(1)
+
+
+# complete_lua's fast path (the lease matches) as a Redis Function: FCALL against EVALSHA.
+FUNCTIONS = """#!lua name=onceproxy_bench
+redis.register_function('onceproxy_bench_complete', function(keys, args)
+  local v = redis.call('GET', keys[1])
+  if v == args[1] then
+    redis.call('SET', keys[1], args[2], 'PX', args[3])
+    return 1
+  end
+  return 0
+end)
+"""
 
 
 def enc(args):
@@ -177,10 +193,25 @@ def run(conn, pid, scripts, args, tmp):
                                       "3600000"])
         return make
 
+    def record(i):
+        return "2c" + lease(i)[2:] + payloads[i % 512]
+
+    # The floors: what a completion costs Redis without fencing (a plain SET of the record),
+    # and what any script call costs whatever it does (a script that only returns, and a Redis
+    # Function, given the completion's arguments).
+    sha["noop"] = cmd("SCRIPT", "LOAD", "return 1").split(b"\r\n")[1].decode()
+    cmd("FUNCTION", "LOAD", "REPLACE", FUNCTIONS)
     rows = {
         "claim": claim,
         "claim + SET payload": lambda i, g: claim(i, g) + enc(
             ["SET", key(i, g), payloads[i % 512], "PX", "3600000"]),
+        "claim + SET record XX (unfenced)": lambda i, g: claim(i, g) + enc(
+            ["SET", key(i, g), record(i), "XX", "PX", "3600000"]),
+        "claim + script that only returns": lambda i, g: claim(i, g) + enc(
+            ["EVALSHA", sha["noop"], "1", key(i, g), lease(i), record(i), "3600000"]),
+        "claim + FCALL of complete's fast path": lambda i, g: claim(i, g) + enc(
+            ["FCALL", "onceproxy_bench_complete", "1", key(i, g), lease(i), record(i),
+             "3600000"]),
     }
     for name in scripts:
         rows["claim + " + name] = complete(name)

@@ -29,6 +29,7 @@ import sys
 
 SCENARIOS = [
     ("direct", "upstream directly, GET"),
+    ("floor", "byte relay, no HTTP (the floor), GET"),
     ("nginx", "nginx proxy_pass, GET"),
     ("proxy", "onceproxy plain route, GET"),
     ("nginx_tls", "nginx terminating TLS, GET"),
@@ -506,6 +507,21 @@ def cpu_targets(med: dict, fig: dict) -> None:
         fig["cpu_target " + label] = {"value": v, "target": target, "met": v <= target}
         mark = "met" if v <= target else "NOT met"
         print(f"    {label:<40} {v:6.2f}{unit:<3} [<= {target}{unit.strip()}] {mark}")
+    floor_budget(med, fig)
+
+
+def floor_budget(med: dict, fig: dict) -> None:
+    """What the plain-path target leaves once the floor is paid: the byte relay's CPU per
+    request (the same four system calls, no HTTP) is the least any proxy spends here, so a
+    proxy's CPU above it is its HTTP work; 0.8x nginx leaves that much for all of it."""
+    if not all(n in med and med[n]["cpu_us"] > 0 for n in ("floor", "nginx", "proxy")):
+        return
+    floor, nginx, proxy = (med[n]["cpu_us"] for n in ("floor", "nginx", "proxy"))
+    fig["floor_cpu_us"] = floor
+    fig["floor_vs_nginx"] = floor / nginx
+    print(f"  the floor (byte relay, no HTTP): {floor:.1f} us per request, {floor / nginx:.2f}x "
+          f"nginx's CPU; above it nginx spends {nginx - floor:.1f} us, onceproxy "
+          f"{proxy - floor:.1f} us; 0.8x nginx would leave {0.8 * nginx - floor:.1f} us")
 
 
 PG_ROWS = (("first", "Redis store, first execution"), ("replay", "Redis store, replay"),

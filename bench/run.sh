@@ -4,7 +4,7 @@
 #
 #   bench/run.sh [--duration 10s] [--connections 64] [--rounds 2] [--workers 1]
 #                [--upstream-threads 1] [--store redis|memory] [--keys 1000]
-#                [--scenarios direct,nginx,proxy,nginx_tls,proxy_tls,proxy_post,replay,first,
+#                [--scenarios direct,floor,nginx,proxy,nginx_tls,proxy_tls,proxy_post,replay,first,
 #                             observe,first_cluster,replay_cluster,half,upload,download,
 #                             nginx_h2c,proxy_h2c,nginx_h2,proxy_h2,nginx_h2c_h2c,
 #                             proxy_h2c_h2c,nginx_grpc,proxy_grpc,grpc_first,grpc_replay,
@@ -52,7 +52,7 @@ workers=${BENCH_WORKERS:-1}
 upstream_threads=${BENCH_UPSTREAM_THREADS:-1}
 store=${BENCH_STORE:-redis}
 keys=${BENCH_KEYS:-1000}
-default_scenarios=direct,nginx,proxy,nginx_tls,proxy_tls,proxy_post,replay,first,observe,first_cluster,replay_cluster,half,upload,download
+default_scenarios=direct,floor,nginx,proxy,nginx_tls,proxy_tls,proxy_post,replay,first,observe,first_cluster,replay_cluster,half,upload,download
 h2_scenarios=nginx_h2c,proxy_h2c,nginx_h2,proxy_h2,nginx_h2c_h2c,proxy_h2c_h2c
 grpc_scenarios=nginx_grpc,proxy_grpc,grpc_first,grpc_replay
 pg_scenarios=pg_first,pg_replay,pg_first_lookup,pg_replay_lookup
@@ -147,6 +147,8 @@ IFS=, read -r -a scenario_list <<<"$scenarios"
 kept=()
 for s in "${scenario_list[@]}"; do
     case "$s" in
+    floor) [ -x "$floor_bin" ] ||
+        die "no $floor_bin (the floor row's byte relay): build the release preset (bench/README.md)" ;;
     direct | nginx | proxy | nginx_tls | proxy_tls | proxy_post | replay | first | observe | half | upload | download) ;;
     nginx_h2c | proxy_h2c | nginx_h2 | proxy_h2 | nginx_h2c_h2c | proxy_h2c_h2c)
         command -v h2load >/dev/null || die "h2load is not installed (nghttp2-client; scripts/install-deps.sh)" ;;
@@ -288,6 +290,18 @@ started_names[$nginx_pid]="nginx"
 wait_tcp "$nginx_port" $nginx_pid "nginx"
 log "nginx on 127.0.0.1:$nginx_port (worker_processes $nginx_workers)"
 
+# The floor row: a byte relay in front of the test upstream (bench/floor_proxy.cpp).
+if want floor; then
+    "$floor_bin" --upstream "$upstream_port" --port-file "$work_dir/floor.port" \
+        >"$work_dir/floor.log" 2>&1 &
+    floor_pid=$!
+    started_pids+=("$floor_pid")
+    started_names[$floor_pid]="the floor relay"
+    wait_file "$work_dir/floor.port" $floor_pid "the floor relay"
+    floor_url="http://127.0.0.1:$(cat "$work_dir/floor.port")/bench"
+    wait_tcp "$(cat "$work_dir/floor.port")" $floor_pid "the floor relay"
+    log "floor relay on $floor_url"
+fi
 direct_url="http://127.0.0.1:$upstream_port/bench"
 nginx_url="http://127.0.0.1:$nginx_port/bench"
 proxy_url="http://127.0.0.1:$proxy_port/bench"
@@ -450,6 +464,7 @@ measured_pids() {
     case "$1" in
     nginx | nginx_tls | nginx_h2c | nginx_h2 | nginx_h2c_h2c | nginx_grpc | half_nginx) echo "$nginx_pid" $(pgrep -P "$nginx_pid" || true) ;;
     direct | half_direct) echo "$upstream_pid" ;;
+    floor) echo "$floor_pid" ;;
     first_cluster* | replay_cluster*) echo "${cluster_proxy_pid[${1##*_cluster}]}" ;;
     pg_*) echo "${pg_proxy_pid[$(pg_variant_of "$1")]}" ;;
     *) echo "$proxy_pid" ;;
@@ -633,6 +648,7 @@ run_scenario() {
     local round=$1 name=$2
     case "$name" in
     direct) run_wrk "$round" direct "$connections" "$direct_url" ;;
+    floor) run_wrk "$round" floor "$connections" "$floor_url" ;;
     nginx) run_wrk "$round" nginx "$connections" "$nginx_url" ;;
     proxy) run_wrk "$round" proxy "$connections" "$proxy_url" ;;
     nginx_tls) run_wrk "$round" nginx_tls "$connections" "$nginx_tls_url" ;;
