@@ -53,6 +53,7 @@ SCENARIOS = [
     ("pg_first_lookup", "PostgreSQL, look-up first, first exec."),
     ("pg_replay_lookup", "PostgreSQL, look-up first, replay"),
     ("half_direct", "upstream directly, GET, half load"),
+    ("half_floor", "byte relay (the floor), GET, half load"),
     ("half_nginx", "nginx, GET, half load"),
     ("half_proxy", "onceproxy plain route, GET, half load"),
 ]
@@ -934,6 +935,11 @@ def main() -> int:
             fig["half_load_p99_added_ms_nginx"] = ref
             print(f"    nginx at the same pacing: {med['half_nginx']['p99']:.2f} ms, "
                   f"added {ref:.2f} ms (the cost of any extra hop on this machine)")
+        if "half_floor" in med:
+            ref = med["half_floor"]["p99"] - med["half_direct"]["p99"]
+            fig["half_load_p99_added_ms_floor"] = ref
+            print(f"    the byte relay (the floor) at the same pacing: {med['half_floor']['p99']:.2f} "
+                  f"ms, added {ref:.2f} ms (a hop that does nothing but move the bytes)")
     grpc_figures(d, meta, med, fig)
     budget(meta, med, fig)
     cluster_figures(d, meta, med, runs, summary)

@@ -464,7 +464,7 @@ measured_pids() {
     case "$1" in
     nginx | nginx_tls | nginx_h2c | nginx_h2 | nginx_h2c_h2c | nginx_grpc | half_nginx) echo "$nginx_pid" $(pgrep -P "$nginx_pid" || true) ;;
     direct | half_direct) echo "$upstream_pid" ;;
-    floor) echo "$floor_pid" ;;
+    floor | half_floor) echo "$floor_pid" ;;
     first_cluster* | replay_cluster*) echo "${cluster_proxy_pid[${1##*_cluster}]}" ;;
     pg_*) echo "${pg_proxy_pid[$(pg_variant_of "$1")]}" ;;
     *) echo "$proxy_pid" ;;
@@ -718,6 +718,9 @@ run_scenario() {
         # nginx at the same pacing is the reference: what any proxy's extra hop costs here.
         run_wrk "$round" half_direct "$half_connections" "$direct_url" paced.lua "$half_delay_ms"
         run_wrk "$round" half_nginx "$half_connections" "$nginx_url" paced.lua "$half_delay_ms"
+        if want floor; then
+            run_wrk "$round" half_floor "$half_connections" "$floor_url" paced.lua "$half_delay_ms"
+        fi
         run_wrk "$round" half_proxy "$half_connections" "$proxy_url" paced.lua "$half_delay_ms" ;;
     upload | download) run_bulk "$round" "$name" ;;
     *) die "unknown scenario '$name'" ;;
