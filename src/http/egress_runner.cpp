@@ -86,7 +86,8 @@ std::string upstream_authority(const config::upstream_config& up) {
 
 net::awaitable<response> async_run_egress(upstream::forwarder& fwd,
                                           const config::route_config& route, egress_route& state,
-                                          request& req, egress_report& report) {
+                                          request& req, egress_report& report,
+                                          buffer_reservation* held) {
     const auto& retry = *route.retry;
     const auto& up = fwd.upstream(route.upstream_index);
     auto& series = *state.series;
@@ -138,6 +139,9 @@ net::awaitable<response> async_run_egress(upstream::forwarder& fwd,
                                           route.limits.max_response_bytes, std::nullopt,
                                           std::max(milliseconds(1), std::min(up.timeout, left)));
         ++report.attempts;
+        if (held != nullptr && last.status == forward_status::ok) {
+            held->force_grow_to(req.body().size() + last.res.body().size());
+        }
         const auto result = classify(retry, last);
         series.counter(metrics::family::egress_attempts, result).inc();
         guard.on_result(breaker_failure(result, last), admitted.probe, clock::now());

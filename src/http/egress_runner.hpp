@@ -4,6 +4,7 @@
 // with backoff and full jitter, Retry-After, the upstream's retry budget and circuit breaker.
 // The decisions are egress/'s pure policy; this is the I/O around them.
 
+#include "http/buffer_budget.hpp"
 #include "onceproxy/config/config.hpp"
 #include "onceproxy/egress/upstream_guards.hpp"
 #include "onceproxy/http/context.hpp"
@@ -38,11 +39,12 @@ struct egress_report {
 /// Sends `req` (hop-by-hop fields removed, its body whole) on `route` (an egress route:
 /// `retry` set) and returns the answer to give the app: the upstream's (with
 /// `Idempotency-Key` and `Onceproxy-Attempts` added), or a problem when none came or the
-/// breaker is open. Runs on the forwarder's executor. Never throws for anything the upstream
-/// does.
+/// breaker is open. Each answer held is counted in `held` (limits.max_buffered_bytes, beside
+/// the request's body; never refused: the upstream has acted) until the caller drops it; null:
+/// not counted. Runs on the forwarder's executor. Never throws for anything the upstream does.
 boost::asio::awaitable<response> async_run_egress(upstream::forwarder& fwd,
                                                   const config::route_config& route,
                                                   egress_route& state, request& req,
-                                                  egress_report& report);
+                                                  egress_report& report, buffer_reservation* held);
 
 } // namespace onceproxy::http

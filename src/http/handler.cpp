@@ -74,7 +74,7 @@ struct handler::impl {
     /// An egress route's request (`route.retry` set): sent, and sent again as its route says.
     net::awaitable<handled> handle_egress(request& req, const config::route_config& route,
                                           std::size_t route_index, const request_context& ctx,
-                                          access_log_entry& log);
+                                          access_log_entry& log, buffer_reservation* held);
 
     egress_route egress_route_of(const config::route_config& route,
                                  egress::upstream_guards& guards) {
@@ -212,7 +212,7 @@ net::awaitable<handled> handler::async_handle(request& req, const config::route_
         co_return handled{std::move(res)};
     }
     if (route->retry) {
-        co_return co_await m.handle_egress(req, *route, route_index, ctx, log);
+        co_return co_await m.handle_egress(req, *route, route_index, ctx, log, held.get());
     }
     auto& rm = *m.env->route_series[route_index];
     log.route = route->name;
@@ -268,11 +268,10 @@ net::awaitable<handled> handler::async_handle(request& req, const config::route_
     co_return handled{std::move(res), report.streamed, report.keep, std::move(report.trailers)};
 }
 
-net::awaitable<handled> handler::impl::handle_egress(request& req,
-                                                     const config::route_config& route,
-                                                     std::size_t route_index,
-                                                     const request_context& ctx,
-                                                     access_log_entry& log) {
+net::awaitable<handled>
+handler::impl::handle_egress(request& req, const config::route_config& route,
+                             std::size_t route_index, const request_context& ctx,
+                             access_log_entry& log, buffer_reservation* held) {
     auto& m = *this;
     const std::string method(req.method_string());
     const std::string target(req.target());
@@ -288,8 +287,8 @@ net::awaitable<handled> handler::impl::handle_egress(request& req,
     req.keep_alive(true);
     req.prepare_payload();
     egress_report report;
-    auto res =
-        co_await async_run_egress(*m.env->fwd, route, m.egress_routes[route_index], req, report);
+    auto res = co_await async_run_egress(*m.env->fwd, route, m.egress_routes[route_index], req,
+                                         report, held);
     if (m.cfg->access_log) {
         log.status = res.result_int();
         log.request_id = request_id;

@@ -340,6 +340,32 @@ TEST_SUITE("egress") {
         check_problem(egress(s.proxy, "GET", "/elsewhere"), 404, "route.not_found");
     }
 
+    TEST_CASE("an answer held for the app counts in limits.max_buffered_bytes until the app "
+              "has it") {
+        // An answer far larger than the sockets between them hold: while the app does not read,
+        // the proxy holds most of it.
+        constexpr long long answer = 48LL << 20;
+        upstream_process upstream;
+        proxy_process proxy(
+            egress_config("  routes:\n    - name: big\n      match: { prefix: /big/ }\n"
+                          "      upstream: app\n      limits: { max_response_bytes: 64MiB }\n"
+                          "      retry: { attempts: 2 }\n"),
+            upstream.port);
+        const auto buffered = [&] { return proxy.metric("onceproxy_buffered_bytes"); };
+        {
+            http_client app(proxy.egress_port);
+            app.send_raw("GET /big/report HTTP/1.1\r\nHost: x\r\nX-Test-Body-Bytes: " +
+                         std::to_string(answer) + "\r\n\r\n");
+            CHECK(eventually([&] { return buffered() >= answer; }, 20s));
+            CHECK(buffered() <= answer + (1 << 20));
+            const auto r = app.read_response(60s);
+            REQUIRE(r);
+            CHECK(r->status == 200);
+            CHECK(static_cast<long long>(r->body.size()) == answer);
+        }
+        CHECK(eventually([&] { return buffered() == 0; }, 10s));
+    }
+
     TEST_CASE("attempts used up: the last answer is passed on") {
         auto& s = shared();
         const auto key = unique_key("used-up");
