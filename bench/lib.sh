@@ -99,6 +99,19 @@ start_upstream() {
     wait_tcp "$upstream_port" $! "test upstream"
 }
 
+# start_floor: starts the floor row's byte relay (floor_proxy.cpp) in front of the test
+# upstream; sets floor_port and floor_pid.
+start_floor() {
+    "$floor_bin" --upstream "$upstream_port" --port-file "$work_dir/floor.port" \
+        >"$work_dir/floor.log" 2>&1 &
+    floor_pid=$!
+    started_pids+=("$floor_pid")
+    started_names[$floor_pid]="the floor relay"
+    wait_file "$work_dir/floor.port" $floor_pid "the floor relay"
+    floor_port=$(cat "$work_dir/floor.port")
+    wait_tcp "$floor_port" $floor_pid "the floor relay"
+}
+
 # write_grpc_files: the gRPC rows' fixed bytes. The answer the h2c upstream nginx gives every
 # unary call ($work_dir/grpc-answer.bin: a small protobuf-shaped message of 33 bytes behind
 # its 5-byte gRPC prefix), and the request body h2load sends ($work_dir/grpc-request.bin: one

@@ -292,15 +292,9 @@ log "nginx on 127.0.0.1:$nginx_port (worker_processes $nginx_workers)"
 
 # The floor row: a byte relay in front of the test upstream (bench/floor_proxy.cpp).
 if want floor; then
-    "$floor_bin" --upstream "$upstream_port" --port-file "$work_dir/floor.port" \
-        >"$work_dir/floor.log" 2>&1 &
-    floor_pid=$!
-    started_pids+=("$floor_pid")
-    started_names[$floor_pid]="the floor relay"
-    wait_file "$work_dir/floor.port" $floor_pid "the floor relay"
-    floor_url="http://127.0.0.1:$(cat "$work_dir/floor.port")/bench"
-    wait_tcp "$(cat "$work_dir/floor.port")" $floor_pid "the floor relay"
-    log "floor relay on $floor_url"
+    start_floor
+    floor_url="http://127.0.0.1:$floor_port/bench"
+    log "floor relay on 127.0.0.1:$floor_port"
 fi
 direct_url="http://127.0.0.1:$upstream_port/bench"
 nginx_url="http://127.0.0.1:$nginx_port/bench"
