@@ -1,17 +1,20 @@
-// onceproxy_floor_proxy: the least CPU any proxy can spend per request on this machine, for
-// bench/run.sh's `floor` row.
+// onceproxy_floor_proxy: the least CPU a proxy that reads and writes each message once can
+// spend per request on this machine, for bench/run.sh's `floor` row.
 //
 //   onceproxy_floor_proxy --upstream PORT --port-file FILE
 //
-// One thread, one epoll loop, edge-free (level-triggered) like nginx's. Each client connection
+// One thread, one level-triggered epoll loop. Each client connection
 // gets its own upstream connection (opened when the client connects, kept for its life); every
 // read on one side is written as it is to the other. No parsing, no header, no allocation per
 // request: for a keep-alive client that sends a request and waits for its answer (wrk's GETs),
 // that is one read and one write on each side per request, nginx's and onceproxy's system calls
 // with nothing around them. It is not an HTTP proxy (it would pass anything, and relies on the
 // client waiting for each answer); its CPU per request is what the kernel's side of a proxied
-// request costs here, the floor under every proxy's figure. Listens on 127.0.0.1, an ephemeral
-// port written to FILE.
+// request costs here when each message is read and written once, the floor under nginx's and
+// onceproxy's figures (batching messages of several connections per system call, as io_uring
+// can, would be another design). A bench tool: it connects to the upstream blocking, and an
+// accept that fails for want of descriptors is retried on the next readiness. Listens on
+// 127.0.0.1, an ephemeral port written to FILE.
 
 #include <arpa/inet.h>
 #include <fcntl.h>

@@ -513,8 +513,9 @@ def cpu_targets(med: dict, fig: dict) -> None:
 
 def floor_budget(med: dict, fig: dict) -> None:
     """What the plain-path target leaves once the floor is paid: the byte relay's CPU per
-    request (the same four system calls, no HTTP) is the least any proxy spends here, so a
-    proxy's CPU above it is its HTTP work; 0.8x nginx leaves that much for all of it."""
+    request (the same four system calls, no HTTP) is the least a proxy that reads and writes
+    each message once spends here, so a proxy's CPU above it is its HTTP work; 0.8x nginx
+    leaves that much for all of it."""
     if not all(n in med and med[n]["cpu_us"] > 0 for n in ("floor", "nginx", "proxy")):
         return
     floor, nginx, proxy = (med[n]["cpu_us"] for n in ("floor", "nginx", "proxy"))

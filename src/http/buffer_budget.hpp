@@ -1,7 +1,8 @@
 #pragma once
 // The process-wide budget of buffered bodies (limits.max_buffered_bytes, issue 26): request
-// bodies read whole (guarded routes, to fingerprint and record them) and upstream answers held
-// for recording (up to max_record_bytes) count against one counter that every worker shares.
+// bodies read whole (guarded routes, to fingerprint and record them; egress routes, to send
+// them again), upstream answers held for recording (up to max_record_bytes) and egress answers
+// count against one counter that every worker shares.
 // A reservation is RAII: it grows as its body does and gives everything back when destroyed,
 // on every path (answered, refused, client gone, exception).
 //

@@ -135,6 +135,7 @@ net::awaitable<response> async_run_egress(upstream::forwarder& fwd,
             guard.on_request(clock::now()); // the budget counts requests sent, not refused
         }
         const auto left = std::chrono::duration_cast<milliseconds>(deadline - clock::now());
+        last = {}; // the previous attempt's answer goes before the next one comes (held)
         last = co_await fwd.async_forward(route.upstream_index, req,
                                           route.limits.max_response_bytes, std::nullopt,
                                           std::max(milliseconds(1), std::min(up.timeout, left)));

@@ -349,7 +349,8 @@ TEST_SUITE("egress") {
         proxy_process proxy(
             egress_config("  routes:\n    - name: big\n      match: { prefix: /big/ }\n"
                           "      upstream: app\n      limits: { max_response_bytes: 64MiB }\n"
-                          "      retry: { attempts: 2 }\n"),
+                          "      retry: { attempts: 2 }\n",
+                          "30s"), // 48 MiB through two sanitized processes on a busy machine
             upstream.port);
         const auto buffered = [&] { return proxy.metric("onceproxy_buffered_bytes"); };
         {

@@ -364,7 +364,7 @@ inline constexpr std::array<family_info, family_count> family_table{{
      "",
      {},
      "Bytes of buffered bodies held now, all workers: request bodies read whole (guarded "
-     "routes) and upstream answers held for recording."},
+     "and egress routes), upstream answers held for recording and egress answers."},
     {family::buffered_bytes_limit,
      "onceproxy_buffered_bytes_limit",
      kind::gauge,
