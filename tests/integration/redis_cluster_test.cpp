@@ -411,6 +411,10 @@ TEST_CASE("redis cluster proxy: resharding under load loses and doubles nothing"
     const auto masters = cluster.master_ports();
     REQUIRE(masters.size() == 3);
     const auto reshard = [&](std::uint16_t from, std::uint16_t to) {
+        // redis-cli refuses to reshard until every node agrees on the slot map, which the
+        // previous reshard's last SETSLOT leaves to gossip (CI saw "Nodes don't agree about
+        // configuration!" once).
+        cluster.wait_until_stable();
         cluster.cli(from,
                     {"--cluster", "reshard", "127.0.0.1:" + std::to_string(from), "--cluster-from",
                      cluster.node_id(from), "--cluster-to", cluster.node_id(to), "--cluster-slots",
