@@ -3,18 +3,17 @@
 //
 //   onceproxy_floor_proxy --upstream PORT --port-file FILE
 //
-// One thread, one level-triggered epoll loop. Each client connection
-// gets its own upstream connection (opened when the client connects, kept for its life); every
-// read on one side is written as it is to the other. No parsing, no header, no allocation per
-// request: for a keep-alive client that sends a request and waits for its answer (wrk's GETs),
-// that is one read and one write on each side per request, nginx's and onceproxy's system calls
-// with nothing around them. It is not an HTTP proxy (it would pass anything, and relies on the
-// client waiting for each answer); its CPU per request is what the kernel's side of a proxied
-// request costs here when each message is read and written once, the floor under nginx's and
-// onceproxy's figures (batching messages of several connections per system call, as io_uring
-// can, would be another design). A bench tool: it connects to the upstream blocking, and an
-// accept that fails for want of descriptors is retried on the next readiness. Listens on
-// 127.0.0.1, an ephemeral port written to FILE.
+// One thread, one level-triggered epoll loop. Each client connection gets its own upstream
+// connection (opened when the client connects, kept for its life); every read on one side is
+// written as it is to the other. No parsing, no header, no allocation per request: for a keep-alive
+// client that sends a request and waits for its answer (wrk's GETs), that is one read and one write
+// on each side per request, nginx's and onceproxy's system calls with nothing around them. It is
+// not an HTTP proxy (it would pass anything, and relies on the client waiting for each answer); its
+// CPU per request is what the kernel's side of a proxied request costs here when each message is
+// read and written once, the floor under nginx's and onceproxy's figures (batching messages of
+// several connections per system call, as io_uring can, would be another design). A bench tool: it
+// connects to the upstream blocking, and an accept that fails for want of descriptors is retried on
+// the next readiness. Listens on 127.0.0.1, an ephemeral port written to FILE.
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -39,7 +38,9 @@ namespace {
     std::exit(1);
 }
 
-int nonblocking(int fd) {
+/// A relayed connection: non-blocking, and every write goes out at once (as nginx's and
+/// onceproxy's, TCP_NODELAY).
+int relayed(int fd) {
     ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
     const int one = 1;
     ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
@@ -58,7 +59,7 @@ int connect_upstream(int port) {
         }
         return -1;
     }
-    return nonblocking(fd);
+    return relayed(fd);
 }
 
 } // namespace
@@ -92,7 +93,7 @@ int main(int argc, char** argv) {
         ::getsockname(listener, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
         fail("listen");
     }
-    nonblocking(listener);
+    ::fcntl(listener, F_SETFL, ::fcntl(listener, F_GETFL) | O_NONBLOCK);
     if (FILE* f = std::fopen(port_file.c_str(), "w")) {
         std::fprintf(f, "%d\n", ntohs(a.sin_port));
         std::fclose(f);
@@ -143,11 +144,11 @@ int main(int argc, char** argv) {
             const int fd = events[i].data.fd;
             if (fd == listener) {
                 for (;;) {
-                    const int c = ::accept4(listener, nullptr, nullptr, SOCK_NONBLOCK);
+                    const int c = ::accept4(listener, nullptr, nullptr, 0);
                     if (c < 0) {
                         break;
                     }
-                    nonblocking(c);
+                    relayed(c);
                     const int u = connect_upstream(upstream_port);
                     if (u < 0) {
                         ::close(c);
