@@ -271,7 +271,9 @@ TEST_CASE("redis cluster store, durability replicated: the WAIT of a claim sent 
     // the target's replica acknowledges it.
     const std::string again = test::unique_key("cluster", "ask-wait");
     std::string again_key;
-    for (int i = 0; i < 100000 && again_key.empty(); ++i) {
+    // One name in 16384 lands in a given slot: 100,000 tries missed about once in 450 runs
+    // (e^-6.1); a million miss once in e^61, and the loop ends at the first hit (about 16k).
+    for (int i = 0; i < 1000000 && again_key.empty(); ++i) {
         const std::string k = again + "-" + std::to_string(i);
         if (redis_key_slot(st.redis_key(k)) == slot) {
             again_key = k;
