@@ -24,6 +24,7 @@
 #include <boost/asio/write.hpp>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -471,9 +472,36 @@ std::string_view replay_date() {
     return text;
 }
 
-response do_replay(exchange_state& s) {
-    return replay_response(std::move(s.claimed_record), s.route.idempotency.stripe_compat,
-                           replay_date(), &s.report.trailers);
+/// replay: the record's answer. An HTTP/1.1 client's is written here, its head serialised from
+/// the record and its body sent from where the record keeps it, as a streamed answer is (the
+/// server has nothing left to write); an HTTP/2 stream gets replay_response's, as does a
+/// record that does not decode (its problem answer).
+net::awaitable<response> do_replay(exchange_state& s) {
+    const bool stripe = s.route.idempotency.stripe_compat;
+    auto& t = s.target;
+    std::optional<core::response_record_view> rec;
+    if (!t.client.whole_answer) {
+        rec = core::decode_record_view(s.claimed_record);
+    }
+    if (!rec) {
+        co_return replay_response(std::move(s.claimed_record), stripe, replay_date(),
+                                  &s.report.trailers);
+    }
+    const bool keep = t.keep_alive && !t.client.draining && !t.client.last;
+    const auto body =
+        serialize_replay_head(*rec, stripe, replay_date(), keep, t.head_request, t.client.scratch);
+    s.streamed = true;
+    s.report.streamed_status = rec->status;
+    t.client.dl.expires_after(s.env.cfg->limits.idle_timeout);
+    const std::array<net::const_buffer, 2> answer{net::buffer(t.client.scratch),
+                                                  net::buffer(body.data(), body.size())};
+    auto [ec, n] = co_await net::async_write(t.client.sock, answer, use_tuple);
+    (void)n;
+    if (ec) {
+        t.client.sock.mark_cut();
+    }
+    s.report.keep = keep && !ec;
+    co_return response{};
 }
 
 /// passthrough (fail-open, or an optional route without a key): forward unprotected.
@@ -516,7 +544,7 @@ net::awaitable<std::optional<response>> drive(std::shared_ptr<exchange_state> s,
             a = co_await do_release(*s);
             break;
         case core::action_kind::replay:
-            co_return do_replay(*s);
+            co_return co_await do_replay(*s);
         case core::action_kind::respond:
             co_return co_await do_respond(*s, a.status_header);
         case core::action_kind::reject:

@@ -3,10 +3,12 @@
 #include "http/http_date.hpp"
 #include "onceproxy/core/grpc.hpp"
 #include "onceproxy/store/error.hpp"
+#include "onceproxy/wire/head_writer.hpp"
 
 #include <boost/beast/core/string.hpp>
 #include <boost/beast/http/field.hpp>
 
+#include <charconv>
 #include <iterator>
 #include <optional>
 
@@ -284,6 +286,15 @@ void set_idempotency_status(response& res, core::idempotency_status st) {
     }
 }
 
+namespace {
+
+/// A status whose answer carries no body and no Content-Length (RFC 9110 §8.6).
+bool bodiless(unsigned status) noexcept {
+    return status < 200 || status == 204 || status == 304;
+}
+
+} // namespace
+
 response replay_response(std::string encoded, bool stripe_compat, std::string_view date,
                          bhttp::fields* trailers) {
     const auto rec = core::decode_record_view(encoded);
@@ -309,10 +320,46 @@ response replay_response(std::string encoded, bool stripe_compat, std::string_vi
     // answer's body (no allocation, no second buffer). `rec` points into `encoded`: not used
     // after this.
     const auto body_at = static_cast<std::size_t>(rec->body.data() - encoded.data());
-    encoded.erase(0, rec->body.empty() ? encoded.size() : body_at);
+    const bool body = !bodiless(rec->status);
+    encoded.erase(0, rec->body.empty() || !body ? encoded.size() : body_at);
     res.body() = std::move(encoded);
-    res.prepare_payload();
+    if (body) {
+        res.content_length(res.body().size());
+    }
     return res;
+}
+
+std::string_view serialize_replay_head(const core::response_record_view& rec, bool stripe_compat,
+                                       std::string_view date, bool keep, bool head_request,
+                                       std::string& out) {
+    constexpr std::string_view status_name = "Idempotency-Status";
+    constexpr std::string_view stripe_name = "Idempotent-Replayed";
+    out.clear();
+    wire::append_status_line(11, rec.status, {}, out);
+    for (const auto& [name, value] : rec.headers) {
+        // Stated afresh below, as replay_response's `set`s replace them.
+        if (boost::beast::iequals(name, status_name) ||
+            (stripe_compat && boost::beast::iequals(name, stripe_name))) {
+            continue;
+        }
+        out.append(name).append(": ").append(value).append("\r\n");
+    }
+    out.append("Date: ").append(date).append("\r\n");
+    out.append(status_name).append(": replayed\r\n");
+    if (stripe_compat) {
+        out.append(stripe_name).append(": true\r\n");
+    }
+    const bool body = !bodiless(rec.status);
+    if (body) {
+        char digits[24];
+        const auto n = std::to_chars(std::begin(digits), std::end(digits), rec.body.size()).ptr;
+        out.append("Content-Length: ").append(digits, n).append("\r\n");
+    }
+    if (!keep) {
+        out.append("Connection: close\r\n");
+    }
+    out.append("\r\n");
+    return body && !head_request ? rec.body : std::string_view();
 }
 
 std::string upstream_limit_detail(upstream::forward_status s, std::string_view upstream_name) {

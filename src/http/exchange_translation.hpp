@@ -111,13 +111,23 @@ void set_idempotency_expires(response& res, std::string_view expires);
 void set_idempotency_status(response& res, core::idempotency_status st);
 
 /// The replay of an encoded record with a fresh `date`, Idempotency-Status: replayed (and
-/// Idempotent-Replayed: true with `stripe_compat`). A record that cannot be decoded gives a 503
+/// Idempotent-Replayed: true with `stripe_compat`), and a Content-Length unless its status
+/// carries no body (1xx, 204, 304: RFC 9110 §8.6). A record that cannot be decoded gives a 503
 /// store_unavailable problem (the engine only replays records decoded at claim time). The
 /// answer's body reuses `encoded`'s buffer (the body is the encoding's tail): no copy of it.
 /// The record's trailers are added to `trailers` when given.
 [[nodiscard]] response replay_response(std::string encoded, bool stripe_compat,
                                        std::string_view date,
                                        boost::beast::http::fields* trailers = nullptr);
+
+/// The head of a replay to an HTTP/1.1 client, serialised into `out` straight from the decoded
+/// record (no header map): the head replay_response's answer gets from the server's write step
+/// (Connection: close unless `keep`). Returns the body to write after it: the record's, or
+/// none for a HEAD request or a status that carries none (1xx, 204, 304: no Content-Length).
+[[nodiscard]] std::string_view serialize_replay_head(const core::response_record_view& rec,
+                                                     bool stripe_compat, std::string_view date,
+                                                     bool keep, bool head_request,
+                                                     std::string& out);
 
 /// The problem answer of a reject action. `upstream`: how the upstream call ended, when there
 /// was one (a reset after sending says so in the detail, a full pool names `upstream_name`).

@@ -1,5 +1,6 @@
 #include "http/exchange_translation.hpp"
 #include "onceproxy/store/error.hpp"
+#include "onceproxy/wire/head_writer.hpp"
 
 #include <doctest/doctest.h>
 
@@ -11,6 +12,7 @@
 #include <algorithm>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace core = onceproxy::core;
 namespace config = onceproxy::config;
@@ -305,6 +307,53 @@ TEST_SUITE("exchange translation") {
         CHECK(res.result_int() == 503);
         CHECK(code_of(res) == "idempotency.store_unavailable");
         CHECK(res[bhttp::field::retry_after] == "1");
+    }
+
+    TEST_CASE("an HTTP/1.1 replay's head, written from the record, is replay_response's") {
+        // The answer an HTTP/2 stream gets (replay_response), framed and serialised as the
+        // server writes a whole answer, against the head written straight from the record.
+        const std::vector<core::response_record> records{
+            {201, {{"Content-Type", "application/json"}, {"X-Execution-Id", "e-1"}}, "{}", true},
+            // Repeated fields side by side, as recorded from a parsed answer (a header map keeps
+            // same-named fields together; the head from the record keeps the record's order).
+            {200, {{"X-A", "1"}, {"X-A", "2"}, {"X-B", ""}}, std::string("\0a\r\n\xff", 5), true},
+            // An upstream's own Idempotency-Status and Idempotent-Replayed are stated afresh.
+            {200,
+             {{"idempotency-status", "mine"}, {"Idempotent-Replayed", "no"}, {"X-C", "c"}},
+             "body",
+             true},
+            {204, {{"X-D", "d"}}, "", true},
+            {404, {}, std::string(70'000, 'x'), true},
+        };
+        for (const auto& r : records) {
+            for (const bool stripe : {false, true}) {
+                for (const bool keep : {false, true}) {
+                    CAPTURE(r.status);
+                    CAPTURE(stripe);
+                    CAPTURE(keep);
+                    const auto encoded = core::encode_record(r);
+                    auto res = replay_response(encoded, stripe, "Tue, 02 Jan 2024 00:00:00 GMT");
+                    // A 204 says no Content-Length (RFC 9110 §8.6); the others their body's.
+                    CHECK(res.has_content_length() == (r.status != 204));
+                    res.keep_alive(keep);
+                    std::string expected;
+                    onceproxy::wire::serialize_head(res, expected);
+
+                    const auto view = core::decode_record_view(encoded);
+                    REQUIRE(view);
+                    std::string head = "left over from an earlier answer";
+                    const auto body = serialize_replay_head(
+                        *view, stripe, "Tue, 02 Jan 2024 00:00:00 GMT", keep, false, head);
+                    CHECK(head == expected);
+                    CHECK(body == res.body());
+                    // A HEAD request gets the same head and no body.
+                    CHECK(serialize_replay_head(*view, stripe, "Tue, 02 Jan 2024 00:00:00 GMT",
+                                                keep, true, head)
+                              .empty());
+                    CHECK(head == expected);
+                }
+            }
+        }
     }
 
     TEST_CASE("reject actions become problems with their status, Retry-After and header") {
