@@ -181,6 +181,11 @@ net::awaitable<void> call_upstream(std::shared_ptr<exchange_state> s,
     const auto hold = s->target.client.whole_answer
                           ? std::nullopt
                           : std::optional<std::size_t>(s->route.idempotency.max_record_bytes);
+    if (!s->target.upstream_proto.empty()) {
+        ready_for_upstream(s->req, s->target.client_ip, s->target.upstream_proto,
+                           s->env.cfg->trusted_proxies);
+        s->target.upstream_proto = {}; // once, however often the request is sent
+    }
     auto max_response = s->route.limits.max_response_bytes;
     if (s->target.client.whole_answer && !max_response) {
         max_response = s->env.cfg->limits.max_response_bytes; // held whole: bounded

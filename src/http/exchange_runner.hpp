@@ -29,6 +29,11 @@ struct stream_target {
     bool head_request = false;
     /// The connection's peer address: the store holder of an anonymous request.
     std::string_view client_ip;
+    /// Set when the request is still as received: the exchange readies it for the upstream
+    /// (ready_for_upstream, over this protocol) when it forwards it, so a replay, which forwards
+    /// nothing, never does. Empty: readied already (the route's request facts read a field
+    /// that changes).
+    std::string_view upstream_proto = {};
 };
 
 /// What a finished (or backgrounded) exchange reports for the access log.

@@ -2,6 +2,7 @@
 
 #include "onceproxy/core/grpc.hpp"
 #include "onceproxy/core/problem.hpp"
+#include "onceproxy/http/headers.hpp"
 
 #include <boost/beast/http/field.hpp>
 #include <boost/json/parse.hpp>
@@ -14,7 +15,7 @@ namespace onceproxy::http {
 namespace bhttp = boost::beast::http;
 
 bool is_grpc_call(const request& req) noexcept {
-    return core::is_grpc_content_type(req[bhttp::field::content_type]);
+    return core::is_grpc_content_type(first_value(req, bhttp::field::content_type));
 }
 
 namespace {

@@ -6,6 +6,7 @@
 #include "onceproxy/asio/use_tuple.hpp"
 #include "onceproxy/h2/server_session.hpp"
 #include "onceproxy/http/handler.hpp"
+#include "onceproxy/http/headers.hpp"
 #include "onceproxy/http/loop_guard.hpp"
 #include "onceproxy/http/problem.hpp"
 #include "onceproxy/upstream/h2_upstream.hpp"
@@ -70,7 +71,7 @@ request to_request(h2::request_head& head) {
 }
 
 std::optional<std::uint64_t> declared_length(const request& req) {
-    const auto v = req[bhttp::field::content_length];
+    const auto v = first_value(req, bhttp::field::content_length);
     if (v.empty()) {
         return std::nullopt;
     }

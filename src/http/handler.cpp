@@ -13,6 +13,7 @@
 
 #include <boost/beast/http/field.hpp>
 
+#include <algorithm>
 #include <string_view>
 #include <vector>
 
@@ -35,6 +36,7 @@ struct handler::impl {
                 egress_routes.push_back(egress_route_of(route, *guards));
                 env->route_series.push_back(&reg.unrouted());
                 fields_in_use.push_back(request_fields_in_use(route.idempotency));
+                ready_after_facts.push_back(!facts_read_changed_fields(route.idempotency));
             }
             return;
         }
@@ -49,6 +51,7 @@ struct handler::impl {
             env->route_series.push_back(&reg.route_named(route.name));
             fields_in_use.push_back(request_fields_in_use(route.idempotency));
             grpc_routes = grpc_routes || !route.match.grpc.empty();
+            ready_after_facts.push_back(!facts_read_changed_fields(route.idempotency));
         }
     }
 
@@ -61,6 +64,17 @@ struct handler::impl {
     std::vector<std::vector<std::string_view>> fields_in_use;
     /// Some route has a grpc match: only then does routing look at a request's content-type.
     bool grpc_routes = false;
+    /// Per route: its request facts (key, scope, fingerprint) read no field ready_for_upstream
+    /// changes, so a guarded request is readied only when it is forwarded (a replay never is).
+    std::vector<bool> ready_after_facts;
+
+    static bool facts_read_changed_fields(const config::idempotency_config& idem) {
+        const auto named = [](const std::vector<std::string>& names) {
+            return std::any_of(names.begin(), names.end(), changed_for_upstream);
+        };
+        return changed_for_upstream(idem.key.header) || named(idem.scope_headers) ||
+               named(idem.fingerprint_headers);
+    }
     /// The egress listener's handler: per route, its upstream's guard and its series.
     std::vector<egress_route> egress_routes;
 
@@ -221,22 +235,25 @@ net::awaitable<handled> handler::async_handle(request& req, const config::route_
     log.method = method;
     log.target = target_copy;
 
+    const bool guarded = guards(*route, req);
+    const std::string_view proto = ctx.tls ? "https" : "http";
+    const bool ready_later = guarded && m.ready_after_facts[route_index];
     // What the client's request says about a streamed answer, before the rewrite below.
-    const stream_target sink{client, req.version(), req.keep_alive(),
-                             req.method() == bhttp::verb::head, ctx.client_ip};
+    const stream_target sink{client,           req.version(),
+                             req.keep_alive(), req.method() == bhttp::verb::head,
+                             ctx.client_ip,    ready_later ? proto : std::string_view()};
     std::string request_id;
     if (m.cfg->access_log) {
         request_id = ensure_request_id(req);
     }
     strip_hop_by_hop(req, m.fields_in_use[route_index]);
-    add_forwarded(req, ctx.client_ip, ctx.tls ? "https" : "http", m.cfg->trusted_proxies);
-    req.version(11);
-    req.keep_alive(true);
-    req.prepare_payload();
+    if (!ready_later) {
+        ready_for_upstream(req, ctx.client_ip, proto, m.cfg->trusted_proxies);
+    }
 
     exchange_report report;
     response res;
-    if (!guards(*route, req)) {
+    if (!guarded) {
         // A plain request the caller could not stream (an HTTP/2 upstream): forwarded whole.
         const auto& lim = route->limits.max_response_bytes;
         auto r = co_await m.env->fwd->async_forward(

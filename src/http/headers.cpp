@@ -284,7 +284,7 @@ void add_forwarded(fields& f, std::string_view client_ip, std::string_view proto
     strip_other_forwarding(f, extend);
     // Fields are nodes of their own: inserting or erasing other fields leaves Host's value
     // where it is.
-    const std::string_view host = f[bhttp::field::host];
+    const std::string_view host = first_value(f, bhttp::field::host);
 
     std::string value;
     value.reserve(64 + client_ip.size() + host.size());
@@ -325,6 +325,30 @@ void add_forwarded(fields& f, std::string_view client_ip, std::string_view proto
     put(f, bhttp::field::forwarded, seen.forwarded, value);
 }
 
+std::string_view first_value(const fields& f, bhttp::field name) noexcept {
+    for (const auto& field : f) {
+        if (field.name() == name) {
+            return field.value();
+        }
+    }
+    return {};
+}
+
+void ready_for_upstream(bhttp::request<bhttp::string_body>& req, std::string_view client_ip,
+                        std::string_view proto, std::span<const config::cidr> trusted) {
+    add_forwarded(req, client_ip, proto, trusted);
+    req.version(11);
+    req.keep_alive(true);
+    req.prepare_payload();
+}
+
+bool changed_for_upstream(std::string_view name) noexcept {
+    return beast::iequals(name, "Connection") || beast::iequals(name, "Content-Length") ||
+           beast::iequals(name, "Transfer-Encoding") ||
+           std::any_of(all_forwarding_names.begin(), all_forwarding_names.end(),
+                       [&](std::string_view fw) { return iequals_dashed(name, fw); });
+}
+
 std::size_t count_lines(const fields& f, std::string_view name) {
     std::size_t n = 0;
     for (const auto& field : f) {
@@ -344,20 +368,29 @@ struct framing_lines {
     std::size_t content_length = 0;
     std::size_t transfer_encoding = 0;
     std::size_t host = 0;
+    /// The first line's value of each (what f[name] would look up).
+    std::string_view content_length_value;
+    std::string_view transfer_encoding_value;
+    std::string_view host_value;
 };
 
 framing_lines count_framing_lines(const fields& f) {
     framing_lines n;
+    const auto count = [](std::size_t& lines, std::string_view& first, std::string_view v) {
+        if (lines++ == 0) {
+            first = v;
+        }
+    };
     for (const auto& field : f) {
         switch (field.name()) {
         case bhttp::field::content_length:
-            ++n.content_length;
+            count(n.content_length, n.content_length_value, field.value());
             break;
         case bhttp::field::transfer_encoding:
-            ++n.transfer_encoding;
+            count(n.transfer_encoding, n.transfer_encoding_value, field.value());
             break;
         case bhttp::field::host:
-            ++n.host;
+            count(n.host, n.host_value, field.value());
             break;
         default:
             break;
@@ -366,7 +399,7 @@ framing_lines count_framing_lines(const fields& f) {
     return n;
 }
 
-framing_error check_framing(const fields& f, const framing_lines& n) {
+framing_error check_framing(const framing_lines& n) {
     if (n.content_length > 0 && n.transfer_encoding > 0) {
         return framing_error::content_length_and_transfer_encoding;
     }
@@ -374,7 +407,7 @@ framing_error check_framing(const fields& f, const framing_lines& n) {
         return framing_error::repeated_content_length;
     }
     if (n.content_length == 1) {
-        const auto v = text::trim_ows(f[bhttp::field::content_length]);
+        const auto v = text::trim_ows(n.content_length_value);
         if (v.empty() || v.find_first_not_of("0123456789") != std::string_view::npos) {
             return framing_error::repeated_content_length; // a list "5, 5" or garbage
         }
@@ -383,7 +416,7 @@ framing_error check_framing(const fields& f, const framing_lines& n) {
         return framing_error::bad_transfer_encoding;
     }
     if (n.transfer_encoding == 1 &&
-        !beast::iequals(text::trim_ows(f[bhttp::field::transfer_encoding]), "chunked")) {
+        !beast::iequals(text::trim_ows(n.transfer_encoding_value), "chunked")) {
         return framing_error::bad_transfer_encoding;
     }
     return framing_error::none;
@@ -392,7 +425,7 @@ framing_error check_framing(const fields& f, const framing_lines& n) {
 } // namespace
 
 framing_error check_framing(const fields& f) {
-    return check_framing(f, count_framing_lines(f));
+    return check_framing(count_framing_lines(f));
 }
 
 } // namespace onceproxy::http
@@ -468,7 +501,7 @@ bool is_standard_method_in_other_case(std::string_view method) {
 
 std::string_view refuse_request_head(const request_head& h) {
     const auto lines = count_framing_lines(h);
-    switch (check_framing(h, lines)) {
+    switch (check_framing(lines)) {
     case framing_error::none:
         break;
     case framing_error::content_length_and_transfer_encoding:
@@ -489,7 +522,7 @@ std::string_view refuse_request_head(const request_head& h) {
     if (lines.host == 0 && h.version() >= 11) {
         return "an HTTP/1.1 request needs a Host header";
     }
-    if (lines.host == 1 && !valid_host_value(h[bhttp::field::host])) {
+    if (lines.host == 1 && !valid_host_value(lines.host_value)) {
         return "invalid Host header value";
     }
     if (h.method() == bhttp::verb::unknown && is_standard_method_in_other_case(h.method_string())) {
@@ -498,7 +531,7 @@ std::string_view refuse_request_head(const request_head& h) {
         return "the method token differs from a standard method only in case";
     }
     if (h.method() == bhttp::verb::trace) {
-        const auto cl = text::trim_ows(h[bhttp::field::content_length]);
+        const auto cl = text::trim_ows(lines.content_length_value);
         if (has_te || (!cl.empty() && cl != "0")) {
             // RFC 9110 §9.3.8: a TRACE request carries no content.
             return "a TRACE request must not have a body";

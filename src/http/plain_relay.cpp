@@ -232,8 +232,8 @@ struct plain_relay::exchange {
         client_keep_alive = req.keep_alive();
         upgrade = wants_upgrade(req);
         expect_continue = client_version >= 11 && !parser.is_done() &&
-                          beast::iequals(req[bhttp::field::expect], "100-continue");
-        const std::string upgrade_to(upgrade ? req[bhttp::field::upgrade] : "");
+                          beast::iequals(first_value(req, bhttp::field::expect), "100-continue");
+        const std::string upgrade_to(upgrade ? first_value(req, bhttp::field::upgrade) : "");
         if (relay.cfg_->access_log) {
             request_id = ensure_request_id(req);
         }

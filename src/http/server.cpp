@@ -315,7 +315,7 @@ struct server::impl::connection {
     /// sent upstream; then the route and its body limit.
     read_verdict check_head(wire::request_parser& p) const {
         const auto& head = p.get();
-        const auto expect = head[bhttp::field::expect];
+        const auto expect = first_value(head, bhttp::field::expect);
         if (!p.is_done() && !expect.empty() && !beast::iequals(expect, "100-continue") &&
             refuse_request_head(head).empty()) {
             return read_verdict::reject(make_problem(problem_code::bad_request,
@@ -408,7 +408,7 @@ struct server::impl::connection {
             co_return false;
         }
         if (!p.is_done()) {
-            if (!p.get()[bhttp::field::expect].empty() && p.get().version() >= 11) {
+            if (!first_value(p.get(), bhttp::field::expect).empty() && p.get().version() >= 11) {
                 static constexpr std::string_view cont = "HTTP/1.1 100 Continue\r\n\r\n";
                 auto [wec, wn] = co_await net::async_write(
                     stream, net::buffer(cont.data(), cont.size()), use_tuple);

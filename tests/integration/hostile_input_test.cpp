@@ -919,6 +919,57 @@ TEST_SUITE("hostile input") {
         }
     }
 
+    TEST_CASE("a guarded request gets this hop's forwarding fields, before its facts read them") {
+        // The forwarding fields of a guarded request are added when it is forwarded, unless
+        // its route's key, scope or fingerprint reads one: then before the facts are derived.
+        scripted_upstream up(ok_answer);
+        proxy_config c;
+        c.upstream_port = up.port;
+        c.routes = R"(  - name: guarded
+    match: { prefix: /guarded }
+    upstream: app
+    idempotency: { mode: required }
+  - name: by_forwarder
+    match: { prefix: /fp }
+    upstream: app
+    idempotency: { mode: required, fingerprint: { headers: [X-Forwarded-For] } }
+)";
+        proxy_process proxy(c.yaml());
+        const header_list forged{
+            {"X-Forwarded-For", "6.6.6.6"}, {"Forwarded", "for=6.6.6.6"}, {"X-Real-IP", "6.6.6.6"}};
+        const auto with_key = [&](const char* key) {
+            auto h = forged;
+            h.emplace_back("Idempotency-Key", key);
+            return h;
+        };
+        auto r = fetch(proxy.port, "POST", "/guarded/1", with_key("fw-1"), "{}");
+        CHECK(r.status == 200);
+        auto got = up.received();
+        INFO(got);
+        CHECK(got.find("6.6.6.6") == std::string::npos);
+        CHECK(got.find("\r\nX-Forwarded-For: 127.0.0.1\r\n") != std::string::npos);
+        CHECK(got.find("\r\nX-Forwarded-Proto: http\r\n") != std::string::npos);
+        CHECK(got.find("\r\nX-Forwarded-Host: 127.0.0.1\r\n") != std::string::npos);
+        CHECK(got.find("\r\nForwarded: for=127.0.0.1;host=127.0.0.1;proto=http\r\n") !=
+              std::string::npos);
+        // Once each, however the request was routed.
+        CHECK(got.find("X-Forwarded-For:") == got.rfind("X-Forwarded-For:"));
+        // The replay forwards nothing.
+        r = fetch(proxy.port, "POST", "/guarded/1", with_key("fw-1"), "{}");
+        CHECK(r.header("Idempotency-Status") == "replayed");
+        CHECK(up.received() == got);
+
+        // The fingerprint reads X-Forwarded-For as this hop sets it: a retry that forges another
+        // one is the same request, not a 422.
+        r = fetch(proxy.port, "POST", "/fp/1", with_key("fw-2"), "{}");
+        CHECK(r.status == 200);
+        auto retry = with_key("fw-2");
+        retry[0].second = "7.7.7.7";
+        r = fetch(proxy.port, "POST", "/fp/1", retry, "{}");
+        CHECK(r.status == 200);
+        CHECK(r.header("Idempotency-Status") == "replayed");
+    }
+
     TEST_CASE("an upstream Content-Length list is passed on as one value; gzip stays coded") {
         SUBCASE("Content-Length: 2, 2") {
             scripted_upstream up(

@@ -7,6 +7,7 @@
 #include <boost/beast/http/field.hpp>
 #include <boost/beast/http/fields.hpp>
 #include <boost/beast/http/message.hpp>
+#include <boost/beast/http/string_body.hpp>
 
 #include <span>
 #include <string_view>
@@ -49,6 +50,25 @@ std::vector<std::string_view> request_fields_in_use(const config::idempotency_co
 /// not extended (this hop's element would be read as part of the string).
 void add_forwarded(fields& f, std::string_view client_ip, std::string_view proto,
                    std::span<const config::cidr> trusted = {});
+
+/// The value of the first line of known field `name`, "" when there is none: what f[name] gives,
+/// found by walking the field list and comparing Beast's field codes, which for a message's
+/// handful of fields costs a fraction of Beast's lookup (case-insensitive name comparisons
+/// down its tree).
+[[nodiscard]] std::string_view first_value(const fields& f,
+                                           boost::beast::http::field name) noexcept;
+
+/// Readies a request received from `client_ip` over `proto` for the upstream: this hop's
+/// forwarding fields (add_forwarded), then HTTP/1.1 with keep-alive (Connection), framed by its
+/// body's length (Content-Length; no Transfer-Encoding).
+void ready_for_upstream(boost::beast::http::request<boost::beast::http::string_body>& req,
+                        std::string_view client_ip, std::string_view proto,
+                        std::span<const config::cidr> trusted);
+
+/// True when ready_for_upstream may set or remove field `name`: a forwarding field
+/// (X-Forwarded-For, -Proto, -Host, -Port, -Prefix, Forwarded, X-Real-IP, in any case and with
+/// '_' for '-'), Connection, Content-Length or Transfer-Encoding.
+[[nodiscard]] bool changed_for_upstream(std::string_view name) noexcept;
 
 /// Why a request's framing is refused (request smuggling shapes, RFC 9112 §6.3).
 enum class framing_error {
