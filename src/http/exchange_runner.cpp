@@ -14,7 +14,6 @@
 #include "onceproxy/http/loop_guard.hpp"
 #include "onceproxy/http/problem.hpp"
 #include "onceproxy/log/log.hpp"
-#include "onceproxy/wire/head_writer.hpp"
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -97,7 +96,16 @@ struct exchange_state {
     /// The request body and the held upstream answer, counted in limits.max_buffered_bytes
     /// until the exchange and the client connection are both done with them.
     std::shared_ptr<buffer_reservation> held;
-    bool streamed = false;      ///< the answer's head went to the client (the stream carries it)
+    bool streamed = false; ///< the answer's head went to the client (written by the exchange)
+    /// An HTTP/1.1 client's whole answer, its head serialised in the client's scratch buffer
+    /// and its body held here (the record, or the upstream's answer): written once the
+    /// exchange has counted its outcome, so a scrape after the answer sees it counted.
+    struct pending_answer {
+        unsigned status = 0;
+        std::string_view body;
+        bool keep = false;
+    };
+    std::optional<pending_answer> pending;
     std::string claimed_record; ///< completed claim: the record to replay
     std::string holder;         ///< who the store charges the record to (derived_request)
     /// The last claim's created_ms (the acquiring one's when a record is made): stored beside
@@ -230,24 +238,34 @@ const std::string& record_expiry(exchange_state& s) {
     return s.expires;
 }
 
-/// The head of a streamed answer as the client gets it, serialised into the client's scratch
-/// buffer: the upstream's head (hop-by-hop fields already gone) with `st`, `expires` and `f`'s
-/// framing. A copy: the record keeps the upstream's head as it came.
-void serialize_streamed_head(const response& upstream_head, core::idempotency_status st,
-                             std::string_view expires, const response_framing& f,
-                             std::string& out) {
-    response head;
-    head.base() = upstream_head.base();
-    set_idempotency_status(head, st);
-    set_idempotency_expires(head, expires);
-    head.version(11);
-    if (f.rechunk) {
-        head.set(boost::beast::http::field::transfer_encoding, "chunked");
+/// Whether the client connection may carry another request after this answer: the client
+/// asked for keep-alive, the worker is not draining and the connection's cap is not reached.
+bool client_may_keep(const stream_target& t) {
+    return t.keep_alive && !t.client.draining && !t.client.last;
+}
+
+/// Writes the pending answer (if any): its head from the client's scratch buffer, then its
+/// body. The server has nothing left to write (the answer counts as streamed); the connection
+/// carries on if the answer says so and the write succeeded.
+net::awaitable<void> write_pending_answer(exchange_state& s) {
+    if (!s.pending) {
+        co_return;
     }
-    if (!f.keep) {
-        head.set(boost::beast::http::field::connection, "close");
+    const auto a = *s.pending;
+    s.pending.reset();
+    auto& client = s.target.client;
+    s.streamed = true;
+    s.report.streamed = true;
+    s.report.streamed_status = a.status;
+    client.dl.expires_after(s.env.cfg->limits.idle_timeout);
+    const std::array<net::const_buffer, 2> answer{net::buffer(client.scratch),
+                                                  net::buffer(a.body.data(), a.body.size())};
+    auto [ec, n] = co_await net::async_write(client.sock, answer, use_tuple);
+    (void)n;
+    if (ec) {
+        client.sock.mark_cut();
     }
-    wire::serialize_head(head, out);
+    s.report.keep = a.keep && !ec;
 }
 
 /// The first write of a streamed answer: its head (with `st`, framed by `f`) and the body bytes
@@ -260,7 +278,7 @@ net::awaitable<bool> write_answer_start(exchange_state& s, core::idempotency_sta
     // Only a head that says `stored` speaks for a record (one released or unrecorded does not).
     const std::string_view expires =
         st == core::idempotency_status::stored ? std::string_view(record_expiry(s)) : "";
-    serialize_streamed_head(res, st, expires, f, client.scratch);
+    serialize_answer_head(res, st, expires, f.rechunk, std::nullopt, f.keep, client.scratch);
     s.streamed = true;
     s.report.streamed_status = res.result_int();
     const gather first(client.scratch, f.no_body ? std::string_view() : res.body(), f.rechunk, {});
@@ -288,7 +306,7 @@ net::awaitable<core::upstream_event> relay_answer(exchange_state& s, core::idemp
     auto& t = s.target;
     const auto f =
         frame_response(status, t.head_request, !rp.chunked() && rp.content_length().has_value(),
-                       t.client_version, t.keep_alive && !t.client.draining && !t.client.last);
+                       t.client_version, client_may_keep(t));
     auto end = body_end::client_failed;
     auto failure = upstream::forward_status::ok;
     if (co_await write_answer_start(s, st, f)) {
@@ -442,7 +460,9 @@ response answer_whole(exchange_state& s, core::idempotency_status st) {
 
 /// respond: the upstream response, with the Idempotency-Status of the action. An answer too
 /// large to hold streams (one the engine did not record: released, or the lease lost), or
-/// already streamed (the stream action): nothing left to write then.
+/// already streamed (the stream action): nothing left to write then. An HTTP/1.1 client's
+/// answer held whole is written here, its head serialised from the upstream's (no edits of
+/// its header map) and its body from where it is held; an HTTP/2 stream gets answer_whole's.
 net::awaitable<response> do_respond(exchange_state& s, core::idempotency_status st) {
     if (!s.streamed && s.upstream_result->rest) {
         co_await relay_answer(s, st);
@@ -450,7 +470,18 @@ net::awaitable<response> do_respond(exchange_state& s, core::idempotency_status 
     if (s.streamed) {
         co_return response{};
     }
-    co_return answer_whole(s, st);
+    if (s.target.client.whole_answer) {
+        co_return answer_whole(s, st);
+    }
+    const auto& res = s.upstream_result->res;
+    const unsigned status = res.result_int();
+    const bool no_body = s.target.head_request || status < 200 || status == 204 || status == 304;
+    const bool keep = client_may_keep(s.target);
+    serialize_answer_head(res, st, st == core::idempotency_status::stored ? s.expires : "", false,
+                          no_body ? std::nullopt : std::optional(res.body().size()), keep,
+                          s.target.client.scratch);
+    s.pending = exchange_state::pending_answer{status, res.body(), keep};
+    co_return response{};
 }
 
 /// reject: the problem answer. One that speaks for a record carries its expiry too: the
@@ -492,20 +523,10 @@ net::awaitable<response> do_replay(exchange_state& s) {
         co_return replay_response(std::move(s.claimed_record), stripe, replay_date(),
                                   &s.report.trailers);
     }
-    const bool keep = t.keep_alive && !t.client.draining && !t.client.last;
+    const bool keep = client_may_keep(t);
     const auto body =
         serialize_replay_head(*rec, stripe, replay_date(), keep, t.head_request, t.client.scratch);
-    s.streamed = true;
-    s.report.streamed_status = rec->status;
-    t.client.dl.expires_after(s.env.cfg->limits.idle_timeout);
-    const std::array<net::const_buffer, 2> answer{net::buffer(t.client.scratch),
-                                                  net::buffer(body.data(), body.size())};
-    auto [ec, n] = co_await net::async_write(t.client.sock, answer, use_tuple);
-    (void)n;
-    if (ec) {
-        t.client.sock.mark_cut();
-    }
-    s.report.keep = keep && !ec;
+    s.pending = exchange_state::pending_answer{rec->status, body, keep};
     co_return response{};
 }
 
@@ -688,6 +709,7 @@ net::awaitable<response> async_run_exchange(std::shared_ptr<exchange_env> env,
                next.kind != core::action_kind::done) {
         // Answered (e.g. unrecorded); completion retries go on without the client, and the
         // outcome is counted when they end.
+        co_await write_pending_answer(*s);
         report = s->report;
         // So far: answered unrecorded, or answered 504 with the late answer still awaited.
         report.outcome = s->fsm.current_state() == core::state::forwarding
@@ -698,6 +720,7 @@ net::awaitable<response> async_run_exchange(std::shared_ptr<exchange_env> env,
         co_return std::move(*res);
     }
     finish(*s);
+    co_await write_pending_answer(*s); // counted first: a scrape after the answer sees it
     report = s->report;
     co_return std::move(*res);
 }

@@ -42,8 +42,9 @@ struct exchange_report {
     std::string key_hash; ///< the store key (a hash), empty when there was none
     double upstream_ms = -1;
     double store_ms = 0;
-    /// The answer went to the client streamed (its body outgrew max_record_bytes): nothing
-    /// more to write. `streamed_status` is its status; `keep` whether the connection carries on.
+    /// The answer went to the client from the exchange: an HTTP/1.1 client's replay or held
+    /// answer, or one streamed because its body outgrew max_record_bytes. Nothing more to
+    /// write: `streamed_status` is its status; `keep` whether the connection carries on.
     bool streamed = false;
     unsigned streamed_status = 0;
     bool keep = false;

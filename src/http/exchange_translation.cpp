@@ -362,6 +362,60 @@ std::string_view serialize_replay_head(const core::response_record_view& rec, bo
     return body && !head_request ? rec.body : std::string_view();
 }
 
+void serialize_answer_head(const response& upstream_head, core::idempotency_status st,
+                           std::string_view expires, bool chunked,
+                           std::optional<std::size_t> length, bool keep, std::string& out) {
+    out.clear();
+    wire::append_status_line(11, upstream_head.result_int(), upstream_head.reason(), out);
+    const bool stated = st != core::idempotency_status::none;
+    bool has_length = false;
+    for (const auto& f : upstream_head) {
+        const auto name = f.name_string();
+        switch (f.name()) {
+        case bhttp::field::content_length:
+            has_length = true;
+            break;
+        case bhttp::field::transfer_encoding:
+            if (chunked) {
+                continue; // stated below
+            }
+            break;
+        case bhttp::field::connection:
+            if (!keep) {
+                continue;
+            }
+            break;
+        case bhttp::field::unknown:
+            if (boost::beast::iequals(name, idempotency_expires) ||
+                (stated && boost::beast::iequals(name, "Idempotency-Status"))) {
+                continue; // the proxy's to state
+            }
+            break;
+        default:
+            break;
+        }
+        out.append(name).append(": ").append(f.value()).append("\r\n");
+    }
+    if (stated) {
+        out.append("Idempotency-Status: ").append(core::to_string(st)).append("\r\n");
+    }
+    if (!expires.empty()) {
+        out.append(idempotency_expires).append(": ").append(expires).append("\r\n");
+    }
+    if (chunked) {
+        out.append("Transfer-Encoding: chunked\r\n");
+    }
+    if (length && !has_length) {
+        char digits[24];
+        const auto n = std::to_chars(std::begin(digits), std::end(digits), *length).ptr;
+        out.append("Content-Length: ").append(digits, n).append("\r\n");
+    }
+    if (!keep) {
+        out.append("Connection: close\r\n");
+    }
+    out.append("\r\n");
+}
+
 std::string upstream_limit_detail(upstream::forward_status s, std::string_view upstream_name) {
     if (s == upstream::forward_status::tunnel_limit) {
         return "tunnel limit of upstream '" + std::string(upstream_name) +

@@ -129,6 +129,18 @@ void set_idempotency_status(response& res, core::idempotency_status st);
                                                      bool keep, bool head_request,
                                                      std::string& out);
 
+/// The head of an upstream answer (hop-by-hop fields already gone) as an HTTP/1.1 client gets
+/// it, serialised into `out` straight from the upstream's head: its fields, then
+/// Idempotency-Status `st` (none: not stated), Idempotency-Expires `expires` (empty: none;
+/// the upstream's own is never passed on), Transfer-Encoding: chunked when `chunked`,
+/// Content-Length `length` when given and the head states none, and Connection: close unless
+/// `keep` (`chunked` and `length` are never both given). The head set_idempotency_status,
+/// set_idempotency_expires and the server's write step would give it, without editing a copy
+/// of the header map.
+void serialize_answer_head(const response& upstream_head, core::idempotency_status st,
+                           std::string_view expires, bool chunked,
+                           std::optional<std::size_t> length, bool keep, std::string& out);
+
 /// The problem answer of a reject action. `upstream`: how the upstream call ended, when there
 /// was one (a reset after sending says so in the detail, a full pool names `upstream_name`).
 [[nodiscard]] response reject_response(const core::action& a,

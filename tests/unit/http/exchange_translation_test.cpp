@@ -356,6 +356,64 @@ TEST_SUITE("exchange translation") {
         }
     }
 
+    TEST_CASE("an answer's head for an HTTP/1.1 client is the upstream's as edited and framed") {
+        // The reference: the upstream's head edited by set_idempotency_status and
+        // set_idempotency_expires, framed as the server's write step and the stream do.
+        std::vector<response> heads;
+        response a{bhttp::status::created, 11};
+        a.set(bhttp::field::content_type, "application/json");
+        a.insert("X-A", "1");
+        a.insert("X-A", "2");
+        heads.push_back(a);
+        response own{bhttp::status::ok, 11}; // the upstream's own idempotency fields
+        own.insert("Idempotency-Status", "theirs");
+        own.insert("idempotency-expires", "Mon, 01 Jan 2001 00:00:00 GMT");
+        own.insert("X-B", "");
+        heads.push_back(own);
+        response sized{bhttp::status::not_found, 11};
+        sized.reason("Nowhere");
+        sized.content_length(7);
+        heads.push_back(sized);
+        heads.emplace_back(bhttp::status::no_content, 11);
+        using st = core::idempotency_status;
+        for (const auto& up : heads) {
+            for (const auto status : {st::none, st::stored, st::unrecorded}) {
+                for (const bool chunked : {false, true}) {
+                    for (const bool keep : {false, true}) {
+                        for (const auto length :
+                             {std::optional<std::size_t>(), std::optional<std::size_t>(42)}) {
+                            if (chunked && length) {
+                                continue; // one framing or the other
+                            }
+                            CAPTURE(up.result_int());
+                            CAPTURE(static_cast<int>(status));
+                            CAPTURE(chunked);
+                            CAPTURE(keep);
+                            CAPTURE(length.has_value());
+                            const std::string_view expires =
+                                status == st::stored ? "Wed, 01 May 2024 12:00:00 GMT" : "";
+                            response ref = up;
+                            set_idempotency_status(ref, status);
+                            set_idempotency_expires(ref, expires);
+                            if (chunked) {
+                                ref.set(bhttp::field::transfer_encoding, "chunked");
+                            }
+                            if (length && !ref.has_content_length()) {
+                                ref.content_length(*length);
+                            }
+                            ref.keep_alive(keep);
+                            std::string expected;
+                            onceproxy::wire::serialize_head(ref, expected);
+                            std::string head = "left over";
+                            serialize_answer_head(up, status, expires, chunked, length, keep, head);
+                            CHECK(head == expected);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
     TEST_CASE("reject actions become problems with their status, Retry-After and header") {
         auto a = reject_of(core::problem_code::in_progress, 409, std::chrono::seconds(3));
         auto res = reject_response(a, std::nullopt);
