@@ -187,6 +187,8 @@ TEST_CASE("hashes stay the same from one version to the next (stored keys and fi
     const std::string principal = core::principal_hash(scope);
     CHECK(core::to_hex(principal) ==
           "c0c8adbdbe0b38d0cd9cd68dcfac8c22168fa5f5d1a48e6f9a722c00dd018b91");
+    CHECK(core::to_hex(core::principal_hash({})) ==
+          "17efeaa5de39700f723c187f98ec9cc546a0760b7e25ff5256e81885c1c41f39");
     CHECK(core::store_key("op:", "payments", principal, "key-1") ==
           "op:faee93a5235f73e6e7e1a95b0d9695aef57a5829892e3f443fc843c4441e0238");
     core::fingerprint_input small;
