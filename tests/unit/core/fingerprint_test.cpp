@@ -205,3 +205,23 @@ TEST_CASE("hashes stay the same from one version to the next (stored keys and fi
     CHECK(core::to_hex(core::compute_fingerprint(large)) ==
           "bdded4880ae8c35aacd5339faf86cac6c98ff074ded6cb94d171523d13376012");
 }
+
+TEST_CASE("fields longer than the hashing buffer hash as the encoding says") {
+    // sha256 of: field("onceproxy fingerprint v1"), field(method), field(target), the header
+    // count as 8 bytes, each header as field(lower-case name) and field(value), field("raw"),
+    // field(body); field = 8-byte big-endian length and the bytes.
+    std::string long_name = "X-";
+    for (int i = 0; i < 300; ++i) {
+        long_name += "Abc";
+    }
+    const std::string long_value(700, 'v');
+    const std::string body(511, 'x');
+    fingerprint_input in;
+    in.method = "PUT";
+    in.target = "/t";
+    in.headers = {{"X-Short", "s"}, {long_name, long_value}, {"Content-Type", "text/plain"}};
+    in.content_type = "text/plain";
+    in.body = body;
+    CHECK(core::to_hex(fp(in)) ==
+          "c01f0bb46ddbe2648c37d4cee69fdb6f18c0bc71a93e638c4333d54df8f553e6");
+}
