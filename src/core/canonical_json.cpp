@@ -184,14 +184,15 @@ void append_number(std::string& out, std::string_view lit, number_form form) {
 void append_string(std::string& out, std::string_view s) {
     static constexpr char hex[] = "0123456789abcdef";
     out.push_back('"');
-    std::size_t run = 0; // start of the bytes copied as they are
-    for (std::size_t i = 0; i < s.size(); ++i) {
-        const auto c = static_cast<unsigned char>(s[i]);
+    const char* run = s.data(); // start of the bytes copied as they are
+    const char* const end = s.data() + s.size();
+    for (const char* p = run; p != end; ++p) {
+        const auto c = static_cast<unsigned char>(*p);
         if (c >= 0x20 && c != '"' && c != '\\') {
             continue;
         }
-        out.append(s, run, i - run);
-        run = i + 1;
+        out.append(run, static_cast<std::size_t>(p - run));
+        run = p + 1;
         switch (c) {
         case '"':
             out += "\\\"";
@@ -220,7 +221,7 @@ void append_string(std::string& out, std::string_view s) {
             out.push_back(hex[c & 0xfU]);
         }
     }
-    out.append(s, run, s.size() - run);
+    out.append(run, static_cast<std::size_t>(end - run));
     out.push_back('"');
 }
 
