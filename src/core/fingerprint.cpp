@@ -139,7 +139,7 @@ bool iequals(std::string_view a, std::string_view b) noexcept {
         return false;
     }
     for (std::size_t i = 0; i < a.size(); ++i) {
-        if (lower(a[i]) != lower(b[i])) {
+        if (a[i] != b[i] && lower(a[i]) != lower(b[i])) {
             return false;
         }
     }
