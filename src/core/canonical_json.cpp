@@ -111,12 +111,11 @@ decimal decompose_double(double v) {
     return d;
 }
 
-/// ECMAScript Number::toString (ECMA-262 §6.1.6.1.20) of a non-zero number given by its
-/// shortest digits, as RFC 8785 §3.2.2.3 requires.
-std::string ecmascript_number(const decimal& d) {
+/// Appends the ECMAScript Number::toString (ECMA-262 §6.1.6.1.20) of a non-zero number given
+/// by its shortest digits, as RFC 8785 §3.2.2.3 requires.
+void append_ecmascript_number(std::string& out, const decimal& d) {
     const auto k = static_cast<long long>(d.digits.size());
     const long long n = d.exponent + k; // value = 0.digits * 10^n
-    std::string out;
     if (d.negative) {
         out.push_back('-');
     }
@@ -141,27 +140,43 @@ std::string ecmascript_number(const decimal& d) {
         out.push_back(n - 1 >= 0 ? '+' : '-');
         out += std::to_string(n - 1 >= 0 ? n - 1 : 1 - n);
     }
-    return out;
 }
 
-/// The canonical text of one number literal (see number_form for when it stays as written).
-std::string canonical_number(std::string_view lit, number_form form) {
+/// True for an integer literal (no fraction, no exponent) of at most 15 digits other than
+/// zero. Such a value is exact as a double (below 2^53) and its own shortest round-trip
+/// form, so its canonical text is the literal itself (JSON allows no leading zero).
+bool is_short_integer(std::string_view lit) noexcept {
+    const std::string_view digits = lit.starts_with('-') ? lit.substr(1) : lit;
+    return !digits.empty() && digits.size() <= 15 && digits != "0" &&
+           std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+/// Appends the canonical text of one number literal (see number_form for when it stays as
+/// written).
+void append_number(std::string& out, std::string_view lit, number_form form) {
+    if (is_short_integer(lit)) {
+        out += lit;
+        return;
+    }
     bool is_integer_literal = false;
     const decimal written = decompose_literal(lit, is_integer_literal);
     if (written.digits.empty()) {
-        return "0"; // -0, 0.0, 0e5 ...: RFC 8785 writes every zero as 0
+        out.push_back('0'); // -0, 0.0, 0e5 ...: RFC 8785 writes every zero as 0
+        return;
     }
     double value = 0;
     const auto res = std::from_chars(lit.data(), lit.data() + lit.size(), value);
     const bool in_range = res.ec == std::errc{} && value != 0 && value - value == 0;
     if (!in_range || written.digits.size() > 17) {
-        return std::string(lit);
+        out += lit;
+        return;
     }
     const decimal shortest = decompose_double(value);
     if (shortest != written && (is_integer_literal || form == number_form::distinct)) {
-        return std::string(lit);
+        out += lit;
+        return;
     }
-    return ecmascript_number(shortest);
+    append_ecmascript_number(out, shortest);
 }
 
 /// RFC 8785 §3.2.2.2: only `"`, `\` and C0 controls are escaped, the short forms where JSON
@@ -169,14 +184,15 @@ std::string canonical_number(std::string_view lit, number_form form) {
 void append_string(std::string& out, std::string_view s) {
     static constexpr char hex[] = "0123456789abcdef";
     out.push_back('"');
-    std::size_t run = 0; // start of the bytes copied as they are
-    for (std::size_t i = 0; i < s.size(); ++i) {
-        const auto c = static_cast<unsigned char>(s[i]);
+    const char* run = s.data(); // start of the bytes copied as they are
+    const char* const end = s.data() + s.size();
+    for (const char* p = run; p != end; ++p) {
+        const auto c = static_cast<unsigned char>(*p);
         if (c >= 0x20 && c != '"' && c != '\\') {
             continue;
         }
-        out.append(s, run, i - run);
-        run = i + 1;
+        out.append(run, static_cast<std::size_t>(p - run));
+        run = p + 1;
         switch (c) {
         case '"':
             out += "\\\"";
@@ -205,7 +221,7 @@ void append_string(std::string& out, std::string_view s) {
             out.push_back(hex[c & 0xfU]);
         }
     }
-    out.append(s, run, s.size() - run);
+    out.append(run, static_cast<std::size_t>(end - run));
     out.push_back('"');
 }
 
@@ -233,22 +249,43 @@ bool utf16_less(std::string_view a, std::string_view b) noexcept {
     return a.size() < b.size();
 }
 
+/// A member of an open object: its name (raw UTF-8, in workspace::names) and where its
+/// canonical text (`"name":value`) starts and ends in the output.
 struct member {
-    std::string name;  ///< raw UTF-8
-    std::string value; ///< canonical text
+    std::size_t name_offset = 0;
+    std::size_t name_size = 0;
+    std::size_t text_begin = 0;
+    std::size_t text_end = 0; ///< set when the object ends
 };
 
-/// One open array or object. Arrays are written as they arrive; object members are kept
-/// until the object ends, then sorted.
+/// One open array or object. Its canonical text goes to the output as it arrives; an
+/// object's members are put in order when it ends.
 struct frame {
     bool is_object = false;
-    std::string text; ///< array: canonical text so far, without the closing bracket
-    std::vector<member> members;
-    std::string key; ///< object: name of the member whose value comes next
+    std::size_t begin = 0;        ///< offset of its '[' or '{' in the output
+    std::size_t first_member = 0; ///< object: its first entry in workspace::members
+    std::size_t names_begin = 0;  ///< object: where its names start in workspace::names
 };
 
-/// basic_parser handler producing the canonical text. Numbers, strings and keys may arrive
-/// in parts; the parts are joined before use.
+/// Buffers one canonicalisation needs besides its output. Each thread keeps one set, so a
+/// document costs no allocation once they have grown to its size.
+struct workspace {
+    std::vector<frame> stack;    ///< the open containers, innermost last
+    std::vector<member> members; ///< members of the open objects, object after object
+    std::string names;           ///< their names, in the same order
+    std::string part;            ///< a string, key or number arriving in parts
+    std::string scratch;         ///< an object's members in arrival order, while sorted
+
+    void clear() noexcept {
+        stack.clear();
+        members.clear();
+        names.clear();
+        part.clear();
+    }
+};
+
+/// basic_parser handler writing the canonical text to `out`. Numbers, strings and keys may
+/// arrive in parts; the parts are joined before use.
 class canonical_handler {
 public:
     static constexpr std::size_t max_object_size = static_cast<std::size_t>(-1);
@@ -256,78 +293,71 @@ public:
     static constexpr std::size_t max_key_size = static_cast<std::size_t>(-1);
     static constexpr std::size_t max_string_size = static_cast<std::size_t>(-1);
 
-    explicit canonical_handler(number_form form) : form_(form) {}
-
-    std::string& result() noexcept { return result_; }
+    canonical_handler(number_form form, std::string& out, workspace& ws)
+        : form_(form), out_(out), ws_(ws) {}
 
     bool on_document_begin(error_code&) { return true; }
     bool on_document_end(error_code&) { return true; }
 
     bool on_array_begin(error_code&) {
-        open_frame(false).text.push_back('[');
+        open(false, '[');
         return true;
     }
     bool on_array_end(std::size_t, error_code&) {
-        frame& f = stack_[--depth_];
-        f.text.push_back(']');
-        add_value(f.text);
+        ws_.stack.pop_back();
+        out_.push_back(']');
         return true;
     }
 
     bool on_object_begin(error_code&) {
-        open_frame(true);
+        open(true, '{');
         return true;
     }
     bool on_object_end(std::size_t, error_code& ec) {
-        frame& f = stack_[--depth_];
-        std::sort(f.members.begin(), f.members.end(),
-                  [](const member& a, const member& b) { return utf16_less(a.name, b.name); });
-        f.text.push_back('{');
-        for (std::size_t i = 0; i < f.members.size(); ++i) {
+        const frame f = ws_.stack.back();
+        ws_.stack.pop_back();
+        if (!sort_members(f)) {
             // Duplicate names make the document ambiguous (RFC 8785 §3.1 requires unique
             // names): which value would the upstream use?
-            if (i > 0 && f.members[i].name == f.members[i - 1].name) {
-                ec = boost::json::error::syntax;
-                return false;
-            }
-            if (i > 0) {
-                f.text.push_back(',');
-            }
-            append_string(f.text, f.members[i].name);
-            f.text.push_back(':');
-            f.text += f.members[i].value;
+            ec = boost::json::error::syntax;
+            return false;
         }
-        f.text.push_back('}');
-        add_value(f.text);
+        ws_.members.resize(f.first_member);
+        ws_.names.resize(f.names_begin);
+        out_.push_back('}');
         return true;
     }
 
     bool on_key_part(boost::json::string_view s, std::size_t, error_code&) {
-        part_.append(s.data(), s.size());
+        ws_.part.append(s.data(), s.size());
         return true;
     }
     bool on_key(boost::json::string_view s, std::size_t, error_code&) {
-        part_.append(s.data(), s.size());
-        stack_[depth_ - 1].key.swap(part_);
-        part_.clear();
+        const std::string_view name = joined(s);
+        if (out_.size() > ws_.stack.back().begin + 1) {
+            out_.push_back(',');
+        }
+        ws_.members.push_back(member{ws_.names.size(), name.size(), out_.size()});
+        ws_.names += name;
+        append_string(out_, name);
+        out_.push_back(':');
+        ws_.part.clear();
         return true;
     }
 
     bool on_string_part(boost::json::string_view s, std::size_t, error_code&) {
-        part_.append(s.data(), s.size());
+        ws_.part.append(s.data(), s.size());
         return true;
     }
     bool on_string(boost::json::string_view s, std::size_t, error_code&) {
-        part_.append(s.data(), s.size());
-        scratch_.clear();
-        append_string(scratch_, part_);
-        part_.clear();
-        add_value(scratch_);
+        begin_value();
+        append_string(out_, joined(s));
+        ws_.part.clear();
         return true;
     }
 
     bool on_number_part(boost::json::string_view s, error_code&) {
-        part_.append(s.data(), s.size());
+        ws_.part.append(s.data(), s.size());
         return true;
     }
     bool on_int64(std::int64_t, boost::json::string_view s, error_code&) { return on_number(s); }
@@ -335,11 +365,13 @@ public:
     bool on_double(double, boost::json::string_view s, error_code&) { return on_number(s); }
 
     bool on_bool(bool b, error_code&) {
-        add_value(b ? "true" : "false");
+        begin_value();
+        out_ += b ? "true" : "false";
         return true;
     }
     bool on_null(error_code&) {
-        add_value("null");
+        begin_value();
+        out_ += "null";
         return true;
     }
     bool on_comment_part(boost::json::string_view, error_code&) { return true; }
@@ -347,64 +379,122 @@ public:
 
 private:
     bool on_number(boost::json::string_view s) {
-        part_.append(s.data(), s.size());
-        const std::string text = canonical_number(part_, form_);
-        part_.clear();
-        add_value(text);
+        begin_value();
+        append_number(out_, joined(s), form_);
+        ws_.part.clear();
         return true;
     }
 
-    /// Frames are reused across siblings so their buffers keep their capacity.
-    frame& open_frame(bool is_object) {
-        if (depth_ == stack_.size()) {
-            stack_.emplace_back();
+    /// The whole string, key or number whose last part is `last`.
+    std::string_view joined(boost::json::string_view last) {
+        if (ws_.part.empty()) {
+            return {last.data(), last.size()};
         }
-        frame& f = stack_[depth_++];
-        f.is_object = is_object;
-        f.text.clear();
-        f.members.clear();
-        f.key.clear();
-        return f;
+        ws_.part.append(last.data(), last.size());
+        return ws_.part;
     }
 
-    /// Adds a finished value to the innermost open container (or makes it the document).
-    void add_value(std::string_view text) {
-        if (depth_ == 0) {
-            result_.assign(text);
-            return;
+    /// A value starts: in an array, after a comma unless it is the first. (In an object the
+    /// comma comes before the member's name.)
+    void begin_value() {
+        if (!ws_.stack.empty() && !ws_.stack.back().is_object &&
+            out_.size() > ws_.stack.back().begin + 1) {
+            out_.push_back(',');
         }
-        frame& top = stack_[depth_ - 1];
-        if (top.is_object) {
-            top.members.push_back(member{std::move(top.key), std::string(text)});
-            top.key.clear();
-        } else {
-            if (top.text.size() > 1) {
-                top.text.push_back(',');
+    }
+
+    void open(bool is_object, char bracket) {
+        begin_value();
+        ws_.stack.push_back(frame{is_object, out_.size(), ws_.members.size(), ws_.names.size()});
+        out_.push_back(bracket);
+    }
+
+    /// Puts the members of the object `f`, written after its '{' in arrival order, in
+    /// RFC 8785 order. False when two have the same name.
+    bool sort_members(const frame& f) {
+        const auto first = ws_.members.begin() + static_cast<std::ptrdiff_t>(f.first_member);
+        const auto last = ws_.members.end();
+        for (auto m = first; m != last; ++m) {
+            m->text_end = m + 1 != last ? (m + 1)->text_begin - 1 : out_.size(); // before ','
+        }
+        const auto name = [this](const member& m) {
+            return std::string_view(ws_.names).substr(m.name_offset, m.name_size);
+        };
+        const auto by_name = [&name](const member& a, const member& b) {
+            return utf16_less(name(a), name(b));
+        };
+        const bool in_order = std::is_sorted(first, last, by_name);
+        if (!in_order) {
+            std::sort(first, last, by_name);
+        }
+        if (std::adjacent_find(first, last, [&name](const member& a, const member& b) {
+                return name(a) == name(b);
+            }) != last) {
+            return false;
+        }
+        if (!in_order) {
+            // Same members, same commas: the sorted text has the length of the written one.
+            const std::size_t body = f.begin + 1;
+            ws_.scratch.assign(out_, body);
+            char* p = out_.data() + body;
+            for (auto m = first; m != last; ++m) {
+                if (m != first) {
+                    *p++ = ',';
+                }
+                const std::size_t size = m->text_end - m->text_begin;
+                ws_.scratch.copy(p, size, m->text_begin - body);
+                p += size;
             }
-            top.text += text;
         }
+        return true;
     }
 
     number_form form_;
-    std::vector<frame> stack_; ///< [0, depth_) are open; the rest are kept for reuse
-    std::size_t depth_ = 0;
-    std::string part_;
-    std::string scratch_;
-    std::string result_;
+    std::string& out_;
+    workspace& ws_;
 };
+
+/// Buffers kept beyond this size are given back after the document (a large body once must
+/// not pin its memory to the thread).
+constexpr std::size_t kept_workspace_bytes = 64 * 1024;
+
+workspace& thread_workspace() {
+    thread_local workspace ws;
+    return ws;
+}
+
+void trim(workspace& ws) {
+    if (ws.members.capacity() * sizeof(member) > kept_workspace_bytes) {
+        ws.members = {};
+    }
+    if (ws.stack.capacity() * sizeof(frame) > kept_workspace_bytes) {
+        ws.stack = {};
+    }
+    for (std::string* s : {&ws.names, &ws.part, &ws.scratch}) {
+        if (s->capacity() > kept_workspace_bytes) {
+            *s = {};
+        }
+    }
+}
 
 } // namespace
 
 std::optional<std::string> canonicalize_json(std::string_view json, number_form form) {
+    // Not reentrant, and need not be: the handler calls nothing that canonicalises.
+    workspace& ws = thread_workspace();
+    ws.clear();
+    std::string out;
+    out.reserve(json.size()); // the usual size: whitespace goes, numbers rarely grow
     boost::json::parse_options opts;
     opts.max_depth = 128;
-    boost::json::basic_parser<canonical_handler> parser(opts, form);
+    boost::json::basic_parser<canonical_handler> parser(opts, form, out, ws);
     error_code ec;
     const std::size_t used = parser.write_some(false, json.data(), json.size(), ec);
+    trim(ws);
     if (ec || used != json.size() || !parser.done()) {
         return std::nullopt;
     }
-    return std::move(parser.handler().result());
+    return out;
 }
 
 } // namespace onceproxy::core

@@ -8,6 +8,7 @@
 #include <array>
 #include <cassert>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <stdexcept>
 
@@ -22,22 +23,28 @@ const EVP_MD* sha256_md() {
     return md != nullptr ? md : EVP_sha256();
 }
 
+/// A SHA-256 digest: 32 raw bytes.
+using digest = std::array<char, 32>;
+
+std::string as_string(const digest& d) {
+    return {d.data(), d.size()};
+}
+
 char lower(char c) noexcept {
     return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c;
 }
 
 /// Incremental SHA-256 over length-prefixed fields. Small fields gather in a buffer and reach
-/// OpenSSL in one update; each thread keeps one digest context and one buffer for all its
-/// hashes, so a request's three hashes allocate nothing. Not reentrant: one hasher per thread
-/// at a time (hashing never calls back into code that hashes).
+/// OpenSSL in few updates; each thread keeps one digest context for all its hashes, so a
+/// request's three hashes allocate nothing. Not reentrant: one hasher per thread at a time
+/// (hashing never calls back into code that hashes).
 class hasher {
 public:
-    hasher() : ctx_(context()), buf_(buffer()) {
+    hasher() : ctx_(context()) {
         assert(!in_use() && "one hasher per thread at a time");
         if (ctx_ == nullptr || EVP_DigestInit_ex(ctx_, sha256_md(), nullptr) != 1) {
             throw std::runtime_error("SHA-256 unavailable");
         }
-        buf_.clear();
         in_use() = true;
     }
     ~hasher() { in_use() = false; }
@@ -45,12 +52,15 @@ public:
     hasher& operator=(const hasher&) = delete;
 
     void raw(std::string_view data) {
-        if (data.size() >= direct_from) {
+        if (data.size() > buf_.size() - used_) {
             flush();
-            update(data);
-        } else {
-            buf_.append(data);
+            if (data.size() >= buf_.size()) {
+                update(data);
+                return;
+            }
         }
+        std::memcpy(buf_.data() + used_, data.data(), data.size());
+        used_ += data.size();
     }
 
     /// 8-byte big-endian length, then the bytes.
@@ -64,18 +74,22 @@ public:
         for (std::size_t i = 0; i < be.size(); ++i) {
             be[i] = static_cast<char>((n >> (56 - 8 * i)) & 0xffU);
         }
-        buf_.append(be.data(), be.size());
+        raw({be.data(), be.size()});
     }
 
     /// A header name, lower-cased on the way in.
     void lowered_field(std::string_view name) {
         number(name.size());
         for (const char c : name) {
-            buf_.push_back(lower(c));
+            if (used_ == buf_.size()) {
+                flush();
+            }
+            buf_[used_++] = lower(c);
         }
     }
 
-    std::string finish() {
+    /// The SHA-256 of everything hashed.
+    digest finish() {
         flush();
         std::array<unsigned char, EVP_MAX_MD_SIZE> out{};
         unsigned int len = 0;
@@ -83,13 +97,12 @@ public:
             throw std::runtime_error("SHA-256 final failed");
         }
         assert(len == 32);
-        return std::string(reinterpret_cast<const char*>(out.data()), len);
+        digest d;
+        std::memcpy(d.data(), out.data(), d.size());
+        return d;
     }
 
 private:
-    /// Data at least this long goes to OpenSSL directly rather than through the buffer.
-    static constexpr std::size_t direct_from = 512;
-
     static EVP_MD_CTX* context() {
         struct ctx_free {
             void operator()(EVP_MD_CTX* c) const noexcept { EVP_MD_CTX_free(c); }
@@ -103,11 +116,6 @@ private:
         return used;
     }
 
-    static std::string& buffer() {
-        thread_local std::string buf;
-        return buf;
-    }
-
     void update(std::string_view data) {
         if (!data.empty() && EVP_DigestUpdate(ctx_, data.data(), data.size()) != 1) {
             throw std::runtime_error("SHA-256 update failed");
@@ -115,12 +123,15 @@ private:
     }
 
     void flush() {
-        update(buf_);
-        buf_.clear();
+        update({buf_.data(), used_});
+        used_ = 0;
     }
 
     EVP_MD_CTX* ctx_;
-    std::string& buf_;
+    /// Fields not yet given to OpenSSL: [0, used_). Data this long or longer goes to OpenSSL
+    /// directly.
+    std::array<char, 512> buf_;
+    std::size_t used_ = 0;
 };
 
 bool iequals(std::string_view a, std::string_view b) noexcept {
@@ -128,7 +139,7 @@ bool iequals(std::string_view a, std::string_view b) noexcept {
         return false;
     }
     for (std::size_t i = 0; i < a.size(); ++i) {
-        if (lower(a[i]) != lower(b[i])) {
+        if (a[i] != b[i] && lower(a[i]) != lower(b[i])) {
             return false;
         }
     }
@@ -147,6 +158,28 @@ void hash_headers(hasher& h, std::span<const header_view> headers) {
     }
 }
 
+/// "00" to "ff": the two lower-case hex digits of every byte value, one lookup per byte.
+constexpr auto hex_pairs = [] {
+    constexpr std::string_view digits = "0123456789abcdef";
+    std::array<char, 512> pairs{};
+    for (std::size_t i = 0; i < 256; ++i) {
+        pairs[2 * i] = digits[i >> 4];
+        pairs[2 * i + 1] = digits[i & 0xfU];
+    }
+    return pairs;
+}();
+
+/// Appends the lower-case hexadecimal of `bytes` to `out`.
+void append_hex(std::string& out, std::string_view bytes) {
+    const std::size_t at = out.size();
+    out.resize(at + bytes.size() * 2);
+    char* p = out.data() + at;
+    for (const char c : bytes) {
+        std::memcpy(p, &hex_pairs[2 * static_cast<unsigned char>(c)], 2);
+        p += 2;
+    }
+}
+
 // Body encodings, hashed before the body so a canonical form and an identical raw body
 // (differently typed requests) stay distinct.
 constexpr std::string_view body_raw = "raw";
@@ -157,18 +190,12 @@ constexpr std::string_view body_jcs = "jcs";
 std::string sha256(std::string_view data) {
     hasher h;
     h.raw(data);
-    return h.finish();
+    return as_string(h.finish());
 }
 
 std::string to_hex(std::string_view bytes) {
-    static constexpr char digits[] = "0123456789abcdef";
-    std::string out(bytes.size() * 2, '\0');
-    char* p = out.data();
-    for (const char c : bytes) {
-        const auto u = static_cast<unsigned char>(c);
-        *p++ = digits[u >> 4];
-        *p++ = digits[u & 0xfU];
-    }
+    std::string out;
+    append_hex(out, bytes);
     return out;
 }
 
@@ -193,19 +220,19 @@ std::string compute_fingerprint(const fingerprint_input& input) {
         if (auto canonical = canonicalize_json(input.body, number_form::distinct)) {
             h.field(body_jcs);
             h.field(*canonical);
-            return h.finish();
+            return as_string(h.finish());
         }
     }
     h.field(body_raw);
     h.field(input.body);
-    return h.finish();
+    return as_string(h.finish());
 }
 
 std::string principal_hash(std::span<const header_view> headers) {
     hasher h;
     h.field("onceproxy principal v1");
     hash_headers(h, headers);
-    return h.finish();
+    return as_string(h.finish());
 }
 
 std::string store_key(std::string_view prefix, std::string_view route,
@@ -215,8 +242,11 @@ std::string store_key(std::string_view prefix, std::string_view route,
     h.field(route);
     h.field(principal_hash);
     h.field(key);
-    std::string out(prefix);
-    out += to_hex(h.finish());
+    const digest d = h.finish();
+    std::string out;
+    out.reserve(prefix.size() + 2 * d.size());
+    out += prefix;
+    append_hex(out, {d.data(), d.size()});
     return out;
 }
 

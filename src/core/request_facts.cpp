@@ -4,7 +4,9 @@
 #include <onceproxy/core/fingerprint.hpp>
 #include <onceproxy/core/idempotency_key.hpp>
 
+#include <array>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -24,12 +26,22 @@ std::optional<std::string> find_key(const config::key_config& cfg, const request
         }
         return key;
     }
-    const auto lines = req.values(cfg.header);
-    if (lines.empty()) {
+    // Two lines are as many as parsing looks at: more than one is never a key.
+    std::array<std::string_view, 2> lines;
+    std::size_t count = 0;
+    for (const auto& [name, value] : req.headers) {
+        if (ascii_iequals(name, cfg.header)) {
+            lines[count++] = value;
+            if (count == lines.size()) {
+                break;
+            }
+        }
+    }
+    if (count == 0) {
         presence = key_presence::missing;
         return std::nullopt;
     }
-    auto parsed = parse_idempotency_key(lines, cfg.syntax, cfg.max_length);
+    auto parsed = parse_idempotency_key(std::span(lines.data(), count), cfg.syntax, cfg.max_length);
     if (!parsed.ok()) {
         presence = key_presence::invalid;
     }
@@ -85,6 +97,15 @@ bool anonymous(const config::idempotency_config& policy, const request_view& req
     return scope.empty();
 }
 
+/// `tag` followed by `s`.
+std::string tagged(char tag, std::string_view s) {
+    std::string out;
+    out.reserve(1 + s.size());
+    out += tag;
+    out += s;
+    return out;
+}
+
 } // namespace
 
 std::string scoped_store_key(const config::idempotency_config& policy, std::string_view route_name,
@@ -106,7 +127,7 @@ derived_request derive_request_facts(const config::idempotency_config& policy,
     const std::string principal = principal_hash(scope);
     out.store_key = store_key("", route_name, principal, *key);
     out.holder =
-        anonymous(policy, req, scope) ? "a" + std::string(req.client_address) : "p" + principal;
+        anonymous(policy, req, scope) ? tagged('a', req.client_address) : tagged('p', principal);
     fingerprint_input fi;
     fi.method = req.method;
     fi.target = req.target;

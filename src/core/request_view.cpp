@@ -6,9 +6,10 @@ bool ascii_iequals(std::string_view a, std::string_view b) noexcept {
     if (a.size() != b.size()) {
         return false;
     }
+    auto lower = [](char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c + 32) : c; };
     for (std::size_t i = 0; i < a.size(); ++i) {
-        auto lower = [](char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c + 32) : c; };
-        if (lower(a[i]) != lower(b[i])) {
+        // Names mostly arrive spelled as configured: equal bytes need no case folding.
+        if (a[i] != b[i] && lower(a[i]) != lower(b[i])) {
             return false;
         }
     }

@@ -187,6 +187,8 @@ TEST_CASE("hashes stay the same from one version to the next (stored keys and fi
     const std::string principal = core::principal_hash(scope);
     CHECK(core::to_hex(principal) ==
           "c0c8adbdbe0b38d0cd9cd68dcfac8c22168fa5f5d1a48e6f9a722c00dd018b91");
+    CHECK(core::to_hex(core::principal_hash({})) ==
+          "17efeaa5de39700f723c187f98ec9cc546a0760b7e25ff5256e81885c1c41f39");
     CHECK(core::store_key("op:", "payments", principal, "key-1") ==
           "op:faee93a5235f73e6e7e1a95b0d9695aef57a5829892e3f443fc843c4441e0238");
     core::fingerprint_input small;
@@ -202,4 +204,24 @@ TEST_CASE("hashes stay the same from one version to the next (stored keys and fi
     large.body = big;
     CHECK(core::to_hex(core::compute_fingerprint(large)) ==
           "bdded4880ae8c35aacd5339faf86cac6c98ff074ded6cb94d171523d13376012");
+}
+
+TEST_CASE("fields longer than the hashing buffer hash as the encoding says") {
+    // sha256 of: field("onceproxy fingerprint v1"), field(method), field(target), the header
+    // count as 8 bytes, each header as field(lower-case name) and field(value), field("raw"),
+    // field(body); field = 8-byte big-endian length and the bytes.
+    std::string long_name = "X-";
+    for (int i = 0; i < 300; ++i) {
+        long_name += "Abc";
+    }
+    const std::string long_value(700, 'v');
+    const std::string body(511, 'x');
+    fingerprint_input in;
+    in.method = "PUT";
+    in.target = "/t";
+    in.headers = {{"X-Short", "s"}, {long_name, long_value}, {"Content-Type", "text/plain"}};
+    in.content_type = "text/plain";
+    in.body = body;
+    CHECK(core::to_hex(fp(in)) ==
+          "c01f0bb46ddbe2648c37d4cee69fdb6f18c0bc71a93e638c4333d54df8f553e6");
 }
