@@ -207,7 +207,7 @@ public:
     explicit decimal(long long n) noexcept
         : size_(static_cast<std::size_t>(std::to_chars(digits_, digits_ + sizeof digits_, n).ptr -
                                          digits_)) {}
-    operator std::string_view() const noexcept { return {digits_, size_}; } // NOLINT
+    operator std::string_view() const noexcept { return {digits_, size_}; }
 
 private:
     char digits_[24];

@@ -13,20 +13,22 @@
 
 namespace onceproxy::redis {
 
+template <class Range>
+concept views_range =
+    std::ranges::contiguous_range<const Range> && std::ranges::sized_range<const Range> &&
+    std::is_same_v<std::ranges::range_value_t<const Range>, std::string_view>;
+
 class redis_args {
 public:
     redis_args() = default;
     /// `{"GET", key}`, where the call's arguments are not used after it returns. GCC 12 refuses
     /// a braced list in a co_await expression: there, use command().
     redis_args(std::initializer_list<std::string_view> args) noexcept : size_(args.size()) {
-        data_ = args.begin(); // the list outlives the call, not the view
+        data_ = args.begin(); // the list lives until the end of the caller's full-expression
     }
     /// Any contiguous range of string_views (std::array, std::vector, std::span).
-    template <class Range>
-    requires std::ranges::contiguous_range<const Range> && std::ranges::sized_range<const Range> &&
-        std::is_same_v<std::ranges::range_value_t<const Range>, std::string_view>
-        redis_args(const Range& args)
-    noexcept // NOLINT(google-explicit-constructor)
+    template <views_range Range>
+    redis_args(const Range& args) noexcept
         : data_(std::ranges::data(args)), size_(std::ranges::size(args)) {}
 
     const std::string_view* begin() const noexcept { return data_; }
