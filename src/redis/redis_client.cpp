@@ -72,7 +72,7 @@ struct link : std::enable_shared_from_this<link> {
 
     // Queues one command; false (and `p` failed) when the link is closed or it cannot be
     // encoded.
-    bool enqueue(const std::shared_ptr<pending>& p, const std::vector<std::string>& args) {
+    bool enqueue(const std::shared_ptr<pending>& p, redis_args args) {
         p->on_done = [raw = p.get()] { raw->timer.cancel(); };
         if (closed || !mux.add(p, args)) {
             if (!p->done()) {
@@ -179,8 +179,8 @@ struct redis_client::impl : std::enable_shared_from_this<redis_client::impl> {
     // command), at once: the bytes are encoded before this returns. The pending request of the
     // last one, or null with `ec` set when the link is closed or a command cannot be encoded
     // (the commands queued before it are then dropped).
-    std::shared_ptr<pending>
-    enqueue(link& l, std::span<const std::vector<std::string>* const> commands, error_code& ec) {
+    std::shared_ptr<pending> enqueue(link& l, std::span<const redis_args> commands,
+                                     error_code& ec) {
         if (l.closed) {
             ec = errc::unavailable;
             return nullptr;
@@ -189,17 +189,17 @@ struct redis_client::impl : std::enable_shared_from_this<redis_client::impl> {
             ec = errc::protocol;
             return nullptr;
         }
-        for (const auto* args : commands) {
-            if (args->empty()) { // refused before anything is queued: no ASKING goes out alone
+        for (const auto& args : commands) {
+            if (args.empty()) { // refused before anything is queued: no ASKING goes out alone
                 ec = errc::protocol;
                 return nullptr;
             }
         }
         std::shared_ptr<pending> last;
         std::shared_ptr<pending> before; // ASKING: the one command ahead of `last`
-        for (const auto* args : commands) {
+        for (const auto& args : commands) {
             auto p = std::make_shared<pending>(ex);
-            if (!l.enqueue(p, *args)) {
+            if (!l.enqueue(p, args)) {
                 if (last) {
                     l.mux.abandon(last, errc::protocol);
                 }
@@ -215,12 +215,11 @@ struct redis_client::impl : std::enable_shared_from_this<redis_client::impl> {
         return last;
     }
 
-    // Waits for the reply of `p` (queued on `l` by enqueue), at most command_timeout; the result
-    // is that command's (an earlier one of the same batch that failed took the connection, hence
-    // `p`, down). `self` keeps the client's state alive while the reply is awaited.
-    static net::awaitable<redis_exec_result>
-    await_reply(std::shared_ptr<impl> self, std::shared_ptr<link> l, std::shared_ptr<pending> p) {
-        p->timer.expires_after(self->options.command_timeout);
+    // Waits for the reply of `p` (queued on `l` by enqueue) until the deadline set on its timer;
+    // the result is that command's (an earlier one of the same batch that failed took the
+    // connection, hence `p`, down).
+    static net::awaitable<redis_exec_result> await_reply(std::shared_ptr<link> l,
+                                                         std::shared_ptr<pending> p) {
         if (!p->done()) {
             auto [ec] = co_await p->timer.async_wait(use_tuple);
             if (!p->done()) {
@@ -253,7 +252,7 @@ struct redis_client::impl : std::enable_shared_from_this<redis_client::impl> {
     // join it: command_timeout for a WAIT sent at once, twice that for a held one, which goes
     // out once the one ahead of it is answered (within wait_timeout, which the config keeps
     // below command_timeout, unless Redis stalls).
-    std::shared_ptr<pending> join_wait(link& l, const std::vector<std::string>& wait) {
+    std::shared_ptr<pending> join_wait(link& l, redis_args wait) {
         if (l.closed) {
             return nullptr;
         }
@@ -308,9 +307,8 @@ struct redis_client::impl : std::enable_shared_from_this<redis_client::impl> {
     // Issues `commands` on `l` back to back and waits for the reply of the last one, at most
     // command_timeout (see enqueue and await_reply). The commands are queued before this
     // returns.
-    net::awaitable<redis_exec_result>
-    exec_on(const std::shared_ptr<link>& l,
-            std::span<const std::vector<std::string>* const> commands) {
+    net::awaitable<redis_exec_result> exec_on(const std::shared_ptr<link>& l,
+                                              std::span<const redis_args> commands) {
         if (!l) {
             return failed(errc::unavailable);
         }
@@ -319,13 +317,12 @@ struct redis_client::impl : std::enable_shared_from_this<redis_client::impl> {
         if (!p) {
             return failed(ec);
         }
-        return await_reply(shared_from_this(), l, std::move(p));
+        p->timer.expires_after(options.command_timeout);
+        return await_reply(l, std::move(p));
     }
 
-    net::awaitable<redis_exec_result> exec_on(const std::shared_ptr<link>& l,
-                                              const std::vector<std::string>& args) {
-        const std::array<const std::vector<std::string>*, 1> one{&args};
-        return exec_on(l, one);
+    net::awaitable<redis_exec_result> exec_on(const std::shared_ptr<link>& l, redis_args args) {
+        return exec_on(l, std::span<const redis_args>(&args, 1));
     }
 
     // Wakes everyone waiting for the outcome of a connection attempt.
@@ -383,8 +380,7 @@ struct redis_client::impl : std::enable_shared_from_this<redis_client::impl> {
             if (l->closed || stopped) {
                 co_return;
             }
-            std::vector<std::string> ping{"PING"};
-            auto r = co_await exec_on(l, std::move(ping));
+            auto r = co_await exec_on(l, command("PING"));
             if (r.ec || r.reply.is_error()) {
                 l->close(r.ec ? r.ec : error_code(errc::protocol));
             }
@@ -408,9 +404,9 @@ struct redis_client::impl : std::enable_shared_from_this<redis_client::impl> {
 
     // One command of the connection handshake; a report when it failed.
     net::awaitable<std::optional<redis_connect_report>>
-    handshake(std::shared_ptr<link> l, std::shared_ptr<watchdog_state> wd,
-              std::vector<std::string> args, std::string what, error_code on_error) {
-        auto r = co_await exec_on(l, std::move(args));
+    handshake(std::shared_ptr<link> l, std::shared_ptr<watchdog_state> wd, redis_args args,
+              std::string what, error_code on_error) {
+        auto r = co_await exec_on(l, args); // queued at once: `args` is not used afterwards
         if (wd->timed_out) {
             co_return timeout_failure(l);
         }
@@ -484,24 +480,24 @@ struct redis_client::impl : std::enable_shared_from_this<redis_client::impl> {
     net::awaitable<std::optional<redis_connect_report>>
     run_handshake(std::shared_ptr<link> l, std::shared_ptr<watchdog_state> wd) {
         if (!options.url.password.empty()) {
-            std::vector<std::string> args{"AUTH"};
+            std::vector<std::string_view> args{"AUTH"};
             if (!options.url.user.empty()) {
-                args.push_back(options.url.user);
+                args.emplace_back(options.url.user);
             }
-            args.push_back(options.url.password);
-            if (auto bad = co_await handshake(l, wd, std::move(args), "AUTH", errc::auth_failed)) {
+            args.emplace_back(options.url.password);
+            if (auto bad = co_await handshake(l, wd, args, "AUTH", errc::auth_failed)) {
                 co_return bad;
             }
         }
         if (options.url.db != 0) {
-            std::vector<std::string> select{"SELECT", std::to_string(options.url.db)};
-            if (auto bad = co_await handshake(l, wd, std::move(select), "SELECT", errc::protocol)) {
+            const std::string db = std::to_string(options.url.db);
+            if (auto bad =
+                    co_await handshake(l, wd, command("SELECT", db), "SELECT", errc::protocol)) {
                 co_return bad;
             }
         }
         if (options.address_source) {
-            std::vector<std::string> role{"ROLE"};
-            auto r = co_await exec_on(l, std::move(role));
+            auto r = co_await exec_on(l, command("ROLE"));
             if (wd->timed_out) {
                 co_return timeout_failure(l);
             }
@@ -522,9 +518,8 @@ struct redis_client::impl : std::enable_shared_from_this<redis_client::impl> {
             }
         }
         for (const auto& script : options.scripts) {
-            std::vector<std::string> load{"SCRIPT", "LOAD", script};
-            if (auto bad =
-                    co_await handshake(l, wd, std::move(load), "SCRIPT LOAD", errc::protocol)) {
+            if (auto bad = co_await handshake(l, wd, command("SCRIPT", "LOAD", script),
+                                              "SCRIPT LOAD", errc::protocol)) {
                 // A server answering NOAUTH here means it wants a password we did not give.
                 if (last_failure.message.find("NOAUTH") != std::string::npos) {
                     last_failure.ec = errc::auth_failed;
@@ -789,6 +784,7 @@ namespace {
 // deadline), then sends. Holds its own copy of the command.
 net::awaitable<redis_exec_result> exec_after_connect(std::shared_ptr<redis_client::impl> self,
                                                      std::vector<std::string> args) {
+    const std::vector<std::string_view> views(args.begin(), args.end());
     // Up to command_timeout for the attempt, then a whole command_timeout for the reply: a
     // reply deadline shortened by the wait could expire before any reply can come, and a
     // timeout closes the connection just opened (failing everything else on it).
@@ -802,19 +798,19 @@ net::awaitable<redis_exec_result> exec_after_connect(std::shared_ptr<redis_clien
         out.ec = errc::unavailable; // never sent
         co_return out;
     }
-    co_return co_await self->exec_on(self->current, args);
+    co_return co_await self->exec_on(self->current, views);
 }
 
 } // namespace
 
-net::awaitable<redis_exec_result> redis_client::async_exec(const std::vector<std::string>& args) {
+net::awaitable<redis_exec_result> redis_client::async_exec(redis_args args) {
     // No coroutine frame of its own on the ready path: the command is queued now and the
     // returned awaitable waits for its reply.
     auto& self = impl_;
     if (!self->is_ready() && self->attempt_due()) {
         // A (re)connection is under way or about to start: a command issued at start-up or
         // during a quick reconnect waits for it instead of failing at once.
-        return exec_after_connect(self, args);
+        return exec_after_connect(self, {args.begin(), args.end()});
     }
     if (!self->is_ready()) {
         return impl::failed(errc::unavailable);
@@ -823,8 +819,7 @@ net::awaitable<redis_exec_result> redis_client::async_exec(const std::vector<std
 }
 
 net::awaitable<std::pair<redis_exec_result, redis_exec_result>>
-redis_client::async_exec_replicated(const std::vector<std::string>& args,
-                                    const std::vector<std::string>& wait) {
+redis_client::async_exec_replicated(redis_args args, redis_args wait) {
     auto self = impl_;
     std::pair<redis_exec_result, redis_exec_result> out;
     out.second.ec = errc::unavailable;
@@ -839,14 +834,14 @@ redis_client::async_exec_replicated(const std::vector<std::string>& args,
     }
     auto l = self->current;
     error_code ec;
-    const std::array<const std::vector<std::string>*, 1> one{&args};
-    auto p = self->enqueue(*l, one, ec);
+    auto p = self->enqueue(*l, std::span<const redis_args>(&args, 1), ec);
     if (!p) {
         out.first.ec = ec;
         co_return out;
     }
     auto w = self->join_wait(*l, wait); // joined after `args` was queued: it covers `args`
-    out.first = co_await impl::await_reply(self, l, std::move(p));
+    p->timer.expires_after(self->options.command_timeout);
+    out.first = co_await impl::await_reply(l, std::move(p));
     if (w && !out.first.ec && !out.first.reply.is_error()) {
         // Nothing to wait for after a failure or an error reply (a NOSCRIPT is retried at once);
         // the WAIT stays for the others.
@@ -855,8 +850,7 @@ redis_client::async_exec_replicated(const std::vector<std::string>& args,
     co_return out;
 }
 
-net::awaitable<redis_exec_result>
-redis_client::async_wait_replicas(const std::vector<std::string>& wait) {
+net::awaitable<redis_exec_result> redis_client::async_wait_replicas(redis_args wait) {
     auto self = impl_;
     std::shared_ptr<link> l = self->is_ready() ? self->current : nullptr;
     auto w = l ? self->join_wait(*l, wait) : nullptr;
@@ -868,14 +862,13 @@ redis_client::async_wait_replicas(const std::vector<std::string>& wait) {
     co_return co_await impl::await_shared(std::move(l), std::move(w));
 }
 
-net::awaitable<redis_exec_result>
-redis_client::async_exec_asking(const std::vector<std::string>& args) {
+net::awaitable<redis_exec_result> redis_client::async_exec_asking(redis_args args) {
     auto& self = impl_;
     if (!self->is_ready()) {
         return impl::failed(errc::unavailable);
     }
-    static const std::vector<std::string> asking{"ASKING"};
-    const std::array<const std::vector<std::string>*, 2> both{&asking, &args};
+    static constexpr std::string_view asking[] = {"ASKING"};
+    const std::array<redis_args, 2> both{asking, args};
     return self->exec_on(self->current, both);
 }
 

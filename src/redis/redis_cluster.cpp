@@ -124,16 +124,14 @@ struct redis_cluster::impl : std::enable_shared_from_this<redis_cluster::impl> {
     // Asks one node for the slot map: CLUSTER SHARDS, or CLUSTER SLOTS where unknown.
     net::awaitable<std::optional<redis_slot_map>> ask(std::shared_ptr<redis_client> c,
                                                       redis_node_address a) {
-        std::vector<std::string> shards{"CLUSTER", "SHARDS"};
-        auto r = co_await c->async_exec(std::move(shards));
+        auto r = co_await c->async_exec(command("CLUSTER", "SHARDS"));
         if (r.ec) {
             co_return std::nullopt;
         }
         if (!r.reply.is_error()) {
             co_return parse_cluster_shards(r.reply, a, options.node.url.tls);
         }
-        std::vector<std::string> slots{"CLUSTER", "SLOTS"};
-        r = co_await c->async_exec(std::move(slots));
+        r = co_await c->async_exec(command("CLUSTER", "SLOTS"));
         if (r.ec || r.reply.is_error()) {
             co_return std::nullopt;
         }
@@ -316,8 +314,7 @@ struct ran_on {
 /// redis_cluster::async_exec; `at` (if given) learns where the command ran when it got a
 /// reply that is not a redirect.
 net::awaitable<redis_exec_result> exec_routed(std::shared_ptr<redis_cluster::impl> self,
-                                              std::string_view key,
-                                              const std::vector<std::string>& args, ran_on* at) {
+                                              std::string_view key, redis_args args, ran_on* at) {
     const auto slot = redis_key_slot(key);
     // Waiting for a map or a connection is bounded by one command_timeout in all.
     const auto deadline = clock::now() + self->options.node.command_timeout;
@@ -396,14 +393,12 @@ net::awaitable<redis_exec_result> exec_routed(std::shared_ptr<redis_cluster::imp
 
 } // namespace
 
-net::awaitable<redis_exec_result> redis_cluster::async_exec(std::string_view key,
-                                                            const std::vector<std::string>& args) {
+net::awaitable<redis_exec_result> redis_cluster::async_exec(std::string_view key, redis_args args) {
     return exec_routed(impl_, key, args, nullptr); // no coroutine frame of its own
 }
 
 net::awaitable<std::pair<redis_exec_result, redis_exec_result>>
-redis_cluster::async_exec_replicated(std::string_view key, const std::vector<std::string>& args,
-                                     const std::vector<std::string>& wait) {
+redis_cluster::async_exec_replicated(std::string_view key, redis_args args, redis_args wait) {
     ran_on at;
     std::pair<redis_exec_result, redis_exec_result> out;
     out.first = co_await exec_routed(impl_, key, args, &at);
@@ -450,7 +445,7 @@ net::awaitable<bool> redis_cluster::async_wait_ready(std::string_view key,
     co_return false;
 }
 
-net::awaitable<redis_exec_result> redis_route::async_exec(const std::vector<std::string>& args) {
+net::awaitable<redis_exec_result> redis_route::async_exec(redis_args args) {
     // No coroutine frame of its own: the awaitable of the node or the cluster.
     if (cluster_ != nullptr) {
         return cluster_->async_exec(key_, args);
@@ -459,12 +454,12 @@ net::awaitable<redis_exec_result> redis_route::async_exec(const std::vector<std:
 }
 
 net::awaitable<std::pair<redis_exec_result, redis_exec_result>>
-redis_route::async_exec_replicated(const std::vector<std::string>& args,
-                                   const std::vector<std::string>& wait) {
+redis_route::async_exec_replicated(redis_args args, redis_args wait) {
+    // No coroutine frame of its own: the awaitable of the node or the cluster.
     if (cluster_ != nullptr) {
-        co_return co_await cluster_->async_exec_replicated(key_, args, wait);
+        return cluster_->async_exec_replicated(key_, args, wait);
     }
-    co_return co_await client_->async_exec_replicated(args, wait);
+    return client_->async_exec_replicated(args, wait);
 }
 
 net::awaitable<bool> redis_route::async_wait_ready(std::chrono::milliseconds timeout) {

@@ -2,6 +2,8 @@
 
 #include "onceproxy/redis/error.hpp"
 
+#include <algorithm>
+#include <charconv>
 #include <cstring>
 #include <string_view>
 #include <utility>
@@ -10,56 +12,41 @@ namespace onceproxy::redis {
 
 namespace {
 
-// How many decimal digits `n` has.
-std::size_t decimal_width(std::size_t n) {
-    std::size_t w = 1;
-    while (n >= 10) {
-        n /= 10;
-        ++w;
-    }
-    return w;
-}
+// The longest `<type><length>\r\n` header: a type byte, 20 digits, CRLF.
+constexpr std::size_t max_header = 1 + 20 + 2;
 
-// Writes `n` in decimal (`width` digits, from decimal_width) at `at`; returns the end.
-char* put_decimal(char* at, std::size_t n, std::size_t width) {
-    char* p = at + width;
-    do {
-        *--p = static_cast<char>('0' + n % 10);
-        n /= 10;
-    } while (n != 0);
-    return at + width;
-}
-
-char* put_bytes(char* at, std::string_view s) {
-    if (!s.empty()) {
-        std::memcpy(at, s.data(), s.size());
-    }
-    return at + s.size();
+// Writes `<type><n>\r\n` at `at`; returns its end.
+char* put_header(char* at, char type, std::size_t n) {
+    *at++ = type;
+    at = std::to_chars(at, at + 20, n).ptr;
+    *at++ = '\r';
+    *at++ = '\n';
+    return at;
 }
 
 // RESP encoding of one command (an array of bulk strings, binary-safe), appended to `out` in
-// one pass: sized exactly, grown once, written in place, no formatted printing. Always
-// succeeds (the bool keeps the multiplexer's "not encodable" path for a future encoder that
-// can fail).
-bool append_command(std::string& out, const std::vector<std::string>& args) {
-    const std::size_t count_width = decimal_width(args.size());
-    std::size_t size = 1 + count_width + 2;
+// one pass: grown once (by an upper bound, trimmed after), written in place, no formatted
+// printing. Always succeeds (the bool keeps the multiplexer's "not encodable" path for a
+// future encoder that can fail).
+bool append_command(std::string& out, redis_args args) {
+    std::size_t size = max_header;
     for (const auto& a : args) {
-        size += 1 + decimal_width(a.size()) + 2 + a.size() + 2;
+        size += max_header + a.size() + 2;
     }
     const std::size_t at = out.size();
     out.resize(at + size);
-    char* w = out.data() + at;
-    *w++ = '*';
-    w = put_decimal(w, args.size(), count_width);
-    w = put_bytes(w, "\r\n");
+    char* const begin = out.data();
+    char* w = put_header(begin + at, '*', args.size());
     for (const auto& a : args) {
-        *w++ = '$';
-        w = put_decimal(w, a.size(), decimal_width(a.size()));
-        w = put_bytes(w, "\r\n");
-        w = put_bytes(w, a);
-        w = put_bytes(w, "\r\n");
+        w = put_header(w, '$', a.size());
+        if (!a.empty()) {
+            std::memcpy(w, a.data(), a.size());
+            w += a.size();
+        }
+        *w++ = '\r';
+        *w++ = '\n';
     }
+    out.resize(static_cast<std::size_t>(w - begin));
     return true;
 }
 
@@ -78,8 +65,7 @@ void redis_multiplexer::finish(redis_request& r, boost::system::error_code ec) {
     }
 }
 
-bool redis_multiplexer::add(const std::shared_ptr<redis_request>& req,
-                            const std::vector<std::string>& args) {
+bool redis_multiplexer::add(const std::shared_ptr<redis_request>& req, redis_args args) {
     if (closed_) {
         finish(*req, errc::unavailable);
         return false;
@@ -95,12 +81,13 @@ bool redis_multiplexer::add(const std::shared_ptr<redis_request>& req,
 }
 
 std::shared_ptr<redis_request>
-redis_multiplexer::join_wait(const std::vector<std::string>& wait,
+redis_multiplexer::join_wait(redis_args wait,
                              const std::function<std::shared_ptr<redis_request>()>& make) {
     if (closed_) {
         return nullptr;
     }
-    if (wait_held_ && wait_held_args_ == wait) {
+    if (wait_held_ &&
+        std::equal(wait_held_args_.begin(), wait_held_args_.end(), wait.begin(), wait.end())) {
         return wait_held_;
     }
     auto r = make();
@@ -111,7 +98,7 @@ redis_multiplexer::join_wait(const std::vector<std::string>& wait,
     } else if (!wait_held_) {
         r->st = redis_request::state::held;
         wait_held_ = r;
-        wait_held_args_ = wait;
+        wait_held_args_.assign(wait.begin(), wait.end());
     } else {
         add(r, wait); // another WAIT command than the held one's: its own, now
     }
@@ -124,9 +111,10 @@ void redis_multiplexer::wait_answered(const redis_request& r) {
     }
     wait_sent_ = std::exchange(wait_held_, nullptr);
     if (wait_sent_) {
-        auto args = std::move(wait_held_args_);
+        const std::vector<std::string_view> args(wait_held_args_.begin(), wait_held_args_.end());
+        const bool added = add(wait_sent_, args);
         wait_held_args_.clear();
-        if (!add(wait_sent_, args)) { // failed (closed): nothing to wait behind
+        if (!added) { // failed (closed): nothing to wait behind
             wait_sent_ = nullptr;
         }
     }

@@ -30,6 +30,7 @@
 //
 // Single-threaded, no clock reads: deadlines are the caller's timers.
 
+#include "onceproxy/redis/redis_args.hpp"
 #include "onceproxy/redis/redis_reply.hpp"
 #include "redis/resp_reader.hpp"
 
@@ -73,12 +74,12 @@ public:
         closed,      ///< the multiplexer was closed before: the bytes were ignored
     };
 
-    /// Appends `args` (`args[0]` the command name; binary-safe) to the write buffer and the
-    /// request to the FIFO. Requests added one after another leave back to back, in that
-    /// order, in one write (ASKING + command relies on it). False, with `req` failed
-    /// (errc::protocol), if the command cannot be encoded; false with errc::unavailable once
-    /// the multiplexer is closed.
-    bool add(const std::shared_ptr<redis_request>& req, const std::vector<std::string>& args);
+    /// Encodes `args` (`args[0]` the command name; binary-safe) into the write buffer (the
+    /// bytes are not used after the call) and appends the request to the FIFO. Requests added one
+    /// after another leave back to back, in that order, in one write (ASKING + command relies on
+    /// it). False, with `req` failed (errc::protocol), if the command cannot be encoded; false with
+    /// errc::unavailable once the multiplexer is closed.
+    bool add(const std::shared_ptr<redis_request>& req, redis_args args);
 
     /// durability replicated: the WAIT (`wait`, e.g. {"WAIT", "1", "50"}) that will follow
     /// every request added so far. With no WAIT unanswered it is added now (`make` creates
@@ -87,8 +88,7 @@ public:
     /// `wait`. A different `wait` gets a WAIT of its own, added now. Null once closed. The
     /// request completes as any other: its reply, or the failure of the connection.
     std::shared_ptr<redis_request>
-    join_wait(const std::vector<std::string>& wait,
-              const std::function<std::shared_ptr<redis_request>()>& make);
+    join_wait(redis_args wait, const std::function<std::shared_ptr<redis_request>()>& make);
 
     /// True when add() queued bytes that no take_write() took yet.
     bool has_unwritten() const noexcept { return !wbuf_.empty(); }

@@ -135,8 +135,8 @@ net::awaitable<redis_sentinel::answer> redis_sentinel::ask(std::size_t index) {
         out.address.message = connected.message;
         co_return out;
     }
-    std::vector<std::string> question{"SENTINEL", "GET-MASTER-ADDR-BY-NAME", options_.master_name};
-    auto r = co_await sentinel.async_exec(std::move(question));
+    auto r = co_await sentinel.async_exec(
+        command("SENTINEL", "GET-MASTER-ADDR-BY-NAME", options_.master_name));
     sentinel.stop();
     const auto& rep = r.reply;
     std::optional<std::uint16_t> port;
@@ -381,8 +381,7 @@ net::awaitable<bool> redis_sentinel::follow(std::shared_ptr<watch> w, std::size_
         sub.stop();
         co_return false;
     }
-    std::vector<std::string> subscribe{"SUBSCRIBE", std::string(channel)};
-    auto r = co_await sub.async_exec(std::move(subscribe));
+    auto r = co_await sub.async_exec(command("SUBSCRIBE", channel));
     if (r.ec || r.reply.type != redis_reply::kind::array || r.reply.elements.size() != 3 ||
         r.reply.elements[0].str != "subscribe" || w->stopped) {
         log::debug("store", "a sentinel refused the subscription",

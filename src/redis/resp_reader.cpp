@@ -2,72 +2,81 @@
 
 #include <hiredis/hiredis.h>
 
+#include <algorithm>
 #include <new>
+#include <utility>
 
 namespace onceproxy::redis {
 
 namespace {
 
-redis_reply convert(const redisReply& r) {
-    redis_reply out;
-    switch (r.type) {
-    case REDIS_REPLY_STRING:
-        out.type = redis_reply::kind::string;
-        out.str.assign(r.str, r.len);
-        break;
-    case REDIS_REPLY_STATUS:
-        out.type = redis_reply::kind::status;
-        out.str.assign(r.str, r.len);
-        break;
-    case REDIS_REPLY_ERROR:
-        out.type = redis_reply::kind::error;
-        out.str.assign(r.str, r.len);
-        break;
-    case REDIS_REPLY_INTEGER:
-        out.type = redis_reply::kind::integer;
-        out.integer = r.integer;
-        break;
-    case REDIS_REPLY_ARRAY:
-        out.type = redis_reply::kind::array;
-        out.elements.reserve(r.elements);
-        for (std::size_t i = 0; i < r.elements; ++i) {
-            out.elements.push_back(convert(*r.element[i]));
-        }
-        break;
-    default:
-        out.type = redis_reply::kind::nil;
-        break;
+/// An array header announcing more elements than this is refused as a protocol error before
+/// anything is allocated (found by resp_fuzz: `*977777777` once made hiredis allocate 7.8 GB).
+/// The store never reads arrays of more than a few elements.
+constexpr int max_array_elements = 1 << 20;
+/// Elements reserved up front: a header alone does not reserve memory for a million.
+constexpr int reserved_elements = 1024;
+
+// hiredis's reader parses; these functions build the reply straight into a redis_reply (no
+// redisReply made, copied and freed). A top-level reply is the reader's own (its privdata); an
+// element is appended to its parent's array, which hiredis fills in order. Growing that array
+// moves only finished elements: hiredis holds pointers to the unfinished ones only (the
+// element being read and its ancestors).
+redis_reply* place(const redisReadTask* task) {
+    if (task->parent == nullptr) {
+        auto* top = static_cast<redis_reply*>(task->privdata);
+        *top = redis_reply{};
+        return top;
     }
-    return out;
+    auto* parent = static_cast<redis_reply*>(task->parent->obj);
+    return &parent->elements.emplace_back();
 }
 
-/// hiredis' own array constructor, which the bounded one below calls.
-void* (*default_create_array)(const redisReadTask*, int) = nullptr;
+void* create_string(const redisReadTask* task, char* str, std::size_t len) {
+    redis_reply* r = place(task);
+    switch (task->type) {
+    case REDIS_REPLY_ERROR:
+        r->type = redis_reply::kind::error;
+        break;
+    case REDIS_REPLY_STATUS:
+        r->type = redis_reply::kind::status;
+        break;
+    default:
+        r->type = redis_reply::kind::string;
+        break;
+    }
+    r->str.assign(str, len);
+    return r;
+}
 
-/// An array header announcing more elements than this is refused as a protocol error before
-/// anything is allocated: hiredis 0.14 (Debian 12) allocates the element table from the count
-/// alone, so `*977777777` would ask for 7.8 GB (found by resp_fuzz). The store never reads
-/// arrays of more than a few elements.
-constexpr int max_array_elements = 1 << 20;
-
-void* create_bounded_array(const redisReadTask* task, int elements) {
+void* create_array(const redisReadTask* task, int elements) {
     if (elements < 0 || elements > max_array_elements) {
         return nullptr; // hiredis turns it into a reader error
     }
-    return default_create_array(task, elements);
+    redis_reply* r = place(task);
+    r->type = redis_reply::kind::array;
+    r->elements.reserve(static_cast<std::size_t>(std::min(elements, reserved_elements)));
+    return r;
 }
 
-/// hiredis' default reply functions with the bounded array constructor; made once from those
-/// of a default reader (the defaults themselves are not exported).
-redisReplyObjectFunctions* bounded_functions(const redisReplyObjectFunctions& defaults) {
-    static redisReplyObjectFunctions fns = [&] {
-        redisReplyObjectFunctions f = defaults;
-        default_create_array = defaults.createArray;
-        f.createArray = create_bounded_array;
-        return f;
-    }();
-    return &fns;
+void* create_integer(const redisReadTask* task, long long value) {
+    redis_reply* r = place(task);
+    r->type = redis_reply::kind::integer;
+    r->integer = value;
+    return r;
 }
+
+void* create_nil(const redisReadTask* task) {
+    return place(task); // kind::nil
+}
+
+// Only ever called with a top-level reply (a stream error mid-reply, or the reader freed).
+void free_object(void* reply) {
+    *static_cast<redis_reply*>(reply) = redis_reply{};
+}
+
+redisReplyObjectFunctions functions{create_string, create_array, create_integer, create_nil,
+                                    free_object};
 
 } // namespace
 
@@ -75,11 +84,11 @@ void resp_reader::deleter::operator()(redisReader* r) const noexcept {
     redisReaderFree(r);
 }
 
-resp_reader::resp_reader() : reader_(redisReaderCreate()) {
+resp_reader::resp_reader() : reader_(redisReaderCreateWithFunctions(&functions)) {
     if (reader_ == nullptr) {
         throw std::bad_alloc();
     }
-    reader_->fn = bounded_functions(*reader_->fn);
+    reader_->privdata = &reply_;
 }
 
 resp_reader::~resp_reader() = default;
@@ -97,9 +106,7 @@ resp_reader::status resp_reader::next(redis_reply& out) {
     if (raw == nullptr) {
         return status::need_more;
     }
-    auto* reply = static_cast<redisReply*>(raw);
-    out = convert(*reply);
-    freeReplyObject(reply);
+    out = std::move(reply_); // raw == &reply_
     return status::reply;
 }
 

@@ -1,6 +1,6 @@
 #pragma once
-// RESP2 replies out of a byte stream: hiredis's reply reader, with each reply copied into an
-// owned `redis_reply` so that hiredis stays private to this module. Pure: no sockets.
+// RESP2 replies out of a byte stream: hiredis's reply reader, building each reply straight into
+// an owned `redis_reply` so that hiredis stays private to this module. Pure: no sockets.
 
 #include "onceproxy/redis/redis_reply.hpp"
 
@@ -15,7 +15,7 @@ class resp_reader {
 public:
     resp_reader();
     ~resp_reader();
-    resp_reader(const resp_reader&) = delete;
+    resp_reader(const resp_reader&) = delete; // nor moved: hiredis points at reply_
     resp_reader& operator=(const resp_reader&) = delete;
 
     enum class status {
@@ -34,6 +34,7 @@ private:
     struct deleter {
         void operator()(redisReader* r) const noexcept;
     };
+    redis_reply reply_; // the reply being read (before reader_: hiredis may free into it)
     std::unique_ptr<redisReader, deleter> reader_;
 };
 

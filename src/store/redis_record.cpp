@@ -7,8 +7,15 @@ namespace onceproxy::store::redis_record {
 
 namespace {
 
+template <class Integer>
+void put_number(std::string& out, Integer n) {
+    char digits[24];
+    const auto end = std::to_chars(digits, digits + sizeof digits, n).ptr;
+    out.append(digits, end);
+}
+
 void put_field(std::string& out, std::string_view field) {
-    out += std::to_string(field.size());
+    put_number(out, field.size());
     out += ':';
     out += field;
 }
@@ -40,7 +47,7 @@ std::string claim_value(std::string_view owner, std::string_view fingerprint,
     out += in_flight;
     put_field(out, owner);
     put_field(out, fingerprint);
-    out += std::to_string(created_ms);
+    put_number(out, created_ms);
     out += ';';
     return out;
 }

@@ -20,7 +20,10 @@
 #include <openssl/sha.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
+#include <cassert>
+#include <charconv>
 #include <chrono>
 #include <stdexcept>
 
@@ -28,8 +31,10 @@ namespace onceproxy::store {
 
 namespace net = boost::asio;
 using boost::system::error_code;
+using redis::command;
 using redis::describe_redis_url_error;
 using redis::parse_redis_url;
+using redis::redis_args;
 using redis::redis_client;
 using redis::redis_client_options;
 using redis::redis_cluster;
@@ -196,8 +201,21 @@ script make_script(const char* body) {
     return s;
 }
 
-std::string millis(duration d) {
-    return std::to_string(std::max<long long>(d.count(), 1));
+// A number as the decimal text of a command argument, kept on the caller's frame.
+class decimal {
+public:
+    explicit decimal(long long n) noexcept
+        : size_(static_cast<std::size_t>(std::to_chars(digits_, digits_ + sizeof digits_, n).ptr -
+                                         digits_)) {}
+    operator std::string_view() const noexcept { return {digits_, size_}; }
+
+private:
+    char digits_[24];
+    std::size_t size_;
+};
+
+decimal millis(duration d) {
+    return decimal(std::max<long long>(d.count(), 1));
 }
 
 // The driver's failures as the store's (same names), so routes, metrics and logs see one
@@ -248,6 +266,8 @@ struct redis_store::impl {
     };
 
     config::redis_config cfg;
+    std::string wait_replicas; // durability replicated: WAIT's arguments
+    std::string wait_timeout;
     redis_client_options options;
     script claim_v1 = make_script(claim_v1_lua);
     script complete = make_script(complete_lua);
@@ -309,11 +329,9 @@ struct redis_store::impl {
     // only what its own connection wrote). On one node both go in the same pipeline write; in
     // Cluster mode the WAIT follows the command's reply, on the connection of the master that
     // ran it after any MOVED or ASK. Fewer acknowledgements than `replicas` → not_replicated.
-    net::awaitable<redis_exec_result> exec_replicated(redis_route& c,
-                                                      std::vector<std::string> cmd) {
-        std::vector<std::string> wait{"WAIT", std::to_string(cfg.replicas),
-                                      std::to_string(cfg.wait_timeout.count())};
-        auto both = co_await c.async_exec_replicated(cmd, wait);
+    net::awaitable<redis_exec_result> exec_replicated(redis_route& c, redis_args cmd) {
+        auto both =
+            co_await c.async_exec_replicated(cmd, command("WAIT", wait_replicas, wait_timeout));
         redis_exec_result& r = both.first;
         const redis_exec_result& w = both.second;
         if (r.ec || r.reply.is_error()) {
@@ -335,39 +353,33 @@ struct redis_store::impl {
         co_return r;
     }
 
-    // `cmd`, followed by WAIT when `durable` and durability is replicated. Keep `cmd` alive
-    // while awaiting.
-    net::awaitable<redis_exec_result> exec(redis_route& c, const std::vector<std::string>& cmd,
-                                           bool durable) {
-        // Not one conditional expression: GCC 12 miscompiles co_await inside ?: .
-        redis_exec_result r;
+    // `cmd`, followed by WAIT when `durable` and durability is replicated. No coroutine frame
+    // of its own: the result's `ec` may be the driver's (pass it through store_error). Keep
+    // `cmd` alive while awaiting.
+    net::awaitable<redis_exec_result> exec(redis_route& c, redis_args cmd, bool durable) {
         if (durable && cfg.durability == config::redis_durability::replicated) {
-            r = co_await exec_replicated(c, cmd);
-        } else {
-            r = co_await c.async_exec(cmd);
+            return exec_replicated(c, cmd);
         }
-        r.ec = store_error(r.ec);
-        co_return r;
+        return c.async_exec(cmd);
     }
 
-    // EVALSHA; on NOSCRIPT (nothing ran), one EVAL of the same script, which also reloads it.
-    // `durable`: followed by WAIT when durability is replicated (claim and complete).
-    net::awaitable<redis_exec_result> eval(redis_route& c, const script& s, std::string key,
-                                           std::vector<std::string> args, bool durable = false) {
-        std::vector<std::string> cmd;
-        cmd.reserve(args.size() + 4);
-        cmd.emplace_back("EVALSHA");
-        cmd.push_back(s.sha);
-        cmd.emplace_back("1");
-        cmd.push_back(std::move(key));
-        for (auto& a : args) {
-            cmd.push_back(std::move(a));
-        }
-        auto r = co_await exec(c, cmd, durable);
+    // EVALSHA of `s` on `key` with `args` (at most three); on NOSCRIPT (nothing ran), one EVAL
+    // of the same script, which also reloads it. `durable`: followed by WAIT when durability is
+    // replicated (claim and complete). Keep `key` and `args` alive while awaiting.
+    net::awaitable<redis_exec_result> eval(redis_route& c, const script& s, std::string_view key,
+                                           redis_args args, bool durable = false) {
+        std::array<std::string_view, 7> cmd{"EVALSHA", s.sha, "1", key};
+        assert(args.size() <= cmd.size() - 4);
+        const auto n = 4 + std::min(args.size(), cmd.size() - 4);
+        std::copy(args.begin(), args.begin() + (n - 4), cmd.begin() + 4);
+        const std::span<const std::string_view> all(cmd.data(), n);
+        auto r = co_await exec(c, all, durable);
+        r.ec = store_error(r.ec);
         if (!r.ec && r.reply.is_error("NOSCRIPT")) {
             cmd[0] = "EVAL";
             cmd[1] = s.body;
-            r = co_await exec(c, std::move(cmd), durable);
+            r = co_await exec(c, all, durable);
+            r.ec = store_error(r.ec);
             if (!r.ec && r.reply.is_error("NOSCRIPT")) {
                 r.ec = errc::script_missing;
             }
@@ -406,6 +418,8 @@ redis_store::redis_store(const config::redis_config& cfg,
         throw std::invalid_argument("redis_store needs at least one worker executor");
     }
     impl_->cfg = cfg;
+    impl_->wait_replicas = std::to_string(cfg.replicas);
+    impl_->wait_timeout = std::to_string(cfg.wait_timeout.count());
     auto& o = impl_->options;
     o.url = *url;
     // The fields of their own win over the URL (the config refuses both at once).
@@ -626,8 +640,7 @@ net::awaitable<redis_startup_report> redis_store::async_check_startup() {
                                   ? "the master of '" + impl_->cfg.sentinel->master + "'"
                                   : opts.url.host + ":" + std::to_string(opts.url.port);
     // A claim is SET ... NX ... GET (redis_record.hpp): Redis 7.0 or newer.
-    std::vector<std::string> info{"INFO", "server"};
-    auto version = co_await probe.async_exec(std::move(info));
+    auto version = co_await probe.async_exec(command("INFO", "server"));
     if (!version.ec && version.reply.type == redis_reply::kind::string) {
         const auto v = redis_record::redis_version(version.reply.str);
         const auto major = redis_record::major_version(v);
@@ -648,8 +661,7 @@ net::awaitable<redis_startup_report> redis_store::async_check_startup() {
         report.warnings.push_back("cannot read the version of Redis at " + where +
                                   " (INFO server): make sure it is 7.0 or newer");
     }
-    std::vector<std::string> config_get{"CONFIG", "GET", "maxmemory-policy"};
-    auto r = co_await probe.async_exec(std::move(config_get));
+    auto r = co_await probe.async_exec(command("CONFIG", "GET", "maxmemory-policy"));
     r.ec = store_error(r.ec);
     if (r.ec) {
         report.ec = r.ec;
@@ -693,19 +705,23 @@ std::int64_t unix_millis() {
 }
 
 // SET key value NX PX lease GET: takes the lease if the key is free, else returns what is there.
-std::vector<std::string> claim_command(const std::string& key, const claim_request& req) {
-    std::vector<std::string> cmd;
-    cmd.reserve(7);
-    cmd.emplace_back("SET");
-    cmd.push_back(key);
-    cmd.push_back(redis_record::claim_value(req.owner, req.fingerprint,
-                                            req.created_ms != 0 ? req.created_ms : unix_millis()));
-    cmd.emplace_back("NX");
-    cmd.emplace_back("PX");
-    cmd.push_back(millis(req.lease));
-    cmd.emplace_back("GET");
-    return cmd;
-}
+// Holds the arguments it builds; `key` is viewed.
+class claim_command {
+public:
+    claim_command(std::string_view key, const claim_request& req)
+        : key_(key),
+          value_(redis_record::claim_value(req.owner, req.fingerprint,
+                                           req.created_ms != 0 ? req.created_ms : unix_millis())),
+          lease_(millis(req.lease)) {}
+    std::array<std::string_view, 7> args() const noexcept {
+        return {"SET", key_, value_, "NX", "PX", lease_, "GET"};
+    }
+
+private:
+    std::string_view key_;
+    std::string value_;
+    decimal lease_;
+};
 
 // What a claim found in an existing value of layout 2. `value` is the reply's string: a
 // completed record's payload is cut out of it in place.
@@ -737,7 +753,9 @@ net::awaitable<result<claim_result>> redis_store::async_claim(claim_request req)
     if (!c) {
         co_return error_code(errc::unavailable);
     }
-    auto r = co_await impl_->exec(c, claim_command(key, req), true);
+    const claim_command claim(key, req);
+    auto r = co_await impl_->exec(c, claim.args(), true);
+    r.ec = store_error(r.ec);
     if (r.ec) {
         if (r.written && (r.ec == errc::timeout || r.ec == errc::unavailable)) {
             co_return co_await recover_lost_claim(c, key, req, r.ec, 1);
@@ -769,8 +787,7 @@ net::awaitable<result<claim_result>> redis_store::async_claim(claim_request req)
     // -2 when it lapsed meanwhile, which reads as no time left; if it cannot be read, a whole
     // lease).
     out.round_trips = 2;
-    std::vector<std::string> pttl{"PTTL", key};
-    auto left = co_await c.async_exec(std::move(pttl));
+    auto left = co_await c.async_exec(command("PTTL", key));
     out.remaining_lease = req.lease; // unread: the longest it can be, so waiters back off
     if (!left.ec && left.reply.type == redis_reply::kind::integer) {
         out.remaining_lease = duration{std::max<long long>(left.reply.integer, 0)};
@@ -791,8 +808,8 @@ redis_store::recover_lost_claim(redis_route& c, const std::string& key, const cl
         // WAIT counts what its own connection wrote (Redis 7.0 answers one sent before any
         // other command of its connection at once). So the lease is asserted again with the
         // fenced extend, a write that replicates after the claim, and the WAIT goes behind it.
-        std::vector<std::string> args{req.owner, millis(req.lease)};
-        auto held = co_await impl_->eval(c, impl_->extend, key, std::move(args), true);
+        auto held = co_await impl_->eval(c, impl_->extend, key,
+                                         command(req.owner, millis(req.lease)), true);
         out.round_trips = round_trips + 1;
         if (held.ec == errc::not_replicated) {
             co_return held.ec;
@@ -802,8 +819,7 @@ redis_store::recover_lost_claim(redis_route& c, const std::string& key, const cl
         }
         co_return ec;
     }
-    std::vector<std::string> get{"GET", key};
-    auto held = co_await c.async_exec(get);
+    auto held = co_await c.async_exec(command("GET", key));
     out.round_trips = round_trips + 1;
     if (!held.ec && held.reply.type == redis_reply::kind::string) {
         const auto v = redis_record::parse(held.reply.str);
@@ -816,9 +832,7 @@ redis_store::recover_lost_claim(redis_route& c, const std::string& key, const cl
 
 net::awaitable<result<claim_result>> redis_store::claim_v1(redis_route& c, const std::string& key,
                                                            const claim_request& req) {
-    std::vector<std::string> args;
-    args.push_back(req.fingerprint);
-    auto r = co_await impl_->eval(c, impl_->claim_v1, key, std::move(args));
+    auto r = co_await impl_->eval(c, impl_->claim_v1, key, command(req.fingerprint));
     if (r.ec) {
         co_return r.ec;
     }
@@ -848,7 +862,9 @@ net::awaitable<result<claim_result>> redis_store::claim_v1(redis_route& c, const
         break;
     case 4: {
         // The version 1 record lapsed between the two reads: claim it in this layout, once.
-        auto again = co_await impl_->exec(c, claim_command(key, req), true);
+        const claim_command claim(key, req);
+        auto again = co_await impl_->exec(c, claim.args(), true);
+        again.ec = store_error(again.ec);
         if (again.ec) {
             if (again.written && (again.ec == errc::timeout || again.ec == errc::unavailable)) {
                 co_return co_await recover_lost_claim(c, key, req, again.ec, 3);
@@ -891,9 +907,9 @@ net::awaitable<result<fence_status>> redis_store::async_complete(std::string key
         claimed.created_ms != 0
             ? redis_record::claim_value(owner, claimed.fingerprint, claimed.created_ms)
             : redis_record::lease_prefix(owner);
-    std::string record = redis_record::completed_value(lease, payload);
-    std::vector<std::string> args{std::move(lease), std::move(record), millis(ttl)};
-    auto r = co_await impl_->eval(c, impl_->complete, rkey, std::move(args), true);
+    const std::string record = redis_record::completed_value(lease, payload);
+    auto r =
+        co_await impl_->eval(c, impl_->complete, rkey, command(lease, record, millis(ttl)), true);
     co_return to_fence(r);
 }
 
@@ -905,8 +921,7 @@ net::awaitable<result<fence_status>> redis_store::async_release(std::string key,
     if (!c) {
         co_return error_code(errc::unavailable);
     }
-    std::vector<std::string> args{std::move(owner)};
-    auto r = co_await impl_->eval(c, impl_->release, rkey, std::move(args));
+    auto r = co_await impl_->eval(c, impl_->release, rkey, command(owner));
     co_return to_fence(r);
 }
 
@@ -918,8 +933,7 @@ net::awaitable<result<fence_status>> redis_store::async_extend(std::string key, 
     if (!c) {
         co_return error_code(errc::unavailable);
     }
-    std::vector<std::string> args{std::move(owner), millis(lease)};
-    auto r = co_await impl_->eval(c, impl_->extend, rkey, std::move(args));
+    auto r = co_await impl_->eval(c, impl_->extend, rkey, command(owner, millis(lease)));
     co_return to_fence(r);
 }
 
@@ -930,7 +944,7 @@ net::awaitable<result<key_info>> redis_store::async_inspect(std::string key) {
     if (!c) {
         co_return error_code(errc::unavailable);
     }
-    auto r = co_await impl_->eval(c, impl_->inspect, rkey, {});
+    auto r = co_await impl_->eval(c, impl_->inspect, rkey, redis_args());
     if (r.ec) {
         co_return r.ec;
     }
@@ -996,8 +1010,7 @@ net::awaitable<result<purge_status>> redis_store::async_purge(std::string key, b
     if (!c) {
         co_return error_code(errc::unavailable);
     }
-    std::vector<std::string> args{force ? "1" : "0"};
-    auto r = co_await impl_->eval(c, impl_->purge, rkey, std::move(args));
+    auto r = co_await impl_->eval(c, impl_->purge, rkey, command(force ? "1" : "0"));
     if (r.ec) {
         co_return r.ec;
     }
@@ -1025,8 +1038,7 @@ net::awaitable<result<void>> redis_store::async_ping() {
     if (!c) {
         co_return error_code(errc::unavailable);
     }
-    std::vector<std::string> ping{"PING"};
-    auto r = co_await c.async_exec(std::move(ping));
+    auto r = co_await c.async_exec(command("PING"));
     if (r.ec) {
         co_return store_error(r.ec);
     }

@@ -130,9 +130,8 @@ struct echo_state {
 net::awaitable<void> echo_one(redis_client& c, echo_state& st, int i) {
     // Binary payload with the index, so a reply matched to the wrong request cannot pass.
     std::string payload = "v" + std::to_string(i) + std::string(1, '\0') + "x";
-    std::vector<std::string> cmd{"ECHO", payload};
     st.max_in_flight = std::max(st.max_in_flight, ++st.in_flight);
-    auto r = co_await c.async_exec(std::move(cmd));
+    auto r = co_await c.async_exec(redis::command("ECHO", payload));
     --st.in_flight;
     if (!r.ec && r.reply.type == redis::redis_reply::kind::string && r.reply.str == payload) {
         ++st.correct;
@@ -334,8 +333,8 @@ TEST_CASE("redis store: survives a restart (appendonly): in-flight commands fail
     net::co_spawn(
         env.ioc,
         [](redis_client& c, std::shared_ptr<outcome> out) -> net::awaitable<void> {
-            std::vector<std::string> cmd{"BLPOP", unique("nothing"), "0"};
-            out->r = co_await c.async_exec(std::move(cmd));
+            const std::string list = unique("nothing");
+            out->r = co_await c.async_exec(redis::command("BLPOP", list, "0"));
             out->done = true;
         }(env.client(), blocked),
         net::detached);

@@ -1,8 +1,9 @@
 #pragma once
 // An Asio-native, pipelined Redis connection (SPEC §5), modelled on Boost.Redis's multiplexer.
 //
-// - The socket is ours (plain TCP, or TLS through asio::ssl for rediss://); hiredis is used as a
-//   codec only (redisFormatCommandArgv to encode, redisReader to decode), inside the .cpp.
+// - The socket is ours (plain TCP, or TLS through asio::ssl for rediss://); hiredis's reply
+//   reader decodes, inside the .cpp, and commands are encoded straight from the caller's
+//   argument views (redis_args) into the write buffer.
 // - Many commands in flight: every request joins a FIFO of pending requests, and replies are
 //   matched to it in order. Commands issued in one event-loop turn leave in one write. That
 //   pipeline is an I/O-free component (src/redis/redis_multiplexer.hpp); the socket code here
@@ -21,6 +22,7 @@
 // object does no locking. The handle is cheap to move; the shared state lives until its last
 // coroutine finishes, so destroying the handle while operations are pending is safe.
 
+#include "onceproxy/redis/redis_args.hpp"
 #include "onceproxy/redis/redis_reply.hpp"
 #include "onceproxy/redis/redis_url.hpp"
 
@@ -152,9 +154,10 @@ public:
     /// start (a stable connection was just lost, or a new master was announced): then it waits for
     /// that attempt first (at most command_timeout) and its reply gets a command_timeout of its
     /// own. Runs on the client's executor.
-    /// On a ready connection the command is queued by the call itself (`args` is not used
-    /// afterwards); the awaitable waits for the reply.
-    boost::asio::awaitable<redis_exec_result> async_exec(const std::vector<std::string>& args);
+    /// The command is encoded by the call itself (on a ready connection into the write buffer,
+    /// else into a copy of its own): the bytes of `args` are not used afterwards; the awaitable
+    /// waits for the reply.
+    boost::asio::awaitable<redis_exec_result> async_exec(redis_args args);
 
     /// durability replicated: sends `args` and then waits for a WAIT (`wait`, e.g. {"WAIT",
     /// "1", "50"}) that follows it on the same connection; the results of both. The WAITs of
@@ -167,20 +170,17 @@ public:
     /// when `args` failed or came back an error reply. Waits for a connection under way as
     /// async_exec does. Keep `args` and `wait` alive while awaiting.
     boost::asio::awaitable<std::pair<redis_exec_result, redis_exec_result>>
-    async_exec_replicated(const std::vector<std::string>& args,
-                          const std::vector<std::string>& wait);
+    async_exec_replicated(redis_args args, redis_args wait);
 
     /// A shared WAIT (`wait`, as async_exec_replicated) behind everything sent on the current
     /// connection so far, e.g. after a command's reply; errc::unavailable when not ready. Keep
     /// `wait` alive while awaiting.
-    boost::asio::awaitable<redis_exec_result>
-    async_wait_replicas(const std::vector<std::string>& wait);
+    boost::asio::awaitable<redis_exec_result> async_wait_replicas(redis_args wait);
 
     /// Redis Cluster: sends `ASKING` and then `args` back to back on this connection (nothing
     /// else between them) and returns the reply to `args`, as async_exec does. Fails with
     /// errc::unavailable at once when the connection is not ready.
-    boost::asio::awaitable<redis_exec_result>
-    async_exec_asking(const std::vector<std::string>& args);
+    boost::asio::awaitable<redis_exec_result> async_exec_asking(redis_args args);
 
     /// Waits until the connection is ready or `timeout` elapses; true when ready.
     boost::asio::awaitable<bool> async_wait_ready(std::chrono::milliseconds timeout);

@@ -124,8 +124,7 @@ public:
     /// max_redirects comes back as its error reply. errc::unavailable when no slot map is
     /// known within command_timeout. `key` and `args` are read until the awaitable completes:
     /// keep them alive while awaiting it (as a co_await of the call does).
-    boost::asio::awaitable<redis_exec_result> async_exec(std::string_view key,
-                                                         const std::vector<std::string>& args);
+    boost::asio::awaitable<redis_exec_result> async_exec(std::string_view key, redis_args args);
 
     /// async_exec of `args`, then a WAIT (`wait`) on the very connection that ran it (after
     /// any MOVED or ASK), shared as redis_client::async_wait_replicas shares it: durability
@@ -134,8 +133,7 @@ public:
     /// and its result is errc::unavailable, written, when that connection was replaced in
     /// between. Keep `key`, `args` and `wait` alive while awaiting.
     boost::asio::awaitable<std::pair<redis_exec_result, redis_exec_result>>
-    async_exec_replicated(std::string_view key, const std::vector<std::string>& args,
-                          const std::vector<std::string>& wait);
+    async_exec_replicated(std::string_view key, redis_args args, redis_args wait);
 
     /// Waits until a slot map is known and the master of `key`'s slot is connected, or
     /// `timeout` passes; true when ready.
@@ -171,13 +169,12 @@ public:
 
     /// As redis_client::async_exec or redis_cluster::async_exec (keep `args` alive while
     /// awaiting).
-    boost::asio::awaitable<redis_exec_result> async_exec(const std::vector<std::string>& args);
+    boost::asio::awaitable<redis_exec_result> async_exec(redis_args args);
     /// `args`, then a shared WAIT (`wait`) behind it on the same connection:
     /// redis_client::async_exec_replicated on a single node, or
     /// redis_cluster::async_exec_replicated.
     boost::asio::awaitable<std::pair<redis_exec_result, redis_exec_result>>
-    async_exec_replicated(const std::vector<std::string>& args,
-                          const std::vector<std::string>& wait);
+    async_exec_replicated(redis_args args, redis_args wait);
     boost::asio::awaitable<bool> async_wait_ready(std::chrono::milliseconds timeout);
 
 private:

@@ -6,6 +6,7 @@
 
 #include <memory>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -50,6 +51,22 @@ TEST_CASE("redis_multiplexer: commands added in a row leave in one write, RESP-e
     CHECK(a->st == redis_request::state::written);
     CHECK(b->written);
     CHECK(written(m).empty());
+}
+
+TEST_CASE(
+    "redis_multiplexer: arguments of any length are encoded exactly, from any range of views") {
+    redis_multiplexer m;
+    const std::string big(12345, 'x');
+    const std::string key = "k";
+    const auto args = onceproxy::redis::command("SET", key, "", big); // an array of views
+    REQUIRE(m.add(request(), args));
+    const std::vector<std::string_view> ten(10, "a"); // a two-digit argument count
+    REQUIRE(m.add(request(), ten));
+    std::string want = "*4\r\n$3\r\nSET\r\n$1\r\nk\r\n$0\r\n\r\n$12345\r\n" + big + "\r\n*10\r\n";
+    for (int i = 0; i < 10; ++i) {
+        want += "$1\r\na\r\n";
+    }
+    CHECK(written(m) == want);
 }
 
 TEST_CASE("redis_multiplexer: replies split anywhere reach their requests in order") {
@@ -279,12 +296,12 @@ TEST_CASE("redis_multiplexer: close fails what waits; on_done runs exactly once"
 
 namespace {
 
-const std::vector<std::string> wait_cmd{"WAIT", "1", "50"};
+const std::vector<std::string_view> wait_cmd{"WAIT", "1", "50"};
 constexpr const char* wait_wire = "*3\r\n$4\r\nWAIT\r\n$1\r\n1\r\n$2\r\n50\r\n";
 constexpr const char* get_wire = "*2\r\n$3\r\nGET\r\n$1\r\nk\r\n";
 
 std::shared_ptr<redis_request> join(redis_multiplexer& m,
-                                    const std::vector<std::string>& wait = wait_cmd) {
+                                    onceproxy::redis::redis_args wait = wait_cmd) {
     return m.join_wait(wait, [] { return request(); });
 }
 

@@ -61,3 +61,58 @@ TEST_CASE("resp_reader: an array header with an absurd element count is refused,
     REQUIRE(ok.next(rep) == resp_reader::status::reply);
     CHECK(rep.elements.size() == 1000);
 }
+
+TEST_CASE(
+    "resp_reader: nested arrays, split anywhere, and arrays longer than their first reserve") {
+    static constexpr char wire[] = "*3\r\n*2\r\n:1\r\n*1\r\n$2\r\nab\r\n*0\r\n*-1\r\n+OK\r\n";
+    const std::string bytes(wire, sizeof wire - 1);
+    for (std::size_t split = 0; split <= bytes.size(); ++split) {
+        CAPTURE(split);
+        resp_reader r;
+        std::vector<redis_reply> got;
+        for (const auto& part : {bytes.substr(0, split), bytes.substr(split)}) {
+            REQUIRE(r.feed(part.data(), part.size()) == resp_reader::status::need_more);
+            redis_reply rep;
+            while (r.next(rep) == resp_reader::status::reply) {
+                got.push_back(rep);
+            }
+        }
+        REQUIRE(got.size() == 2);
+        const auto& top = got[0];
+        REQUIRE(top.type == redis_reply::kind::array);
+        REQUIRE(top.elements.size() == 3);
+        REQUIRE(top.elements[0].elements.size() == 2);
+        CHECK(top.elements[0].elements[0].integer == 1);
+        REQUIRE(top.elements[0].elements[1].elements.size() == 1);
+        CHECK(top.elements[0].elements[1].elements[0].str == "ab");
+        CHECK(top.elements[1].type == redis_reply::kind::array);
+        CHECK(top.elements[1].elements.empty());
+        CHECK(top.elements[2].type == redis_reply::kind::nil);
+        CHECK(got[1].type == redis_reply::kind::status);
+        CHECK(got[1].str == "OK");
+    }
+
+    // Elements beyond the first reserve move while the array grows; each keeps its contents.
+    std::string many = "*3000\r\n";
+    for (int i = 0; i < 3000; ++i) {
+        many += "*2\r\n:" + std::to_string(i) + "\r\n$1\r\nv\r\n";
+    }
+    resp_reader r;
+    r.feed(many.data(), many.size());
+    redis_reply rep;
+    REQUIRE(r.next(rep) == resp_reader::status::reply);
+    REQUIRE(rep.elements.size() == 3000);
+    for (int i = 0; i < 3000; ++i) {
+        REQUIRE(rep.elements[static_cast<std::size_t>(i)].elements.size() == 2);
+        CHECK(rep.elements[static_cast<std::size_t>(i)].elements[0].integer == i);
+        CHECK(rep.elements[static_cast<std::size_t>(i)].elements[1].str == "v");
+    }
+}
+
+TEST_CASE("resp_reader: a reply cut by a protocol error leaves nothing behind") {
+    resp_reader r;
+    const std::string bad = "*2\r\n$3\r\nabc\r\n!junk\r\n";
+    r.feed(bad.data(), bad.size());
+    redis_reply rep;
+    CHECK(r.next(rep) == resp_reader::status::protocol_error);
+}
