@@ -461,8 +461,8 @@ response answer_whole(exchange_state& s, core::idempotency_status st) {
 /// respond: the upstream response, with the Idempotency-Status of the action. An answer too
 /// large to hold streams (one the engine did not record: released, or the lease lost), or
 /// already streamed (the stream action): nothing left to write then. An HTTP/1.1 client's
-/// answer held whole is written here, its head serialised from the upstream's (no edits of
-/// its header map) and its body from where it is held; an HTTP/2 stream gets answer_whole's.
+/// answer held whole is left pending, its head serialised from the upstream's (no edits of its
+/// header map) and its body sent from where it is held; an HTTP/2 stream gets answer_whole's.
 net::awaitable<response> do_respond(exchange_state& s, core::idempotency_status st) {
     if (!s.streamed && s.upstream_result->rest) {
         co_await relay_answer(s, st);
@@ -508,11 +508,11 @@ std::string_view replay_date() {
     return text;
 }
 
-/// replay: the record's answer. An HTTP/1.1 client's is written here, its head serialised from
-/// the record and its body sent from where the record keeps it, as a streamed answer is (the
-/// server has nothing left to write); an HTTP/2 stream gets replay_response's, as does a
-/// record that does not decode (its problem answer).
-net::awaitable<response> do_replay(exchange_state& s) {
+/// replay: the record's answer. An HTTP/1.1 client's is left pending, its head serialised from
+/// the record and its body sent from where the record keeps it (the server has nothing left to
+/// write); an HTTP/2 stream gets replay_response's, as does a record that does not decode (its
+/// problem answer).
+response do_replay(exchange_state& s) {
     const bool stripe = s.route.idempotency.stripe_compat;
     auto& t = s.target;
     std::optional<core::response_record_view> rec;
@@ -520,14 +520,14 @@ net::awaitable<response> do_replay(exchange_state& s) {
         rec = core::decode_record_view(s.claimed_record);
     }
     if (!rec) {
-        co_return replay_response(std::move(s.claimed_record), stripe, replay_date(),
-                                  &s.report.trailers);
+        return replay_response(std::move(s.claimed_record), stripe, replay_date(),
+                               &s.report.trailers);
     }
     const bool keep = client_may_keep(t);
     const auto body =
         serialize_replay_head(*rec, stripe, replay_date(), keep, t.head_request, t.client.scratch);
     s.pending = exchange_state::pending_answer{rec->status, body, keep};
-    co_return response{};
+    return response{};
 }
 
 /// passthrough (fail-open, or an optional route without a key): forward unprotected.
@@ -570,7 +570,7 @@ net::awaitable<std::optional<response>> drive(std::shared_ptr<exchange_state> s,
             a = co_await do_release(*s);
             break;
         case core::action_kind::replay:
-            co_return co_await do_replay(*s);
+            co_return do_replay(*s);
         case core::action_kind::respond:
             co_return co_await do_respond(*s, a.status_header);
         case core::action_kind::reject:
