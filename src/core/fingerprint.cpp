@@ -5,6 +5,7 @@
 
 #include <openssl/evp.h>
 
+#include <algorithm>
 #include <array>
 #include <cassert>
 #include <cstdint>
@@ -59,7 +60,8 @@ public:
                 return;
             }
         }
-        std::memcpy(buf_.data() + used_, data.data(), data.size());
+        // (std::copy: an empty view may have no data pointer, which memcpy may not be given.)
+        std::copy(data.begin(), data.end(), buf_.begin() + static_cast<std::ptrdiff_t>(used_));
         used_ += data.size();
     }
 

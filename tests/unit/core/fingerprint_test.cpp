@@ -133,6 +133,18 @@ TEST_CASE("no collision by concatenation of fields") {
           core::principal_hash(std::vector<header_view>{{"x-ab", "c"}}));
 }
 
+TEST_CASE("an empty field hashes the same whether its view has bytes behind it or none") {
+    // A client_cert route without a subject (the keys API asked without a principal) hashes a
+    // default-constructed view: no data pointer at all.
+    const std::string empty;
+    CHECK(core::principal_hash(
+              std::vector<header_view>{{":client-certificate", std::string_view()}}) ==
+          core::principal_hash(std::vector<header_view>{{":client-certificate", empty}}));
+    fingerprint_input none = json_post(std::string_view());
+    fingerprint_input some = json_post(empty);
+    CHECK(fp(none) == fp(some));
+}
+
 TEST_CASE("invalid or non-JSON bodies are hashed raw, never an error") {
     for (const std::string_view body : {"{not json", "", "\xff\xfe", "{\"a\":1,\"a\":2}"}) {
         auto in = json_post(body);
