@@ -8,21 +8,31 @@
 using onceproxy::redis::redis_reply;
 using onceproxy::redis::resp_reader;
 
+namespace {
+
+/// The replies read from `bytes` fed in two reads, the first of `split` bytes.
+std::vector<redis_reply> read_split(const std::string& bytes, std::size_t split) {
+    resp_reader r;
+    std::vector<redis_reply> got;
+    for (const auto& part : {bytes.substr(0, split), bytes.substr(split)}) {
+        REQUIRE(r.feed(part.data(), part.size()) == resp_reader::status::need_more);
+        redis_reply rep;
+        while (r.next(rep) == resp_reader::status::reply) {
+            got.push_back(rep);
+        }
+    }
+    return got;
+}
+
+} // namespace
+
 TEST_CASE("resp_reader: replies split anywhere across reads come out whole and in order") {
     static constexpr char wire[] =
         "+OK\r\n$5\r\nhe\0lo\r\n:42\r\n*2\r\n$1\r\na\r\n$-1\r\n-ERR boom\r\n";
     const std::string bytes(wire, sizeof wire - 1);
     for (std::size_t split = 0; split <= bytes.size(); ++split) {
         CAPTURE(split);
-        resp_reader r;
-        std::vector<redis_reply> got;
-        for (const auto& part : {bytes.substr(0, split), bytes.substr(split)}) {
-            REQUIRE(r.feed(part.data(), part.size()) == resp_reader::status::need_more);
-            redis_reply rep;
-            while (r.next(rep) == resp_reader::status::reply) {
-                got.push_back(rep);
-            }
-        }
+        const auto got = read_split(bytes, split);
         REQUIRE(got.size() == 5);
         CHECK(got[0].type == redis_reply::kind::status);
         CHECK(got[0].str == "OK");
@@ -68,15 +78,7 @@ TEST_CASE(
     const std::string bytes(wire, sizeof wire - 1);
     for (std::size_t split = 0; split <= bytes.size(); ++split) {
         CAPTURE(split);
-        resp_reader r;
-        std::vector<redis_reply> got;
-        for (const auto& part : {bytes.substr(0, split), bytes.substr(split)}) {
-            REQUIRE(r.feed(part.data(), part.size()) == resp_reader::status::need_more);
-            redis_reply rep;
-            while (r.next(rep) == resp_reader::status::reply) {
-                got.push_back(rep);
-            }
-        }
+        const auto got = read_split(bytes, split);
         REQUIRE(got.size() == 2);
         const auto& top = got[0];
         REQUIRE(top.type == redis_reply::kind::array);
