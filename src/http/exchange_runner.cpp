@@ -475,12 +475,13 @@ net::awaitable<response> do_respond(exchange_state& s, core::idempotency_status 
     }
     const auto& res = s.upstream_result->res;
     const unsigned status = res.result_int();
-    const bool no_body = s.target.head_request || status < 200 || status == 204 || status == 304;
-    const bool keep = client_may_keep(s.target);
+    // Held whole, so its length is known: never re-chunked, never close-delimited.
+    const auto f = frame_response(status, s.target.head_request, true, s.target.client_version,
+                                  client_may_keep(s.target));
     serialize_answer_head(res, st, st == core::idempotency_status::stored ? s.expires : "", false,
-                          no_body ? std::nullopt : std::optional(res.body().size()), keep,
+                          f.no_body ? std::nullopt : std::optional(res.body().size()), f.keep,
                           s.target.client.scratch);
-    s.pending = exchange_state::pending_answer{status, res.body(), keep};
+    s.pending = exchange_state::pending_answer{status, res.body(), f.keep};
     co_return response{};
 }
 

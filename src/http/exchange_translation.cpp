@@ -293,6 +293,20 @@ bool bodiless(unsigned status) noexcept {
     return status < 200 || status == 204 || status == 304;
 }
 
+/// The end of a head: Content-Length `length` when given, Connection: close unless `keep`,
+/// then the blank line.
+void end_head(std::optional<std::size_t> length, bool keep, std::string& out) {
+    if (length) {
+        char digits[24];
+        const auto n = std::to_chars(std::begin(digits), std::end(digits), *length).ptr;
+        out.append("Content-Length: ").append(digits, n).append("\r\n");
+    }
+    if (!keep) {
+        out.append("Connection: close\r\n");
+    }
+    out.append("\r\n");
+}
+
 } // namespace
 
 response replay_response(std::string encoded, bool stripe_compat, std::string_view date,
@@ -350,15 +364,7 @@ std::string_view serialize_replay_head(const core::response_record_view& rec, bo
         out.append(stripe_name).append(": true\r\n");
     }
     const bool body = !bodiless(rec.status);
-    if (body) {
-        char digits[24];
-        const auto n = std::to_chars(std::begin(digits), std::end(digits), rec.body.size()).ptr;
-        out.append("Content-Length: ").append(digits, n).append("\r\n");
-    }
-    if (!keep) {
-        out.append("Connection: close\r\n");
-    }
-    out.append("\r\n");
+    end_head(body ? std::optional(rec.body.size()) : std::nullopt, keep, out);
     return body && !head_request ? rec.body : std::string_view();
 }
 
@@ -405,15 +411,7 @@ void serialize_answer_head(const response& upstream_head, core::idempotency_stat
     if (chunked) {
         out.append("Transfer-Encoding: chunked\r\n");
     }
-    if (length && !has_length) {
-        char digits[24];
-        const auto n = std::to_chars(std::begin(digits), std::end(digits), *length).ptr;
-        out.append("Content-Length: ").append(digits, n).append("\r\n");
-    }
-    if (!keep) {
-        out.append("Connection: close\r\n");
-    }
-    out.append("\r\n");
+    end_head(has_length ? std::nullopt : length, keep, out);
 }
 
 std::string upstream_limit_detail(upstream::forward_status s, std::string_view upstream_name) {
