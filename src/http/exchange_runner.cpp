@@ -160,12 +160,13 @@ private:
 
 net::awaitable<core::action> do_claim(exchange_state& s, core::action a) {
     store_op op(s);
-    // Named, then moved: g++ 12 destroys a braced temporary argument of a coroutine twice
-    // inside a co_await expression.
+    // Named, then passed: g++ 12 destroys a braced temporary argument of a coroutine twice
+    // inside a co_await expression. Views of the state's strings, which outlive the claim.
     s.created_ms = unix_millis();
-    store::claim_request creq{s.store_key, s.fingerprint, s.owner, a.lease, s.holder, s.created_ms};
+    const store::claim_request creq{s.store_key, s.fingerprint, s.owner,
+                                    a.lease,     s.holder,      s.created_ms};
     ++s.round_trips;
-    auto r = co_await s.env.st->async_claim(std::move(creq));
+    auto r = co_await s.env.st->async_claim(creq);
     if (r && r->round_trips > 1) {
         s.round_trips += r->round_trips - 1;
     }
@@ -410,9 +411,7 @@ net::awaitable<core::action> do_wait(exchange_state& s, core::action a) {
 
 net::awaitable<core::action> do_extend(exchange_state& s, core::action a) {
     store_op op(s);
-    std::string k = s.store_key;
-    std::string o = s.owner;
-    auto r = co_await s.env.st->async_extend(std::move(k), std::move(o), a.lease);
+    auto r = co_await s.env.st->async_extend(s.store_key, s.owner, a.lease);
     op.done(r);
     co_return s.fsm.on_extend(to_fence_event(r), clock::now());
 }
@@ -426,23 +425,19 @@ net::awaitable<core::action> do_complete(exchange_state& s, core::action a) {
         s.payload_kind = record_kind_of(a, res);
     }
     store_op op(s);
-    std::string k = s.store_key;
-    std::string o = s.owner;
-    std::string payload = *s.payload;
-    store::claimed_lease claimed{s.fingerprint, s.created_ms}; // what do_claim's request wrote
+    // Named, then passed: see do_claim. What do_claim's request wrote.
+    const store::claimed_lease claimed{s.fingerprint, s.created_ms};
     ++s.round_trips;
-    auto r = co_await s.env.st->async_complete(std::move(k), std::move(o), std::move(payload),
-                                               a.ttl, s.payload_kind, std::move(claimed));
+    auto r = co_await s.env.st->async_complete(s.store_key, s.owner, *s.payload, a.ttl,
+                                               s.payload_kind, claimed);
     op.done(r);
     co_return s.fsm.on_complete(to_fence_event(r), clock::now());
 }
 
 net::awaitable<core::action> do_release(exchange_state& s) {
     store_op op(s);
-    std::string k = s.store_key;
-    std::string o = s.owner;
     ++s.round_trips;
-    auto r = co_await s.env.st->async_release(std::move(k), std::move(o));
+    auto r = co_await s.env.st->async_release(s.store_key, s.owner);
     op.done(r);
     co_return s.fsm.on_release(to_fence_event(r), clock::now());
 }

@@ -198,7 +198,9 @@ std::size_t memory_store::entry_count() const {
 result<claim_result> memory_store::claim(const claim_request& req) {
     const std::size_t bytes = req.key.size() + req.fingerprint.size() + req.owner.size() +
                               req.holder.size() + entry_overhead;
-    shard& s = shard_for(req.key);
+    const std::string key(req.key);
+    const std::string holder(req.holder);
+    shard& s = shard_for(key);
     bool swept = false;
     // A few rounds at most: each after make_room freed something (another thread may take it).
     for (int round = 0; round < 4; ++round) {
@@ -207,7 +209,7 @@ result<claim_result> memory_store::claim(const claim_request& req) {
             std::lock_guard lock(s.mutex);
             const time_point now = now_();
             reap(s, now, reap_per_operation);
-            if (entry* e = find_live(s, req.key, now)) {
+            if (entry* e = find_live(s, key, now)) {
                 claim_result r;
                 if (e->fingerprint != req.fingerprint) {
                     r.status = claim_status::mismatch;
@@ -221,21 +223,21 @@ result<claim_result> memory_store::claim(const claim_request& req) {
                 }
                 return r;
             }
-            why = try_charge(req.holder, bytes, true);
+            why = try_charge(holder, bytes, true);
             if (why == charge_status::ok) {
                 const time_point expiry = now + at_least_1ms(req.lease);
-                s.entries.insert_or_assign(req.key, entry{.fingerprint = req.fingerprint,
-                                                          .owner = req.owner,
-                                                          .holder = req.holder,
-                                                          .expiry = expiry,
-                                                          .claimed = now,
-                                                          .created_ms = created_ms_of(req),
-                                                          .charged = bytes});
-                s.expiries.push(expiry_item{expiry, req.key});
+                s.entries.insert_or_assign(key, entry{.fingerprint = std::string(req.fingerprint),
+                                                      .owner = std::string(req.owner),
+                                                      .holder = holder,
+                                                      .expiry = expiry,
+                                                      .claimed = now,
+                                                      .created_ms = created_ms_of(req),
+                                                      .charged = bytes});
+                s.expiries.push(expiry_item{expiry, key});
                 return claim_result{claim_status::acquired, duration{0}, {}};
             }
         }
-        if (!make_room(why, req.holder, bytes, swept)) {
+        if (!make_room(why, holder, bytes, swept)) {
             return make_error_code(why == charge_status::holder_full ? errc::holder_full
                                                                      : errc::store_full);
         }
@@ -368,19 +370,20 @@ boost::asio::awaitable<result<claim_result>> memory_store::async_claim(claim_req
 }
 
 boost::asio::awaitable<result<fence_status>>
-memory_store::async_complete(std::string key, std::string owner, std::string payload, duration ttl,
-                             record_kind kind, claimed_lease /*claimed: the owner fences alone*/) {
-    co_return complete(key, owner, std::move(payload), ttl, kind);
+memory_store::async_complete(std::string_view key, std::string_view owner, std::string_view payload,
+                             duration ttl, record_kind kind,
+                             claimed_lease /*claimed: the owner fences alone*/) {
+    co_return complete(std::string(key), std::string(owner), std::string(payload), ttl, kind);
 }
 
-boost::asio::awaitable<result<fence_status>> memory_store::async_release(std::string key,
-                                                                         std::string owner) {
-    co_return release(key, owner);
+boost::asio::awaitable<result<fence_status>> memory_store::async_release(std::string_view key,
+                                                                         std::string_view owner) {
+    co_return release(std::string(key), std::string(owner));
 }
 
 boost::asio::awaitable<result<fence_status>>
-memory_store::async_extend(std::string key, std::string owner, duration lease) {
-    co_return extend(key, owner, lease);
+memory_store::async_extend(std::string_view key, std::string_view owner, duration lease) {
+    co_return extend(std::string(key), std::string(owner), lease);
 }
 
 boost::asio::awaitable<open_report> memory_store::async_open() {

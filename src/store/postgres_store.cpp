@@ -727,8 +727,9 @@ net::awaitable<result<claim_result>> postgres_store::async_claim(claim_request r
     };
     if (impl_->cfg.lookup_before_claim) {
         ++trips;
-        std::vector<pg_param> params{pg_param::text(key), pg_param::binary(req.fingerprint),
-                                     pg_param::binary(req.owner)};
+        std::vector<pg_param> params{pg_param::text(key),
+                                     pg_param::binary(std::string(req.fingerprint)),
+                                     pg_param::binary(std::string(req.owner))};
         auto r = co_await impl_->exec(stmt::lookup, std::move(params), true);
         if (r.ec) {
             co_return store_error_of(r);
@@ -738,9 +739,10 @@ net::awaitable<result<claim_result>> postgres_store::async_claim(claim_request r
         }
     }
     ++trips;
-    std::vector<pg_param> params{pg_param::text(std::move(key)), pg_param::binary(req.fingerprint),
-                                 pg_param::binary(req.owner), text_param(req.lease.count()),
-                                 text_param(req.created_ms)};
+    std::vector<pg_param> params{pg_param::text(std::move(key)),
+                                 pg_param::binary(std::string(req.fingerprint)),
+                                 pg_param::binary(std::string(req.owner)),
+                                 text_param(req.lease.count()), text_param(req.created_ms)};
     auto r = co_await impl_->exec(stmt::claim, std::move(params), true);
     if (r.ec) {
         co_return store_error_of(r);
@@ -761,26 +763,27 @@ result<fence_status> fenced(const pg_result& r) {
 } // namespace
 
 net::awaitable<result<fence_status>>
-postgres_store::async_complete(std::string key, std::string owner, std::string payload,
-                               duration ttl, record_kind kind,
+postgres_store::async_complete(std::string_view key, std::string_view owner,
+                               std::string_view payload, duration ttl, record_kind kind,
                                claimed_lease /*claimed: the owner fences alone*/) {
-    std::vector<pg_param> params{pg_param::text(row_key(key)), pg_param::binary(std::move(owner)),
-                                 pg_param::binary(std::move(payload)), text_param(ttl.count()),
+    std::vector<pg_param> params{pg_param::text(row_key(key)), pg_param::binary(std::string(owner)),
+                                 pg_param::binary(std::string(payload)), text_param(ttl.count()),
                                  text_param(kind == record_kind::evictable ? 1 : 0)};
     const auto r = co_await impl_->exec(stmt::complete, std::move(params), true);
     co_return fenced(r);
 }
 
-net::awaitable<result<fence_status>> postgres_store::async_release(std::string key,
-                                                                   std::string owner) {
-    std::vector<pg_param> params{pg_param::text(row_key(key)), pg_param::binary(std::move(owner))};
+net::awaitable<result<fence_status>> postgres_store::async_release(std::string_view key,
+                                                                   std::string_view owner) {
+    std::vector<pg_param> params{pg_param::text(row_key(key)),
+                                 pg_param::binary(std::string(owner))};
     const auto r = co_await impl_->exec(stmt::release, std::move(params), false);
     co_return fenced(r);
 }
 
 net::awaitable<result<fence_status>>
-postgres_store::async_extend(std::string key, std::string owner, duration lease) {
-    std::vector<pg_param> params{pg_param::text(row_key(key)), pg_param::binary(std::move(owner)),
+postgres_store::async_extend(std::string_view key, std::string_view owner, duration lease) {
+    std::vector<pg_param> params{pg_param::text(row_key(key)), pg_param::binary(std::string(owner)),
                                  text_param(lease.count())};
     const auto r = co_await impl_->exec(stmt::extend, std::move(params), true);
     co_return fenced(r);

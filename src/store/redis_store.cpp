@@ -891,10 +891,9 @@ net::awaitable<result<claim_result>> redis_store::claim_v1(redis_route& c, const
     co_return out;
 }
 
-net::awaitable<result<fence_status>> redis_store::async_complete(std::string key, std::string owner,
-                                                                 std::string payload, duration ttl,
-                                                                 record_kind kind,
-                                                                 claimed_lease claimed) {
+net::awaitable<result<fence_status>>
+redis_store::async_complete(std::string_view key, std::string_view owner, std::string_view payload,
+                            duration ttl, record_kind kind, claimed_lease claimed) {
     // Redis keeps every record for its ttl whatever it holds: its own maxmemory bounds it.
     (void)kind;
     auto ex = co_await net::this_coro::executor;
@@ -913,8 +912,8 @@ net::awaitable<result<fence_status>> redis_store::async_complete(std::string key
     co_return to_fence(r);
 }
 
-net::awaitable<result<fence_status>> redis_store::async_release(std::string key,
-                                                                std::string owner) {
+net::awaitable<result<fence_status>> redis_store::async_release(std::string_view key,
+                                                                std::string_view owner) {
     auto ex = co_await net::this_coro::executor;
     std::string rkey = redis_key(key);
     auto c = impl_->route(ex, rkey);
@@ -925,8 +924,8 @@ net::awaitable<result<fence_status>> redis_store::async_release(std::string key,
     co_return to_fence(r);
 }
 
-net::awaitable<result<fence_status>> redis_store::async_extend(std::string key, std::string owner,
-                                                               duration lease) {
+net::awaitable<result<fence_status>>
+redis_store::async_extend(std::string_view key, std::string_view owner, duration lease) {
     auto ex = co_await net::this_coro::executor;
     std::string rkey = redis_key(key);
     auto c = impl_->route(ex, rkey);

@@ -113,14 +113,24 @@ inline constexpr store::duration suite_lease{300};
 inline constexpr store::duration suite_ttl{600};
 inline constexpr store::duration suite_margin{100};
 
-inline store::claim_request make_claim(std::string key, std::string fingerprint, std::string owner,
-                                       store::duration lease = suite_lease) {
-    return store::claim_request{std::move(key), std::move(fingerprint), std::move(owner), lease};
+/// A claim's strings, owned: a store::claim_request only views them, for as long as this lives.
+struct owned_claim {
+    std::string key;
+    std::string fingerprint;
+    std::string owner;
+    store::duration lease = suite_lease;
+    std::string holder{};
+    operator store::claim_request() const { return {key, fingerprint, owner, lease, holder}; }
+};
+
+inline owned_claim make_claim(std::string key, std::string fingerprint, std::string owner,
+                              store::duration lease = suite_lease) {
+    return {std::move(key), std::move(fingerprint), std::move(owner), lease};
 }
 
 template <class Fixture>
-store::claim_result claim(Fixture& f, store::claim_request req) {
-    auto r = f.run(f.store().async_claim(std::move(req)));
+store::claim_result claim(Fixture& f, const owned_claim& req) {
+    auto r = f.run(f.store().async_claim(req));
     REQUIRE_MESSAGE(r.has_value(), "claim failed: " << r.error().message());
     return std::move(*r);
 }
@@ -180,8 +190,9 @@ claim_concurrently(store::store& s, std::string key, std::size_t n) {
     for (std::size_t i = 0; i < n; ++i) {
         auto one = [](store::store& st, std::shared_ptr<shared> state, std::string k,
                       std::size_t index, std::size_t total) -> boost::asio::awaitable<void> {
-            auto r = co_await st.async_claim(
-                make_claim(std::move(k), "fp-concurrent", "owner-" + std::to_string(index)));
+            const auto req =
+                make_claim(std::move(k), "fp-concurrent", "owner-" + std::to_string(index));
+            auto r = co_await st.async_claim(req);
             if (r) {
                 state->statuses.push_back(r->status);
             } else {

@@ -839,11 +839,11 @@ TEST_CASE("redis store, durability replicated: the claims of one connection shar
         tally t;
         int left = n;
         for (int i = 0; i < n; ++i) {
-            store::claim_request req{unique("shared-wait"), "fp", "me", 30'000ms};
             net::co_spawn(
                 env.ioc,
-                [&, req = std::move(req)]() mutable -> net::awaitable<void> {
-                    auto r = co_await env.store->async_claim(std::move(req));
+                [&, key = unique("shared-wait")]() -> net::awaitable<void> {
+                    const store::claim_request req{key, "fp", "me", 30'000ms};
+                    auto r = co_await env.store->async_claim(req);
                     if (r.has_value() && r->status == claim_status::acquired) {
                         ++t.acquired;
                     } else if (!r.has_value() && r.error() == store::errc::not_replicated) {
@@ -969,9 +969,9 @@ TEST_CASE("redis store: one connection per worker executor, used from worker thr
             co_await s.client_for(ex)->async_wait_ready(2s);
         }
         for (int i = 0; i < 50; ++i) {
-            store::claim_request req{key, "fp", "w" + std::to_string(w) + "-" + std::to_string(i),
-                                     30'000ms};
-            auto r = co_await st.async_claim(std::move(req));
+            const std::string owner = "w" + std::to_string(w) + "-" + std::to_string(i);
+            const store::claim_request req{key, "fp", owner, 30'000ms};
+            auto r = co_await st.async_claim(req);
             if (!r.has_value()) {
                 ++failed;
             } else if (r->status == claim_status::acquired) {

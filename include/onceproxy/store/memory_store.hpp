@@ -78,14 +78,13 @@ public:
     void close() override;
 
     boost::asio::awaitable<result<claim_result>> async_claim(claim_request req) override;
-    boost::asio::awaitable<result<fence_status>> async_complete(std::string key, std::string owner,
-                                                                std::string payload, duration ttl,
-                                                                record_kind kind,
-                                                                claimed_lease claimed) override;
-    boost::asio::awaitable<result<fence_status>> async_release(std::string key,
-                                                               std::string owner) override;
-    boost::asio::awaitable<result<fence_status>> async_extend(std::string key, std::string owner,
-                                                              duration lease) override;
+    boost::asio::awaitable<result<fence_status>>
+    async_complete(std::string_view key, std::string_view owner, std::string_view payload,
+                   duration ttl, record_kind kind, claimed_lease claimed) override;
+    boost::asio::awaitable<result<fence_status>> async_release(std::string_view key,
+                                                               std::string_view owner) override;
+    boost::asio::awaitable<result<fence_status>>
+    async_extend(std::string_view key, std::string_view owner, duration lease) override;
     boost::asio::awaitable<result<key_info>> async_inspect(std::string key) override;
     boost::asio::awaitable<result<purge_status>> async_purge(std::string key, bool force) override;
     /// Always succeeds.

@@ -119,18 +119,17 @@ public:
     boost::asio::awaitable<result<claim_result>> async_claim(claim_request req) override;
 
     /// One EVALSHA; ok also when the same owner already completed it (lost reply, retried).
-    boost::asio::awaitable<result<fence_status>> async_complete(std::string key, std::string owner,
-                                                                std::string payload, duration ttl,
-                                                                record_kind kind,
-                                                                claimed_lease claimed) override;
+    boost::asio::awaitable<result<fence_status>>
+    async_complete(std::string_view key, std::string_view owner, std::string_view payload,
+                   duration ttl, record_kind kind, claimed_lease claimed) override;
 
     /// One EVALSHA; deletes the record only if it is a lease held by `owner`.
-    boost::asio::awaitable<result<fence_status>> async_release(std::string key,
-                                                               std::string owner) override;
+    boost::asio::awaitable<result<fence_status>> async_release(std::string_view key,
+                                                               std::string_view owner) override;
 
     /// One EVALSHA; sets the lease expiry to now + lease only if `owner` holds it.
-    boost::asio::awaitable<result<fence_status>> async_extend(std::string key, std::string owner,
-                                                              duration lease) override;
+    boost::asio::awaitable<result<fence_status>>
+    async_extend(std::string_view key, std::string_view owner, duration lease) override;
 
     /// One EVALSHA (reads the record, its PTTL, and the lease's claim time against Redis's
     /// clock, so the owner age does not depend on the proxy's clock).

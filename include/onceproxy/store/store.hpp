@@ -16,6 +16,11 @@
 // Threading: a store object is shared by all workers; its operations may be awaited from any
 // worker's executor concurrently. Operational failures (Redis down, timeout) come back as an
 // error_code in the result, never as an exception.
+//
+// The request path's operations (claim, complete, release, extend) take views of the caller's
+// bytes (key, owner, fingerprint, record): the caller keeps them alive until the operation's
+// result is back (co_awaits it at once, as the exchange does). A store keeps no view beyond the
+// operation: what it stores or sends, it copies.
 
 #include "onceproxy/redis/master_switch_cause.hpp"
 
@@ -28,6 +33,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace onceproxy::store {
@@ -44,14 +50,15 @@ enum class claim_status {
     mismatch,  ///< a lease or record exists with a different fingerprint
 };
 
+/// Views of the caller's bytes (see above).
 struct claim_request {
-    std::string key;         ///< store key (already a hash of prefix/route/principal/key)
-    std::string fingerprint; ///< request fingerprint bytes
-    std::string owner;       ///< unique owner token of this attempt
-    duration lease{30'000};  ///< lease length if acquired
+    std::string_view key;         ///< store key (already a hash of prefix/route/principal/key)
+    std::string_view fingerprint; ///< request fingerprint bytes
+    std::string_view owner;       ///< unique owner token of this attempt
+    duration lease{30'000};       ///< lease length if acquired
     /// Who the entry is charged to, for the memory store's per-holder bound: a hash of the
     /// principal, or the client address of an anonymous request. The Redis store ignores it.
-    std::string holder{};
+    std::string_view holder{};
     /// When the claim was made (ms since the Unix epoch), stored beside the record and bound
     /// into a sealed record's authenticated data; 0: the store's own clock.
     std::int64_t created_ms = 0;
@@ -63,7 +70,7 @@ struct claim_request {
 /// lease is matched by its owner alone, with the same outcome. The memory and PostgreSQL stores
 /// ignore it.
 struct claimed_lease {
-    std::string fingerprint;
+    std::string_view fingerprint;
     std::int64_t created_ms = 0;
 };
 
@@ -170,16 +177,16 @@ public:
     /// memory store may evict a record of `kind` evictable earlier; the Redis store ignores it).
     /// `claimed`: what the caller's claim wrote, or `{}` when unknown (see claimed_lease).
     virtual boost::asio::awaitable<result<fence_status>>
-    async_complete(std::string key, std::string owner, std::string payload, duration ttl,
-                   record_kind kind, claimed_lease claimed) = 0;
+    async_complete(std::string_view key, std::string_view owner, std::string_view payload,
+                   duration ttl, record_kind kind, claimed_lease claimed) = 0;
 
     /// Deletes the caller's lease so a retry may execute.
-    virtual boost::asio::awaitable<result<fence_status>> async_release(std::string key,
-                                                                       std::string owner) = 0;
+    virtual boost::asio::awaitable<result<fence_status>> async_release(std::string_view key,
+                                                                       std::string_view owner) = 0;
 
     /// Pushes the caller's lease expiry to now + `lease`.
     virtual boost::asio::awaitable<result<fence_status>>
-    async_extend(std::string key, std::string owner, duration lease) = 0;
+    async_extend(std::string_view key, std::string_view owner, duration lease) = 0;
 
     /// Key administration: what is stored under `key`, read in one atomic step; changes nothing.
     virtual boost::asio::awaitable<result<key_info>> async_inspect(std::string key) = 0;

@@ -46,10 +46,18 @@ private:
     int next_key_ = 0;
 };
 
-onceproxy::store::claim_request request(std::string key, std::string owner,
-                                        onceproxy::store::duration lease = 1000ms,
-                                        std::string holder = {}) {
-    return {std::move(key), "fp", std::move(owner), lease, std::move(holder)};
+/// A claim's strings, owned: a claim_request only views them, for as long as this lives.
+struct owned_request {
+    std::string key;
+    std::string owner;
+    onceproxy::store::duration lease;
+    std::string holder;
+    operator onceproxy::store::claim_request() const { return {key, "fp", owner, lease, holder}; }
+};
+
+owned_request request(std::string key, std::string owner, onceproxy::store::duration lease = 1000ms,
+                      std::string holder = {}) {
+    return {std::move(key), std::move(owner), lease, std::move(holder)};
 }
 
 using onceproxy::store::key_state;
