@@ -107,7 +107,9 @@ struct exchange_state {
     };
     std::optional<pending_answer> pending;
     std::string claimed_record; ///< completed claim: the record to replay
-    std::string holder;         ///< who the store charges the record to (derived_request)
+    /// claimed_record decoded (viewing it), when it decodes.
+    std::optional<core::response_record_view> claimed_view;
+    std::string holder; ///< who the store charges the record to (derived_request)
     /// The last claim's created_ms (the acquiring one's when a record is made): stored beside
     /// the record and bound into its sealed form.
     std::int64_t created_ms = 0;
@@ -170,14 +172,15 @@ net::awaitable<core::action> do_claim(exchange_state& s, core::action a) {
     if (r && r->round_trips > 1) {
         s.round_trips += r->round_trips - 1;
     }
-    auto t = to_claim_event(std::move(r), s.env.cipher.get(), s.store_key, s.fingerprint);
+    auto t = to_claim_event(std::move(r), s.claimed_record, s.env.cipher.get(), s.store_key,
+                            s.fingerprint);
     op.done(t.store_error  ? std::optional(store_error_cause_of(t.error))
             : t.unreadable ? std::optional(metrics::store_error_cause::unreadable)
                            : std::nullopt);
     if (t.open_failure) {
         s.metrics().counter(metrics::family::record_decrypt_failures, *t.open_failure).inc();
     }
-    s.claimed_record = std::move(t.record);
+    s.claimed_view = std::move(t.view);
     s.expires = std::move(t.expires);
     co_return s.fsm.on_claim(t.event, clock::now());
 }
@@ -511,18 +514,16 @@ std::string_view replay_date() {
 response do_replay(exchange_state& s) {
     const bool stripe = s.route.idempotency.stripe_compat;
     auto& t = s.target;
-    std::optional<core::response_record_view> rec;
-    if (!t.client.whole_answer) {
-        rec = core::decode_record_view(s.claimed_record);
-    }
-    if (!rec) {
+    if (t.client.whole_answer || !s.claimed_view) {
+        s.claimed_view.reset();
         return replay_response(std::move(s.claimed_record), stripe, replay_date(),
                                &s.report.trailers);
     }
+    const auto& rec = *s.claimed_view;
     const bool keep = client_may_keep(t);
     const auto body =
-        serialize_replay_head(*rec, stripe, replay_date(), keep, t.head_request, t.client.scratch);
-    s.pending = exchange_state::pending_answer{rec->status, body, keep};
+        serialize_replay_head(rec, stripe, replay_date(), keep, t.head_request, t.client.scratch);
+    s.pending = exchange_state::pending_answer{rec.status, body, keep};
     return response{};
 }
 

@@ -88,10 +88,11 @@ metrics::store_error_cause store_error_cause_of(const boost::system::error_code&
     return store_error_cause::other;
 }
 
-claim_translation to_claim_event(store::result<store::claim_result>&& r,
+claim_translation to_claim_event(store::result<store::claim_result>&& r, std::string& record,
                                  const core::record_cipher* cipher, std::string_view store_key,
                                  std::string_view fingerprint) {
     claim_translation out;
+    record.clear();
     if (!r) {
         out.store_error = true;
         out.error = r.error();
@@ -125,16 +126,17 @@ claim_translation to_claim_event(store::result<store::claim_result>&& r,
             }
             r->record = std::move(*plain);
         }
-        const auto rec = core::decode_record_view(r->record);
-        if (!rec) {
+        record = std::move(r->record);
+        out.view = core::decode_record_view(record);
+        if (!out.view) {
             // The request did run (the record exists) but this version cannot read what was
             // kept: never fail open into a second execution.
+            record.clear();
             out.unreadable = true;
             out.event.replayable = false;
         } else {
-            out.event.replayable = rec->replayable;
-            out.expires = std::string(record_expires(*rec));
-            out.record = std::move(r->record);
+            out.event.replayable = out.view->replayable;
+            out.expires = std::string(record_expires(*out.view));
         }
         break;
     }

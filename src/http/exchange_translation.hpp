@@ -47,7 +47,8 @@ store_error_cause_of(const boost::system::error_code& ec) noexcept;
 /// A claim result as the engine event, plus the record to replay when one was found.
 struct claim_translation {
     core::claim_event event;
-    std::string record;       ///< completed and readable: the encoded record to replay
+    /// Completed and readable: the record decoded, viewing the caller's `record` (see below).
+    std::optional<core::response_record_view> view;
     std::string expires;      ///< completed and readable: its Idempotency-Expires ("" if none)
     bool store_error = false; ///< the store failed (count it, by `error`)
     boost::system::error_code error; ///< store_error: why
@@ -59,11 +60,13 @@ struct claim_translation {
 
 /// Translates a claim result. A completed record is opened with `cipher` (encryption at rest;
 /// null: off) bound to `store_key`, `fingerprint` (the request's: a completed claim matched it)
-/// and the claim's created_ms as stored; `record` is then the encoded record in plaintext. A
-/// completed record that cannot be opened or decoded is reported as completed and not
-/// replayable: the request did run, so it must never run again, and what cannot be read is
-/// never replayed.
+/// and the claim's created_ms as stored; `record` (the caller's) then holds the encoded record
+/// in plaintext, and the translation's `view` its decoded form: decoded once, valid while
+/// `record` stays as it is. Otherwise `record` is left empty. A completed record that cannot be
+/// opened or decoded is reported as completed and not replayable: the request did run, so it
+/// must never run again, and what cannot be read is never replayed.
 [[nodiscard]] claim_translation to_claim_event(store::result<store::claim_result>&& r,
+                                               std::string& record,
                                                const core::record_cipher* cipher = nullptr,
                                                std::string_view store_key = {},
                                                std::string_view fingerprint = {});

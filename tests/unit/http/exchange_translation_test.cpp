@@ -104,44 +104,51 @@ TEST_SUITE("exchange translation") {
         using core::claim_result_kind;
         store::result<store::claim_result> err =
             boost::system::errc::make_error_code(boost::system::errc::connection_refused);
-        auto t = to_claim_event(std::move(err));
+        std::string record = "left from before";
+        auto t = to_claim_event(std::move(err), record);
+        CHECK(record.empty());
         CHECK(t.event.kind == claim_result_kind::store_error);
         CHECK(t.store_error);
 
         store::claim_result busy;
         busy.status = store::claim_status::in_flight;
         busy.remaining_lease = std::chrono::milliseconds(1500);
-        t = to_claim_event(busy);
+        t = to_claim_event(busy, record);
         CHECK(t.event.kind == claim_result_kind::in_flight);
         CHECK(t.event.remaining_lease == std::chrono::milliseconds(1500));
         CHECK_FALSE(t.store_error);
 
         store::claim_result other;
         other.status = store::claim_status::mismatch;
-        CHECK(to_claim_event(other).event.kind == claim_result_kind::mismatch);
+        CHECK(to_claim_event(other, record).event.kind == claim_result_kind::mismatch);
         other.status = store::claim_status::acquired;
-        CHECK(to_claim_event(other).event.kind == claim_result_kind::acquired);
+        CHECK(to_claim_event(other, record).event.kind == claim_result_kind::acquired);
 
         store::claim_result done;
         done.status = store::claim_status::completed;
         done.record = core::encode_record(core::response_record{200, {}, "hi", true});
         const auto encoded = done.record;
-        t = to_claim_event(done);
+        t = to_claim_event(done, record);
         CHECK(t.event.kind == claim_result_kind::completed);
         CHECK(t.event.replayable);
-        CHECK(t.record == encoded);
+        CHECK(record == encoded);
+        REQUIRE(t.view);
+        CHECK(t.view->body == "hi");
+        CHECK(t.view->body.data() >= record.data()); // a view of `record`
+        CHECK(t.view->body.data() + t.view->body.size() <= record.data() + record.size());
 
         done.record = core::encode_record(core::response_record{200, {}, "", false});
-        t = to_claim_event(done);
+        t = to_claim_event(done, record);
         CHECK_FALSE(t.event.replayable);
 
         // Unreadable: it ran once, so never again; not replayable, counted as a store error.
         done.record = "garbage";
-        t = to_claim_event(done);
+        t = to_claim_event(done, record);
         CHECK(t.event.kind == claim_result_kind::completed);
         CHECK_FALSE(t.event.replayable);
         CHECK(t.unreadable);
-        CHECK(t.record.empty());
+        CHECK(record.empty());
+        CHECK_FALSE(t.view);
     }
 
     TEST_CASE("fenced store results become fence events") {
@@ -242,7 +249,8 @@ TEST_SUITE("exchange translation") {
         store::claim_result done;
         done.status = store::claim_status::completed;
         done.record = record_payload(a, &up, p, when);
-        auto t = to_claim_event(done);
+        std::string record;
+        auto t = to_claim_event(done, record);
         CHECK_FALSE(t.event.replayable);
         CHECK(t.expires == when);
 
@@ -260,7 +268,8 @@ TEST_SUITE("exchange translation") {
         store::claim_result done;
         done.status = store::claim_status::completed;
         done.record = encoded;
-        const auto t = to_claim_event(done);
+        std::string record;
+        const auto t = to_claim_event(done, record);
         CHECK(t.event.replayable);
         CHECK(t.expires.empty());
         const auto res = replay_response(encoded, false, "Thu, 02 May 2024 00:00:00 GMT");
@@ -513,25 +522,26 @@ TEST_SUITE("exchange translation") {
         store::claim_result done;
         done.status = store::claim_status::completed;
         done.record = sealed;
-        auto t = to_claim_event(done, &k1, "route:hash-1");
+        std::string record;
+        auto t = to_claim_event(done, record, &k1, "route:hash-1");
         CHECK(t.event.kind == claim_result_kind::completed);
         CHECK(t.event.replayable);
         CHECK_FALSE(t.open_failure);
-        CHECK(t.record == record_payload(a, &up, p, "")); // the plaintext encoding, replayable
-        CHECK(replay_response(t.record, false, "d").body() == up.body());
+        CHECK(record == record_payload(a, &up, p, "")); // the plaintext encoding, replayable
+        CHECK(replay_response(record, false, "d").body() == up.body());
 
         // Rotation: the new key set opens what the old one sealed.
         done.record = sealed;
-        CHECK(to_claim_event(done, &k2_k1, "route:hash-1").event.replayable);
+        CHECK(to_claim_event(done, record, &k2_k1, "route:hash-1").event.replayable);
 
         const auto refused = [&](const core::record_cipher* c, std::string_view key,
-                                 std::string record, core::record_open_failure why) {
-            done.record = std::move(record);
-            const auto r = to_claim_event(done, c, key);
+                                 std::string stored, core::record_open_failure why) {
+            done.record = std::move(stored);
+            const auto r = to_claim_event(done, record, c, key);
             CHECK(r.event.kind == claim_result_kind::completed); // it ran: never again
             CHECK_FALSE(r.event.replayable);                     // and never replayed
             CHECK(r.unreadable);
-            CHECK(r.record.empty());
+            CHECK(record.empty());
             REQUIRE(r.open_failure);
             CHECK(*r.open_failure == why);
         };
