@@ -74,7 +74,7 @@ struct exchange_state {
           grpc_call(is_grpc_call(req)), client_deadline(client_deadline_of(req, grpc_call)),
           fsm(r.idempotency, {},
               deadlines_of(env.fwd->upstream(r.upstream_index), client_deadline)),
-          timer(ex), target(t), held(std::move(h)) {}
+          executor(std::move(ex)), target(t), held(std::move(h)) {}
 
     std::shared_ptr<exchange_env> env_hold; ///< keeps the config (and `route`) alive
     exchange_env& env = *env_hold;
@@ -85,7 +85,10 @@ struct exchange_state {
     /// The client's own deadline (grpc-timeout), 0 when it sent none: caps the upstream wait.
     std::chrono::milliseconds client_deadline;
     core::exchange_fsm fsm;
-    net::steady_timer timer; ///< the driver's wake-up; cancelled when the upstream answers
+    net::any_io_executor executor; ///< the worker's, where the exchange and its tasks run
+    /// The driver's wake-up, made when the driver first waits (a replay never does);
+    /// cancelled when the upstream answers.
+    std::optional<net::steady_timer> timer;
     std::string store_key;
     std::string fingerprint;
     std::string owner = random_hex_id();                     ///< fencing token of this attempt
@@ -185,6 +188,13 @@ net::awaitable<core::action> do_claim(exchange_state& s, core::action a) {
     co_return s.fsm.on_claim(t.event, clock::now());
 }
 
+/// Ends the driver's wait (do_wait), if it is waiting.
+void wake(exchange_state& s) {
+    if (s.timer) {
+        s.timer->cancel();
+    }
+}
+
 /// `deadline`: the bound on the call instead of the upstream's timeout (late answers).
 net::awaitable<void> call_upstream(std::shared_ptr<exchange_state> s,
                                    std::optional<std::chrono::milliseconds> deadline) {
@@ -217,7 +227,7 @@ net::awaitable<void> call_upstream(std::shared_ptr<exchange_state> s,
     }
     s->upstream_due = to_upstream_event(r, s->grpc_call);
     s->upstream_result = std::move(r);
-    s->timer.cancel();
+    wake(*s);
 }
 
 /// When the record being written stops being replayed, as the IMF-fixdate its answers state:
@@ -357,7 +367,7 @@ auto side_task_end(std::shared_ptr<exchange_state> s, const char* what) {
         if (!s->upstream_due) {
             s->upstream_due = to_upstream_event(upstream::forward_status::reset_after_send, 0, 0);
         }
-        s->timer.cancel();
+        wake(*s);
     };
 }
 
@@ -365,12 +375,12 @@ auto side_task_end(std::shared_ptr<exchange_state> s, const char* what) {
 /// the upstream outcome the driver waits for.
 void start_stream(const std::shared_ptr<exchange_state>& s, core::idempotency_status st) {
     net::co_spawn(
-        s->timer.get_executor(),
+        s->executor,
         [](std::shared_ptr<exchange_state> self,
            core::idempotency_status status) -> net::awaitable<void> {
             auto ev = co_await relay_answer(*self, status);
             self->upstream_due = ev;
-            self->timer.cancel();
+            wake(*self);
         }(s, st),
         side_task_end(s, "stream relay"));
 }
@@ -387,8 +397,7 @@ void start_forward(const std::shared_ptr<exchange_state>& s) {
     } else if (s->client_deadline.count() > 0 && s->client_deadline < up.timeout) {
         deadline = s->client_deadline; // the client waits no longer (grpc-timeout)
     }
-    net::co_spawn(s->timer.get_executor(), call_upstream(s, deadline),
-                  side_task_end(s, "upstream call"));
+    net::co_spawn(s->executor, call_upstream(s, deadline), side_task_end(s, "upstream call"));
 }
 
 /// forward, wait_until: sleeps until `wake_at` unless the upstream call ends first.
@@ -401,8 +410,11 @@ net::awaitable<core::action> do_wait(exchange_state& s, core::action a) {
         return s.upstream_due && s.fsm.current_state() == core::state::forwarding;
     };
     if (!upstream_outcome_due()) {
-        s.timer.expires_at(a.wake_at);
-        co_await s.timer.async_wait(use_tuple);
+        if (!s.timer) {
+            s.timer.emplace(s.executor);
+        }
+        s.timer->expires_at(a.wake_at);
+        co_await s.timer->async_wait(use_tuple);
     }
     if (upstream_outcome_due()) {
         const auto ev = *s.upstream_due;
@@ -718,7 +730,7 @@ net::awaitable<response> async_run_exchange(std::shared_ptr<exchange_env> env,
     }
     finish(*s);
     co_await write_pending_answer(*s); // counted first: a scrape after the answer sees it
-    report = s->report;
+    report = std::move(s->report);
     co_return std::move(*res);
 }
 
