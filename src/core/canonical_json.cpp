@@ -479,11 +479,11 @@ void trim(workspace& ws) {
 
 } // namespace
 
-std::optional<std::string> canonicalize_json(std::string_view json, number_form form) {
+bool canonicalize_json_into(std::string_view json, number_form form, std::string& out) {
     // Not reentrant, and need not be: the handler calls nothing that canonicalises.
     workspace& ws = thread_workspace();
     ws.clear();
-    std::string out;
+    out.clear();
     out.reserve(json.size()); // the usual size: whitespace goes, numbers rarely grow
     boost::json::parse_options opts;
     opts.max_depth = 128;
@@ -491,7 +491,12 @@ std::optional<std::string> canonicalize_json(std::string_view json, number_form 
     error_code ec;
     const std::size_t used = parser.write_some(false, json.data(), json.size(), ec);
     trim(ws);
-    if (ec || used != json.size() || !parser.done()) {
+    return !ec && used == json.size() && parser.done();
+}
+
+std::optional<std::string> canonicalize_json(std::string_view json, number_form form) {
+    std::string out;
+    if (!canonicalize_json_into(json, form, out)) {
         return std::nullopt;
     }
     return out;

@@ -182,6 +182,9 @@ void append_hex(std::string& out, std::string_view bytes) {
     }
 }
 
+/// A thread's canonical-JSON buffer larger than this is given back after the request.
+constexpr std::size_t kept_canonical_bytes = 64 * 1024;
+
 // Body encodings, hashed before the body so a canonical form and an identical raw body
 // (differently typed requests) stay distinct.
 constexpr std::string_view body_raw = "raw";
@@ -219,9 +222,17 @@ std::string compute_fingerprint(const fingerprint_input& input) {
     h.field(input.target);
     hash_headers(h, input.headers);
     if (input.json_canonical && is_json_media_type(input.content_type)) {
-        if (auto canonical = canonicalize_json(input.body, number_form::distinct)) {
+        // One buffer per thread, given back when a large body made it large.
+        thread_local std::string canonical;
+        const bool valid = canonicalize_json_into(input.body, number_form::distinct, canonical);
+        if (valid) {
             h.field(body_jcs);
-            h.field(*canonical);
+            h.field(canonical);
+        }
+        if (canonical.capacity() > kept_canonical_bytes) {
+            canonical = std::string();
+        }
+        if (valid) {
             return as_string(h.finish());
         }
     }

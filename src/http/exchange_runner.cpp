@@ -688,7 +688,9 @@ net::awaitable<response> async_run_exchange(std::shared_ptr<exchange_env> env,
                                               ex, target, std::move(held));
 
     // Request facts: the key (header or natural), scope and fingerprint (SPEC §3.1, 3.3-3.5).
-    std::vector<core::header_view> lines;
+    // The header views, in a buffer the worker thread reuses: used only until the facts are
+    // derived, before the exchange first suspends.
+    thread_local std::vector<core::header_view> lines;
     auto view = view_of(s->req, lines);
     std::string subject;
     if (pol.principal == config::principal_source::client_cert) {
@@ -698,6 +700,9 @@ net::awaitable<response> async_run_exchange(std::shared_ptr<exchange_env> env,
     view.client_address = target.client_ip;
     auto derived = core::derive_request_facts(pol, route.name, view);
     lines.clear(); // the views point into s->req, which the erase below may change
+    if (lines.capacity() > 256) {
+        lines = {}; // a request with very many fields does not pin the memory to the thread
+    }
     if (pol.key.json_pointer.empty() && !pol.key.forward) {
         s->req.erase(pol.key.header);
     }

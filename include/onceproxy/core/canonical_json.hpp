@@ -36,4 +36,9 @@ enum class number_form {
 [[nodiscard]] std::optional<std::string> canonicalize_json(std::string_view json,
                                                            number_form form = number_form::rfc8785);
 
+/// The same, written into `out` (its contents replaced, its capacity reused); false when `json`
+/// is not valid JSON (`out` then holds a partial form).
+[[nodiscard]] bool canonicalize_json_into(std::string_view json, number_form form,
+                                          std::string& out);
+
 } // namespace onceproxy::core
