@@ -370,13 +370,16 @@ struct server::impl::connection {
     /// An answer when it failed (nullopt and a false verdict: the client went away).
     net::awaitable<std::optional<std::optional<response>>>
     read_whole_body(wire::request_parser& p, buffer_reservation& held) {
-        const body_pace pace(body_pace::clock::now(), limits().body_timeout, limits().min_body_rate,
+        // One precise read per read of the body: the time a read ended is also when the next
+        // one starts (nothing waits in between).
+        auto now = body_pace::clock::now();
+        const body_pace pace(now, limits().body_timeout, limits().min_body_rate,
                              limits().max_body_time);
         while (!p.is_done()) {
-            dl.expires_at(pace.read_deadline(body_pace::clock::now()));
+            dl.expires_at(pace.read_deadline(now));
             const auto ec = co_await wire::async_read(stream, buffer, p, wire::read_until::some);
-            if (dl.fired() ||
-                (!ec && !pace.on_progress(p.get().body().size(), body_pace::clock::now()))) {
+            now = body_pace::clock::now();
+            if (dl.fired() || (!ec && !pace.on_progress(p.get().body().size(), now))) {
                 srv.reg.counter(metrics::family::client_timeouts, metrics::timeout_phase::body)
                     .inc();
                 co_return make_problem(problem_code::request_timeout);

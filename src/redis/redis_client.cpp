@@ -3,6 +3,7 @@
 #include "onceproxy/asio/use_tuple.hpp"
 #include "onceproxy/log/log.hpp"
 #include "onceproxy/redis/error.hpp"
+#include "onceproxy/wire/coarse_clock.hpp"
 #include "onceproxy/wire/stream.hpp"
 #include "redis/redis_multiplexer.hpp"
 
@@ -268,7 +269,8 @@ struct redis_client::impl : std::enable_shared_from_this<redis_client::impl> {
         if (!p->deadline_set) {
             p->deadline_set = true;
             const auto held = p->st == redis_request::state::held;
-            p->timer.expires_after(held ? 2 * options.command_timeout : options.command_timeout);
+            p->timer.expires_at(wire::coarse_now() +
+                                (held ? 2 * options.command_timeout : options.command_timeout));
         }
         l.write_signal.cancel();
         return p;
@@ -317,7 +319,9 @@ struct redis_client::impl : std::enable_shared_from_this<redis_client::impl> {
         if (!p) {
             return failed(ec);
         }
-        p->timer.expires_after(options.command_timeout);
+        // A command timeout needs no precision: the coarse clock (never earlier) spares a
+        // precise read per command.
+        p->timer.expires_at(wire::coarse_now() + options.command_timeout);
         return await_reply(l, std::move(p));
     }
 
@@ -840,7 +844,7 @@ redis_client::async_exec_replicated(redis_args args, redis_args wait) {
         co_return out;
     }
     auto w = self->join_wait(*l, wait); // joined after `args` was queued: it covers `args`
-    p->timer.expires_after(self->options.command_timeout);
+    p->timer.expires_at(wire::coarse_now() + self->options.command_timeout);
     out.first = co_await impl::await_reply(l, std::move(p));
     if (w && !out.first.ec && !out.first.reply.is_error()) {
         // Nothing to wait for after a failure or an error reply (a NOSCRIPT is retried at once);

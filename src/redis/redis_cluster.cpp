@@ -3,6 +3,7 @@
 #include "onceproxy/asio/use_tuple.hpp"
 #include "onceproxy/log/log.hpp"
 #include "onceproxy/redis/error.hpp"
+#include "onceproxy/wire/coarse_clock.hpp"
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -316,8 +317,9 @@ struct ran_on {
 net::awaitable<redis_exec_result> exec_routed(std::shared_ptr<redis_cluster::impl> self,
                                               std::string_view key, redis_args args, ran_on* at) {
     const auto slot = redis_key_slot(key);
-    // Waiting for a map or a connection is bounded by one command_timeout in all.
-    const auto deadline = clock::now() + self->options.node.command_timeout;
+    // Waiting for a map or a connection is bounded by one command_timeout in all (from the
+    // coarse clock, never earlier: the checks against it stay precise).
+    const auto deadline = wire::coarse_now() + self->options.node.command_timeout;
     redis_exec_result r;
     r.ec = errc::unavailable;
     std::shared_ptr<redis_client> target;

@@ -7,6 +7,7 @@
 #include "onceproxy/log/log.hpp"
 
 #include "onceproxy/asio/use_tuple.hpp"
+#include "onceproxy/wire/coarse_clock.hpp"
 #include "onceproxy/wire/head_writer.hpp"
 #include "onceproxy/wire/message_parser.hpp"
 #include "onceproxy/wire/message_reader.hpp"
@@ -156,7 +157,7 @@ struct forwarder::impl {
             ++p.open;
         }
         if (reusable && c->buffer.size() == 0) {
-            c->idle_since = clock::now();
+            c->idle_since = wire::coarse_now(); // an idle age needs no precision
             c->dl.disarm();
             watch_idle(p, *c);
             p.idle.push_back(std::move(c));
@@ -222,7 +223,7 @@ struct forwarder::impl {
             c->stream.socket().cancel(ignored); // the idle watch
             // Bytes left in the buffer (a stray answer) make a connection unusable; the
             // peek for a close is skipped when the caller can recover from one.
-            if (clock::now() - c->idle_since < p.cfg.idle_timeout && c->buffer.size() == 0 &&
+            if (wire::coarse_now() - c->idle_since < p.cfg.idle_timeout && c->buffer.size() == 0 &&
                 (!verify_idle || looks_alive(*c))) {
                 return c;
             }
@@ -244,11 +245,13 @@ struct forwarder::impl {
     using acquired = lent_connection;
 
     net::awaitable<acquired> acquire(pool& p, bool verify_idle = true) {
-        const auto deadline = clock::now() + p.cfg.connect_timeout;
+        if (auto c = take_idle(p, verify_idle)) {
+            co_return acquired{std::move(c), true, forward_status::ok};
+        }
+        // Only a connect or a wait needs the deadline. Set from the coarse clock (never earlier
+        // than the precise one); the check below stays precise, so no wait ends early.
+        const auto deadline = wire::coarse_now() + p.cfg.connect_timeout;
         for (;;) {
-            if (auto c = take_idle(p, verify_idle)) {
-                co_return acquired{std::move(c), true, forward_status::ok};
-            }
             if (p.open < p.cfg.max_connections) {
                 ++p.open;
                 forward_status failure = forward_status::connect_failed;
@@ -270,6 +273,9 @@ struct forwarder::impl {
             if (me.listed) {
                 p.waiters.erase(it);
             }
+            if (auto c = take_idle(p, verify_idle)) {
+                co_return acquired{std::move(c), true, forward_status::ok};
+            }
         }
     }
 
@@ -288,7 +294,7 @@ struct forwarder::impl {
             co_return acquired{std::move(c), true, forward_status::ok};
         }
         forward_status failure = forward_status::connect_failed;
-        auto c = co_await connect(p, clock::now() + p.cfg.connect_timeout, failure);
+        auto c = co_await connect(p, wire::coarse_now() + p.cfg.connect_timeout, failure);
         if (!c) {
             --p.tunnels;
             co_return acquired{nullptr, false, failure};
@@ -388,8 +394,8 @@ forwarder::async_forward(std::size_t upstream_index, request& req,
                          std::optional<std::chrono::milliseconds> deadline) {
     auto& p = *impl_->pools.at(upstream_index);
     if (p.h2) {
-        co_return co_await p.h2->async_forward(req, max_response,
-                                               clock::now() + deadline.value_or(p.cfg.timeout));
+        co_return co_await p.h2->async_forward(
+            req, max_response, wire::coarse_now() + deadline.value_or(p.cfg.timeout));
     }
     const bool head = req.method() == http::verb::head;
     for (int attempt = 0;; ++attempt) {

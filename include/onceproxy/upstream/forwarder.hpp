@@ -63,7 +63,7 @@ struct connection {
     /// Bounded like the client side: an over-long header, chunk line or trailer section from
     /// the upstream is a parse error (bad_response), not unbounded memory or a throw.
     boost::beast::flat_buffer buffer;
-    std::chrono::steady_clock::time_point idle_since{};
+    std::chrono::steady_clock::time_point idle_since{}; ///< when pooled (wire::coarse_now)
     char watch_byte = 0; ///< what the idle watch reads (a byte there makes it unusable)
     std::string head;    ///< the serialised request head being written
     /// The fields of the answer being read on the plain path (keep_raw_fields), reused from

@@ -3,11 +3,17 @@
 // operation the owner moves the socket's deadline (a plain store, no system call), and a
 // single worker timer that ticks every `tick` cancels the pending operations of sockets whose
 // deadline has passed. Compared with Beast's tcp_stream, which arms and cancels a timer for
-// every read and write, this takes the timer queue (and its timerfd updates) off the hot path;
-// deadlines fire up to one tick late, which timeouts measured in seconds do not notice.
-// How late the tick itself runs is the worker's event-loop lag (report_lag).
+// every read and write, this takes the timer queue (and its timerfd updates) off the hot path.
+// expires_after reads the coarse clock (coarse_now, no hardware counter read: it runs before
+// every read and write of every socket), so a deadline lands up to two jiffies (coarse_margin,
+// 2-20 ms) after the precise now + d, never before it (coarse_clock.hpp says when the kernel
+// can break that); the tick then fires it up to one tick later. A deadline thus fires up to
+// two jiffies plus one tick late, never early, which timeouts measured in seconds do not
+// notice. How late the tick itself runs is the worker's event-loop lag (report_lag).
 //
 // Single-threaded: everything runs on the worker's executor.
+
+#include "onceproxy/wire/coarse_clock.hpp"
 
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -73,9 +79,10 @@ public:
         slot& operator=(slot&& o) noexcept;
         ~slot();
 
-        /// The next operations must finish within `d` (from now).
+        /// The next operations must finish within `d` from now (from coarse_now(): not before
+        /// `d` has passed, up to coarse_margin() after).
         void expires_after(clock::duration d) {
-            it_->deadline = clock::now() + d;
+            it_->deadline = coarse_now() + d;
             it_->fired = false;
         }
         void expires_at(clock::time_point t) {
