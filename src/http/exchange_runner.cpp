@@ -135,25 +135,27 @@ struct exchange_state {
 };
 
 /// Times one store operation into the route's histogram and the access-log report, and counts
-/// a failure.
+/// a failure. done() returns when the operation ended: the time the engine hears of it at.
 class store_op {
 public:
     explicit store_op(exchange_state& s) : s_(s) {}
     /// `ec`: the operation's error, empty when it succeeded.
-    void done(const boost::system::error_code& ec) {
-        done(ec ? std::optional(store_error_cause_of(ec)) : std::nullopt);
+    clock::time_point done(const boost::system::error_code& ec) {
+        return done(ec ? std::optional(store_error_cause_of(ec)) : std::nullopt);
     }
     template <class T>
-    void done(const store::result<T>& r) {
-        done(r ? boost::system::error_code() : r.error());
+    clock::time_point done(const store::result<T>& r) {
+        return done(r ? boost::system::error_code() : r.error());
     }
-    void done(std::optional<metrics::store_error_cause> failed) {
-        const auto d = clock::now() - start_;
+    clock::time_point done(std::optional<metrics::store_error_cause> failed) {
+        const auto now = clock::now();
+        const auto d = now - start_;
         s_.metrics().histogram(metrics::family::store_duration).observe(d);
         s_.report.store_ms += std::chrono::duration<double, std::milli>(d).count();
         if (failed) {
             s_.env.reg.counter(metrics::family::store_errors, *failed).inc();
         }
+        return now;
     }
 
 private:
@@ -177,15 +179,16 @@ net::awaitable<core::action> do_claim(exchange_state& s, core::action a) {
     }
     auto t = to_claim_event(std::move(r), s.claimed_record, s.env.cipher.get(), s.store_key,
                             s.fingerprint);
-    op.done(t.store_error  ? std::optional(store_error_cause_of(t.error))
-            : t.unreadable ? std::optional(metrics::store_error_cause::unreadable)
-                           : std::nullopt);
+    const auto ended =
+        op.done(t.store_error  ? std::optional(store_error_cause_of(t.error))
+                : t.unreadable ? std::optional(metrics::store_error_cause::unreadable)
+                               : std::nullopt);
     if (t.open_failure) {
         s.metrics().counter(metrics::family::record_decrypt_failures, *t.open_failure).inc();
     }
     s.claimed_view = std::move(t.view);
     s.expires = std::move(t.expires);
-    co_return s.fsm.on_claim(t.event, clock::now());
+    co_return s.fsm.on_claim(t.event, ended);
 }
 
 /// Ends the driver's wait (do_wait), if it is waiting.
@@ -427,8 +430,8 @@ net::awaitable<core::action> do_wait(exchange_state& s, core::action a) {
 net::awaitable<core::action> do_extend(exchange_state& s, core::action a) {
     store_op op(s);
     auto r = co_await s.env.st->async_extend(s.store_key, s.owner, a.lease);
-    op.done(r);
-    co_return s.fsm.on_extend(to_fence_event(r), clock::now());
+    const auto ended = op.done(r);
+    co_return s.fsm.on_extend(to_fence_event(r), ended);
 }
 
 net::awaitable<core::action> do_complete(exchange_state& s, core::action a) {
@@ -445,16 +448,16 @@ net::awaitable<core::action> do_complete(exchange_state& s, core::action a) {
     ++s.round_trips;
     auto r = co_await s.env.st->async_complete(s.store_key, s.owner, *s.payload, a.ttl,
                                                s.payload_kind, claimed);
-    op.done(r);
-    co_return s.fsm.on_complete(to_fence_event(r), clock::now());
+    const auto ended = op.done(r);
+    co_return s.fsm.on_complete(to_fence_event(r), ended);
 }
 
 net::awaitable<core::action> do_release(exchange_state& s) {
     store_op op(s);
     ++s.round_trips;
     auto r = co_await s.env.st->async_release(s.store_key, s.owner);
-    op.done(r);
-    co_return s.fsm.on_release(to_fence_event(r), clock::now());
+    const auto ended = op.done(r);
+    co_return s.fsm.on_release(to_fence_event(r), ended);
 }
 
 /// The upstream response held whole, with the Idempotency-Status of the action.
