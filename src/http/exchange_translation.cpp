@@ -153,14 +153,20 @@ core::fence_event to_fence_event(const store::result<store::fence_status>& r) no
 
 bool excluded_from_record(const config::idempotency_config& policy,
                           std::string_view name) noexcept {
+    return excluded_from_record(policy, boost::beast::http::string_to_field(name), name);
+}
+
+bool excluded_from_record(const config::idempotency_config& policy,
+                          boost::beast::http::field code, std::string_view name) noexcept {
     using boost::beast::iequals;
-    if (iequals(name, "date") || iequals(name, "content-length")) {
+    using boost::beast::http::field;
+    if (code == field::date || code == field::content_length) {
         return true; // regenerated on replay (SPEC §3.7)
     }
-    if (iequals(name, idempotency_expires)) {
+    if (code == field::unknown && iequals(name, idempotency_expires)) {
         return true; // the proxy's to state: the record carries its own, added by record_payload
     }
-    if (!policy.record_set_cookie && iequals(name, "set-cookie")) {
+    if (!policy.record_set_cookie && code == field::set_cookie) {
         return true; // a replayed cookie would hand the first caller's session to the key's holder
     }
     for (const auto& e : policy.exclude_headers) {
@@ -182,7 +188,7 @@ record_view_of(const response& res, const config::idempotency_config& policy, bo
     // One allocation: every field, and the Idempotency-Expires record_payload adds.
     rec.headers.reserve(static_cast<std::size_t>(std::distance(res.begin(), res.end())) + 1);
     for (const auto& f : res) {
-        if (!excluded_from_record(policy, f.name_string())) {
+        if (!excluded_from_record(policy, f.name(), f.name_string())) {
             rec.headers.emplace_back(f.name_string(), f.value());
         }
     }

@@ -80,6 +80,10 @@ to_fence_event(const store::result<store::fence_status>& r) noexcept;
 /// record's), Set-Cookie unless record_set_cookie, and the route's exclude_headers.
 [[nodiscard]] bool excluded_from_record(const config::idempotency_config& policy,
                                         std::string_view name) noexcept;
+/// The same for a field whose Beast code is known (`code`: field::unknown for others).
+[[nodiscard]] bool excluded_from_record(const config::idempotency_config& policy,
+                                        boost::beast::http::field code,
+                                        std::string_view name) noexcept;
 
 /// The record of an upstream response: status, the headers not excluded, and the body when
 /// `replayable` (a not-replayable record keeps no body).
