@@ -156,8 +156,8 @@ bool excluded_from_record(const config::idempotency_config& policy,
     return excluded_from_record(policy, boost::beast::http::string_to_field(name), name);
 }
 
-bool excluded_from_record(const config::idempotency_config& policy,
-                          boost::beast::http::field code, std::string_view name) noexcept {
+bool excluded_from_record(const config::idempotency_config& policy, boost::beast::http::field code,
+                          std::string_view name) noexcept {
     using boost::beast::iequals;
     using boost::beast::http::field;
     if (code == field::date || code == field::content_length) {
