@@ -91,7 +91,7 @@ struct exchange_state {
     std::optional<net::steady_timer> timer;
     std::string store_key;
     std::string fingerprint;
-    std::string owner = random_hex_id();                     ///< fencing token of this attempt
+    const hex_id owner_id = random_hex_chars();              ///< fencing token of this attempt
     std::optional<upstream::forward_result> upstream_result; ///< set once the call ends
     /// An upstream outcome the fsm has not heard of yet: the call's, or a streamed body's end.
     std::optional<core::upstream_event> upstream_due;
@@ -132,6 +132,7 @@ struct exchange_state {
         return upstream_result ? std::optional(upstream_result->status) : std::nullopt;
     }
     std::string_view upstream_name() const { return env.fwd->upstream(route.upstream_index).name; }
+    std::string_view owner() const { return {owner_id.data(), owner_id.size()}; }
 };
 
 /// Times one store operation into the route's histogram and the access-log report, and counts
@@ -170,7 +171,7 @@ net::awaitable<core::action> do_claim(exchange_state& s, core::action a) {
     // Named, then passed: g++ 12 destroys a braced temporary argument of a coroutine twice
     // inside a co_await expression. Views of the state's strings, which outlive the claim.
     s.created_ms = unix_millis();
-    const store::claim_request creq{s.store_key, s.fingerprint, s.owner,
+    const store::claim_request creq{s.store_key, s.fingerprint, s.owner(),
                                     a.lease,     s.holder,      s.created_ms};
     ++s.round_trips;
     auto r = co_await s.env.st->async_claim(creq);
@@ -429,7 +430,7 @@ net::awaitable<core::action> do_wait(exchange_state& s, core::action a) {
 
 net::awaitable<core::action> do_extend(exchange_state& s, core::action a) {
     store_op op(s);
-    auto r = co_await s.env.st->async_extend(s.store_key, s.owner, a.lease);
+    auto r = co_await s.env.st->async_extend(s.store_key, s.owner(), a.lease);
     const auto ended = op.done(r);
     co_return s.fsm.on_extend(to_fence_event(r), ended);
 }
@@ -446,7 +447,7 @@ net::awaitable<core::action> do_complete(exchange_state& s, core::action a) {
     // Named, then passed: see do_claim. What do_claim's request wrote.
     const store::claimed_lease claimed{s.fingerprint, s.created_ms};
     ++s.round_trips;
-    auto r = co_await s.env.st->async_complete(s.store_key, s.owner, *s.payload, a.ttl,
+    auto r = co_await s.env.st->async_complete(s.store_key, s.owner(), *s.payload, a.ttl,
                                                s.payload_kind, claimed);
     const auto ended = op.done(r);
     co_return s.fsm.on_complete(to_fence_event(r), ended);
@@ -455,7 +456,7 @@ net::awaitable<core::action> do_complete(exchange_state& s, core::action a) {
 net::awaitable<core::action> do_release(exchange_state& s) {
     store_op op(s);
     ++s.round_trips;
-    auto r = co_await s.env.st->async_release(s.store_key, s.owner);
+    auto r = co_await s.env.st->async_release(s.store_key, s.owner());
     const auto ended = op.done(r);
     co_return s.fsm.on_release(to_fence_event(r), ended);
 }
@@ -712,7 +713,9 @@ net::awaitable<response> async_run_exchange(std::shared_ptr<exchange_env> env,
     s->store_key = std::move(derived.store_key);
     s->fingerprint = std::move(derived.fingerprint);
     s->holder = std::move(derived.holder);
-    s->report.key_hash = s->store_key;
+    if (s->env.cfg->access_log) {
+        s->report.key_hash = s->store_key; // read by the access log only
+    }
 
     auto first = s->fsm.start(derived.facts, clock::now());
     auto res = co_await drive(s, first);

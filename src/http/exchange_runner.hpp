@@ -39,7 +39,8 @@ struct stream_target {
 /// What a finished (or backgrounded) exchange reports for the access log.
 struct exchange_report {
     metrics::outcome outcome = metrics::outcome::passthrough;
-    std::string key_hash; ///< the store key (a hash), empty when there was none
+    /// The store key (a hash), for the access log; empty when there was none or the log is off.
+    std::string key_hash;
     double upstream_ms = -1;
     double store_ms = 0;
     /// The answer went to the client from the exchange: an HTTP/1.1 client's replay or held

@@ -1,20 +1,27 @@
 #include "http/random_id.hpp"
 
-#include "onceproxy/core/fingerprint.hpp"
-
-#include <array>
 #include <cstdint>
-#include <cstring>
 #include <random>
 
 namespace onceproxy::http {
 
-std::string random_hex_id() {
+hex_id random_hex_chars() {
     thread_local std::mt19937_64 rng{std::random_device{}()};
-    const std::array<std::uint64_t, 2> words{rng(), rng()};
-    std::array<char, sizeof words> bytes{};
-    std::memcpy(bytes.data(), words.data(), bytes.size());
-    return core::to_hex({bytes.data(), bytes.size()});
+    constexpr char digits[] = "0123456789abcdef";
+    hex_id out{};
+    std::size_t at = 0;
+    for (int word = 0; word < 2; ++word) {
+        const std::uint64_t bits = rng();
+        for (int shift = 60; shift >= 0; shift -= 4) {
+            out[at++] = digits[(bits >> shift) & 0xfU];
+        }
+    }
+    return out;
+}
+
+std::string random_hex_id() {
+    const hex_id id = random_hex_chars();
+    return {id.data(), id.size()};
 }
 
 } // namespace onceproxy::http

@@ -18,6 +18,7 @@
 
 #include <chrono>
 #include <fstream>
+#include <map>
 #include <set>
 #include <sstream>
 #include <string>
@@ -737,6 +738,55 @@ TEST_SUITE("proxy") {
         }
         CHECK(json_lines >= 1);
         CHECK(found);
+    }
+
+    TEST_CASE("access log: a guarded request's line names its key by hash, and its replay's "
+              "the same") {
+        proxy_config cfg;
+        cfg.access_log = true;
+        cfg.routes = "  - name: pay\n    match: { methods: [POST], path: /v1/pay }\n"
+                     "    upstream: app\n    idempotency: { mode: required }\n";
+        proxied p(cfg);
+        const auto send = [&](const std::string& key, const std::string& id) {
+            const auto r = fetch(p.proxy.port, "POST", "/v1/pay",
+                                 {{"Idempotency-Key", key}, {"X-Request-Id", id}}, "{}");
+            CHECK(r.status == 200);
+            return r.header("Idempotency-Status");
+        };
+        CHECK(send("log-1", "first-1") == "stored");
+        CHECK(send("log-1", "again-1") == "replayed");
+        CHECK(send("log-2", "other-2") == "stored");
+
+        // Each request's line, by its request id: outcome and key_hash.
+        std::map<std::string, boost::json::object> by_id;
+        CHECK(eventually([&] {
+            by_id.clear();
+            std::istringstream lines(p.proxy.log());
+            std::string line;
+            while (std::getline(lines, line)) {
+                boost::system::error_code ec;
+                const auto v = boost::json::parse(line, ec);
+                if (!ec && v.is_object() && v.as_object().contains("request_id")) {
+                    const auto& o = v.as_object();
+                    by_id[std::string(o.at("request_id").as_string())] = o;
+                }
+            }
+            return by_id.size() >= 3;
+        }));
+        REQUIRE(by_id.count("first-1") == 1);
+        REQUIRE(by_id.count("again-1") == 1);
+        REQUIRE(by_id.count("other-2") == 1);
+        const auto key_hash = [&](const std::string& id) {
+            const auto* k = by_id[id].if_contains("key_hash");
+            return k != nullptr && k->is_string() ? std::string(k->as_string()) : std::string();
+        };
+        // A hash, never the key as sent.
+        CHECK(key_hash("first-1").size() >= 64);
+        CHECK(key_hash("first-1").find("log-1") == std::string::npos);
+        CHECK(key_hash("again-1") == key_hash("first-1"));
+        CHECK(key_hash("other-2") != key_hash("first-1"));
+        CHECK(by_id["first-1"].at("outcome").as_string() == "stored");
+        CHECK(by_id["again-1"].at("outcome").as_string() == "replayed");
     }
 
     TEST_CASE("command line: --check-config, --version, --help") {
