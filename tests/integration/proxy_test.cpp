@@ -582,6 +582,9 @@ TEST_SUITE("proxy") {
 
     TEST_CASE("the upstream keep-alive pool reuses connections") {
         proxied p;
+        // What is on the upstream's port before any request: the system may have given it a
+        // port that a connection of another test, closed a moment ago, still shows (TIME_WAIT).
+        const auto before = sockets_on_port(p.upstream.port);
         http_client c(p.proxy.port);
         std::set<std::string> ids;
         for (int i = 0; i < 40; ++i) {
@@ -592,9 +595,10 @@ TEST_SUITE("proxy") {
         // One client connection lives on one worker, so sequential requests need one upstream
         // connection (two sockets: both ends); one per request would leave ~40 behind.
         const auto sockets = sockets_on_port(p.upstream.port);
+        CAPTURE(before);
         CAPTURE(sockets);
         CHECK(sockets >= 2);
-        CHECK(sockets <= 4);
+        CHECK(sockets <= before + 4);
         CHECK(ids.size() == 40);
         CHECK(p.upstream.total() == 40);
     }
