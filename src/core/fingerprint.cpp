@@ -175,11 +175,7 @@ constexpr auto hex_pairs = [] {
 void append_hex(std::string& out, std::string_view bytes) {
     const std::size_t at = out.size();
     out.resize(at + bytes.size() * 2);
-    char* p = out.data() + at;
-    for (const char c : bytes) {
-        std::memcpy(p, &hex_pairs[2 * static_cast<unsigned char>(c)], 2);
-        p += 2;
-    }
+    write_hex(bytes, out.data() + at);
 }
 
 /// A thread's canonical-JSON buffer larger than this is given back after the request.
@@ -196,6 +192,13 @@ std::string sha256(std::string_view data) {
     hasher h;
     h.raw(data);
     return as_string(h.finish());
+}
+
+void write_hex(std::string_view bytes, char* out) noexcept {
+    for (const char c : bytes) {
+        std::memcpy(out, &hex_pairs[2 * static_cast<unsigned char>(c)], 2);
+        out += 2;
+    }
 }
 
 std::string to_hex(std::string_view bytes) {

@@ -1,21 +1,21 @@
 #include "http/random_id.hpp"
 
+#include "onceproxy/core/fingerprint.hpp"
+
 #include <cstdint>
+#include <cstring>
 #include <random>
 
 namespace onceproxy::http {
 
 hex_id random_hex_chars() {
     thread_local std::mt19937_64 rng{std::random_device{}()};
-    constexpr char digits[] = "0123456789abcdef";
+    const std::array<std::uint64_t, 2> words{rng(), rng()};
+    std::array<char, sizeof words> bytes{};
+    std::memcpy(bytes.data(), words.data(), bytes.size());
+    static_assert(sizeof(hex_id) == 2 * sizeof bytes);
     hex_id out{};
-    std::size_t at = 0;
-    for (int word = 0; word < 2; ++word) {
-        const std::uint64_t bits = rng();
-        for (int shift = 60; shift >= 0; shift -= 4) {
-            out[at++] = digits[(bits >> shift) & 0xfU];
-        }
-    }
+    core::write_hex({bytes.data(), bytes.size()}, out.data());
     return out;
 }
 

@@ -21,6 +21,8 @@ using header_view = std::pair<std::string_view, std::string_view>;
 
 /// Lower-case hexadecimal of arbitrary bytes (64 characters for a SHA-256).
 [[nodiscard]] std::string to_hex(std::string_view bytes);
+/// The same, written to `out`, which has room for 2 * bytes.size() characters.
+void write_hex(std::string_view bytes, char* out) noexcept;
 
 /// What identifies "the same request" under one key (SPEC §3.5).
 struct fingerprint_input {
