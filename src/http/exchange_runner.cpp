@@ -14,6 +14,7 @@
 #include "onceproxy/http/loop_guard.hpp"
 #include "onceproxy/http/problem.hpp"
 #include "onceproxy/log/log.hpp"
+#include "onceproxy/wire/coarse_clock.hpp"
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -58,10 +59,11 @@ std::chrono::milliseconds client_deadline_of(const request& req, bool grpc_call)
                      : core::parse_grpc_timeout(v).value_or(std::chrono::milliseconds{0});
 }
 
-/// Now, in milliseconds since the Unix epoch (a claim's created_ms).
+/// Now, in milliseconds since the Unix epoch (a claim's created_ms), from the coarse wall clock
+/// (a few milliseconds early at most).
 std::int64_t unix_millis() {
     return std::chrono::duration_cast<std::chrono::milliseconds>(
-               std::chrono::system_clock::now().time_since_epoch())
+               wire::coarse_wall_now().time_since_epoch())
         .count();
 }
 
@@ -93,8 +95,13 @@ struct exchange_state {
     std::string fingerprint;
     const hex_id owner_id = random_hex_chars();              ///< fencing token of this attempt
     std::optional<upstream::forward_result> upstream_result; ///< set once the call ends
-    /// An upstream outcome the fsm has not heard of yet: the call's, or a streamed body's end.
+    /// An upstream outcome the fsm has not heard of yet (the call's, or a streamed body's end),
+    /// and when it happened.
     std::optional<core::upstream_event> upstream_due;
+    clock::time_point upstream_due_at{};
+    /// When the engine last heard of something. A step taken at once after it, with nothing
+    /// waited for in between, is dated by it rather than by another clock reading.
+    clock::time_point last_event{};
     stream_target target;
     /// The request body and the held upstream answer, counted in limits.max_buffered_bytes
     /// until the exchange and the client connection are both done with them.
@@ -133,13 +140,18 @@ struct exchange_state {
     }
     std::string_view upstream_name() const { return env.fwd->upstream(route.upstream_index).name; }
     std::string_view owner() const { return {owner_id.data(), owner_id.size()}; }
+    /// Records an upstream outcome for the driver, and wakes it if it waits.
+    void upstream_ended(core::upstream_event ev, clock::time_point at);
 };
 
 /// Times one store operation into the route's histogram and the access-log report, and counts
 /// a failure. done() returns when the operation ended: the time the engine hears of it at.
 class store_op {
 public:
-    explicit store_op(exchange_state& s) : s_(s) {}
+    /// `start`: when the operation is issued (the exchange's last event's time when nothing
+    /// was done in between).
+    explicit store_op(exchange_state& s, clock::time_point start = clock::now())
+        : s_(s), start_(start) {}
     /// `ec`: the operation's error, empty when it succeeded.
     clock::time_point done(const boost::system::error_code& ec) {
         return done(ec ? std::optional(store_error_cause_of(ec)) : std::nullopt);
@@ -156,18 +168,19 @@ public:
         if (failed) {
             s_.env.reg.counter(metrics::family::store_errors, *failed).inc();
         }
+        s_.last_event = now;
         return now;
     }
 
 private:
     exchange_state& s_;
-    clock::time_point start_ = clock::now();
+    clock::time_point start_;
 };
 
 // --- one coroutine per engine action; each returns the engine's next action -----------------
 
 net::awaitable<core::action> do_claim(exchange_state& s, core::action a) {
-    store_op op(s);
+    store_op op(s, s.last_event); // issued as the engine decided (start, or a wait's end)
     // Named, then passed: g++ 12 destroys a braced temporary argument of a coroutine twice
     // inside a co_await expression. Views of the state's strings, which outlive the claim.
     s.created_ms = unix_millis();
@@ -199,6 +212,12 @@ void wake(exchange_state& s) {
     }
 }
 
+void exchange_state::upstream_ended(core::upstream_event ev, clock::time_point at) {
+    upstream_due = ev;
+    upstream_due_at = at;
+    wake(*this);
+}
+
 /// `deadline`: the bound on the call instead of the upstream's timeout (late answers).
 net::awaitable<void> call_upstream(std::shared_ptr<exchange_state> s,
                                    std::optional<std::chrono::milliseconds> deadline) {
@@ -218,7 +237,8 @@ net::awaitable<void> call_upstream(std::shared_ptr<exchange_state> s,
     }
     auto r = co_await s->env.fwd->async_forward(s->route.upstream_index, s->req, max_response, hold,
                                                 deadline);
-    const auto took = clock::now() - s->upstream_started;
+    const auto ended = clock::now();
+    const auto took = ended - s->upstream_started;
     s->report.upstream_ms = std::chrono::duration<double, std::milli>(took).count();
     s->metrics().histogram(metrics::family::upstream_duration).observe(took);
     if (r.status == upstream::forward_status::ok) {
@@ -229,9 +249,9 @@ net::awaitable<void> call_upstream(std::shared_ptr<exchange_state> s,
             s->held->force_grow_to(s->held->bytes() + r.res.body().size());
         }
     }
-    s->upstream_due = to_upstream_event(r, s->grpc_call);
+    const auto ev = to_upstream_event(r, s->grpc_call);
     s->upstream_result = std::move(r);
-    wake(*s);
+    s->upstream_ended(ev, ended);
 }
 
 /// When the record being written stops being replayed, as the IMF-fixdate its answers state:
@@ -245,7 +265,8 @@ const std::string& record_expiry(exchange_state& s) {
         // Formatted once per second of expiry per worker thread rather than per record.
         thread_local std::chrono::sys_seconds formatted_for{};
         thread_local std::string text;
-        const auto at = std::chrono::floor<std::chrono::seconds>(std::chrono::system_clock::now() +
+        // The coarse wall clock is never later than the precise one: no later expiry either.
+        const auto at = std::chrono::floor<std::chrono::seconds>(wire::coarse_wall_now() +
                                                                  s.route.idempotency.ttl);
         if (text.empty() || at != formatted_for) {
             text = imf_fixdate(at);
@@ -369,7 +390,8 @@ auto side_task_end(std::shared_ptr<exchange_state> s, const char* what) {
         }
         report_exception(e, what, s->env.reg.counter(metrics::family::internal_errors));
         if (!s->upstream_due) {
-            s->upstream_due = to_upstream_event(upstream::forward_status::reset_after_send, 0, 0);
+            s->upstream_ended(to_upstream_event(upstream::forward_status::reset_after_send, 0, 0),
+                              clock::now());
         }
         wake(*s);
     };
@@ -383,8 +405,7 @@ void start_stream(const std::shared_ptr<exchange_state>& s, core::idempotency_st
         [](std::shared_ptr<exchange_state> self,
            core::idempotency_status status) -> net::awaitable<void> {
             auto ev = co_await relay_answer(*self, status);
-            self->upstream_due = ev;
-            wake(*self);
+            self->upstream_ended(ev, clock::now());
         }(s, st),
         side_task_end(s, "stream relay"));
 }
@@ -393,7 +414,7 @@ void start_stream(const std::shared_ptr<exchange_state>& s, core::idempotency_st
 /// late answers on, the call is bounded by late_answer_timeout: the engine itself answers the
 /// client's 504 at the upstream's timeout and waits on for the call (issue 26).
 void start_forward(const std::shared_ptr<exchange_state>& s) {
-    s->upstream_started = clock::now();
+    s->upstream_started = s->last_event; // forwarded as the engine decided
     std::optional<std::chrono::milliseconds> deadline;
     const auto& up = s->env.fwd->upstream(s->route.upstream_index);
     if (s->fsm.awaits_late_answers()) {
@@ -423,9 +444,11 @@ net::awaitable<core::action> do_wait(exchange_state& s, core::action a) {
     if (upstream_outcome_due()) {
         const auto ev = *s.upstream_due;
         s.upstream_due.reset();
-        co_return s.fsm.on_upstream(ev, clock::now());
+        s.last_event = s.upstream_due_at; // the engine hears of it when it happened
+        co_return s.fsm.on_upstream(ev, s.last_event);
     }
-    co_return s.fsm.on_tick(clock::now());
+    s.last_event = clock::now();
+    co_return s.fsm.on_tick(s.last_event);
 }
 
 net::awaitable<core::action> do_extend(exchange_state& s, core::action a) {
@@ -717,7 +740,8 @@ net::awaitable<response> async_run_exchange(std::shared_ptr<exchange_env> env,
         s->report.key_hash = s->store_key; // read by the access log only
     }
 
-    auto first = s->fsm.start(derived.facts, clock::now());
+    s->last_event = clock::now();
+    auto first = s->fsm.start(derived.facts, s->last_event);
     auto res = co_await drive(s, first);
     note_observation(*s);
     s->report.streamed = s->streamed;

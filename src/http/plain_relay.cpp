@@ -7,6 +7,7 @@
 #include "onceproxy/http/headers.hpp"
 #include "onceproxy/http/problem.hpp"
 #include "onceproxy/http/raw_response_head.hpp"
+#include "onceproxy/wire/coarse_clock.hpp"
 #include "onceproxy/wire/head_writer.hpp"
 #include "onceproxy/wire/message_reader.hpp"
 
@@ -351,8 +352,7 @@ struct plain_relay::exchange {
         // Beast reads at most the buffer's free capacity (512 bytes at least): without room, a
         // large body would arrive a kilobyte per read. The header bound comes back afterwards.
         const body_read_room room(client.buffer, relay_chunk);
-        const body_pace pace(body_pace::clock::now(), limits().body_timeout,
-                             limits().min_body_rate);
+        const body_pace pace(wire::coarse_now(), limits().body_timeout, limits().min_body_rate);
         std::uint64_t received = 0;
         long_transfer_watch long_transfer(&relay.fwd_, route.upstream_index);
         while (!parser.is_done()) {
@@ -360,8 +360,7 @@ struct plain_relay::exchange {
             auto ec = co_await wire::async_read(client.sock, client.buffer, parser,
                                                 wire::read_until::some);
             received += body.size();
-            if (client.dl.fired() ||
-                (!ec && !pace.on_progress(received, body_pace::clock::now()))) {
+            if (client.dl.fired() || (!ec && !pace.on_progress(received, wire::coarse_now()))) {
                 relay.reg_.counter(metrics::family::client_timeouts, metrics::timeout_phase::body)
                     .inc();
                 co_return make_problem(problem_code::request_timeout);

@@ -12,6 +12,7 @@
 #include "onceproxy/http/problem.hpp"
 #include "onceproxy/http/request_target.hpp"
 #include "onceproxy/http/tls_source.hpp"
+#include "onceproxy/wire/coarse_clock.hpp"
 #include "onceproxy/wire/deadline_watch.hpp"
 #include "onceproxy/wire/head_writer.hpp"
 #include "onceproxy/wire/message_parser.hpp"
@@ -370,15 +371,15 @@ struct server::impl::connection {
     /// An answer when it failed (nullopt and a false verdict: the client went away).
     net::awaitable<std::optional<std::optional<response>>>
     read_whole_body(wire::request_parser& p, buffer_reservation& held) {
-        // One precise read per read of the body: the time a read ended is also when the next
-        // one starts (nothing waits in between).
-        auto now = body_pace::clock::now();
+        // The coarse clock (wire/coarse_clock.hpp): the pace's bounds are seconds. The time a
+        // read ended is also when the next one starts (nothing waits in between).
+        auto now = wire::coarse_now();
         const body_pace pace(now, limits().body_timeout, limits().min_body_rate,
                              limits().max_body_time);
         while (!p.is_done()) {
             dl.expires_at(pace.read_deadline(now));
             const auto ec = co_await wire::async_read(stream, buffer, p, wire::read_until::some);
-            now = body_pace::clock::now();
+            now = wire::coarse_now();
             if (dl.fired() || (!ec && !pace.on_progress(p.get().body().size(), now))) {
                 srv.reg.counter(metrics::family::client_timeouts, metrics::timeout_phase::body)
                     .inc();

@@ -38,4 +38,14 @@ steady_clock::time_point coarse_now() noexcept {
     return steady_clock::time_point(to_duration(t) + coarse_margin());
 }
 
+std::chrono::system_clock::time_point coarse_wall_now() noexcept {
+    timespec t{};
+    if (::clock_gettime(CLOCK_REALTIME_COARSE, &t) != 0) {
+        return std::chrono::system_clock::now(); // not reached on Linux
+    }
+    return std::chrono::system_clock::time_point(
+        std::chrono::duration_cast<std::chrono::system_clock::duration>(
+            std::chrono::seconds(t.tv_sec) + std::chrono::nanoseconds(t.tv_nsec)));
+}
+
 } // namespace onceproxy::wire

@@ -12,7 +12,14 @@
 // late by that much, never early, unless the kernel's own tick ran late (a starved virtual
 // machine), by as long as it ran late.
 //
-// Precise reads stay for what measures: latency histograms, access-log durations, body rates.
+// Precise reads stay for what measures: latency histograms and access-log durations. A body's
+// pace (body_timeout, min_body_rate) is checked on the coarse clock too: its bounds are seconds.
+//
+// coarse_wall_now() is the same for the wall clock (CLOCK_REALTIME_COARSE), read as it is: never
+// later than system_clock::now(), at most two resolutions earlier. It dates what is kept in
+// milliseconds or seconds (a claim's creation, a record's Idempotency-Expires): a record's
+// expiry computed from it is never later than from the precise clock, so it never promises more
+// than the store keeps.
 
 #include <chrono>
 
@@ -25,5 +32,9 @@ std::chrono::steady_clock::time_point coarse_now() noexcept;
 /// What coarse_now() adds to the coarse clock: two of its resolutions (clock_getres, read
 /// once).
 std::chrono::steady_clock::duration coarse_margin() noexcept;
+
+/// A lower estimate of std::chrono::system_clock::now(): not later, at most coarse_margin()
+/// earlier.
+std::chrono::system_clock::time_point coarse_wall_now() noexcept;
 
 } // namespace onceproxy::wire

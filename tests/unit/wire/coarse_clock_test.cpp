@@ -8,6 +8,7 @@
 
 using onceproxy::wire::coarse_margin;
 using onceproxy::wire::coarse_now;
+using onceproxy::wire::coarse_wall_now;
 using std::chrono::steady_clock;
 using namespace std::chrono_literals;
 
@@ -33,6 +34,20 @@ TEST_SUITE("coarse clock") {
                  " ns, margin = ", coarse_margin().count(), " ns");
             REQUIRE(coarse >= before);
             REQUIRE(coarse <= after + coarse_margin());
+        }
+    }
+
+    TEST_CASE("the wall clock read coarsely is never later than system_clock::now() read after "
+              "it, at most the margin earlier than it read before") {
+        using std::chrono::system_clock;
+        for (int i = 0; i < 2000; ++i) {
+            const auto before = system_clock::now();
+            const auto coarse = coarse_wall_now();
+            const auto after = system_clock::now();
+            INFO("sample ", i, ": before - coarse = ", (before - coarse).count(),
+                 " ns, margin = ", coarse_margin().count(), " ns");
+            REQUIRE(coarse <= after);
+            REQUIRE(coarse >= before - coarse_margin());
         }
     }
 }
