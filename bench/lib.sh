@@ -112,6 +112,20 @@ start_floor() {
     wait_tcp "$floor_port" $floor_pid "the floor relay"
 }
 
+# start_floor_first: starts the floor of a first execution (floor_proxy.cpp --redis: the relay
+# plus the hashes, the claim and the record through the Redis of start_redis); sets
+# floor_first_port and floor_first_pid.
+start_floor_first() {
+    "$floor_bin" --upstream "$upstream_port" --redis "$redis_port" \
+        --port-file "$work_dir/floor-first.port" >"$work_dir/floor-first.log" 2>&1 &
+    floor_first_pid=$!
+    started_pids+=("$floor_first_pid")
+    started_names[$floor_first_pid]="the first execution's floor"
+    wait_file "$work_dir/floor-first.port" $floor_first_pid "the first execution's floor"
+    floor_first_port=$(cat "$work_dir/floor-first.port")
+    wait_tcp "$floor_first_port" $floor_first_pid "the first execution's floor"
+}
+
 # write_grpc_files: the gRPC rows' fixed bytes. The answer the h2c upstream nginx gives every
 # unary call ($work_dir/grpc-answer.bin: a small protobuf-shaped message of 33 bytes behind
 # its 5-byte gRPC prefix), and the request body h2load sends ($work_dir/grpc-request.bin: one

@@ -5,6 +5,7 @@
 #   bench/run.sh [--duration 10s] [--connections 64] [--rounds 2] [--workers 1]
 #                [--upstream-threads 1] [--store redis|memory] [--keys 1000]
 #                [--scenarios direct,floor,nginx,proxy,nginx_tls,proxy_tls,proxy_post,replay,first,
+#                             floor_post,floor_first,
 #                             observe,first_cluster,replay_cluster,half,upload,download,
 #                             nginx_h2c,proxy_h2c,nginx_h2,proxy_h2,nginx_h2c_h2c,
 #                             proxy_h2c_h2c,nginx_grpc,proxy_grpc,grpc_first,grpc_replay,
@@ -52,7 +53,7 @@ workers=${BENCH_WORKERS:-1}
 upstream_threads=${BENCH_UPSTREAM_THREADS:-1}
 store=${BENCH_STORE:-redis}
 keys=${BENCH_KEYS:-1000}
-default_scenarios=direct,floor,nginx,proxy,nginx_tls,proxy_tls,proxy_post,replay,first,observe,first_cluster,replay_cluster,half,upload,download
+default_scenarios=direct,floor,nginx,proxy,nginx_tls,proxy_tls,proxy_post,replay,first,floor_post,floor_first,observe,first_cluster,replay_cluster,half,upload,download
 h2_scenarios=nginx_h2c,proxy_h2c,nginx_h2,proxy_h2,nginx_h2c_h2c,proxy_h2c_h2c
 grpc_scenarios=nginx_grpc,proxy_grpc,grpc_first,grpc_replay
 pg_scenarios=pg_first,pg_replay,pg_first_lookup,pg_replay_lookup
@@ -147,9 +148,13 @@ IFS=, read -r -a scenario_list <<<"$scenarios"
 kept=()
 for s in "${scenario_list[@]}"; do
     case "$s" in
-    floor)
+    floor | floor_post | floor_first)
         if [ ! -x "$floor_bin" ]; then
-            log "skipping floor: no $floor_bin (build onceproxy_floor_proxy, bench/README.md)"
+            log "skipping $s: no $floor_bin (build onceproxy_floor_proxy, bench/README.md)"
+            continue
+        fi
+        if [ "$s" = floor_first ] && [ "$store" != redis ]; then
+            log "skipping floor_first: it is the floor of a first execution on Redis (--store redis)"
             continue
         fi ;;
     direct | nginx | proxy | nginx_tls | proxy_tls | proxy_post | replay | first | observe | half | upload | download) ;;
@@ -293,11 +298,16 @@ started_names[$nginx_pid]="nginx"
 wait_tcp "$nginx_port" $nginx_pid "nginx"
 log "nginx on 127.0.0.1:$nginx_port (worker_processes $nginx_workers)"
 
-# The floor row: a byte relay in front of the test upstream (bench/floor_proxy.cpp).
-if want floor; then
+# The floor rows: a byte relay in front of the test upstream (bench/floor_proxy.cpp), and the
+# same with a first execution's claim and record through Redis.
+if want floor || want floor_post; then
     start_floor
     floor_url="http://127.0.0.1:$floor_port/bench"
     log "floor relay on 127.0.0.1:$floor_port"
+fi
+if want floor_first; then
+    start_floor_first
+    log "first execution's floor on 127.0.0.1:$floor_first_port"
 fi
 direct_url="http://127.0.0.1:$upstream_port/bench"
 nginx_url="http://127.0.0.1:$nginx_port/bench"
@@ -461,7 +471,8 @@ measured_pids() {
     case "$1" in
     nginx | nginx_tls | nginx_h2c | nginx_h2 | nginx_h2c_h2c | nginx_grpc | half_nginx) echo "$nginx_pid" $(pgrep -P "$nginx_pid" || true) ;;
     direct | half_direct) echo "$upstream_pid" ;;
-    floor | half_floor) echo "$floor_pid" ;;
+    floor | floor_post | half_floor) echo "$floor_pid" ;;
+    floor_first) echo "$floor_first_pid" ;;
     first_cluster* | replay_cluster*) echo "${cluster_proxy_pid[${1##*_cluster}]}" ;;
     pg_*) echo "${pg_proxy_pid[$(pg_variant_of "$1")]}" ;;
     *) echo "$proxy_pid" ;;
@@ -646,6 +657,12 @@ run_scenario() {
     case "$name" in
     direct) run_wrk "$round" direct "$connections" "$direct_url" ;;
     floor) run_wrk "$round" floor "$connections" "$floor_url" ;;
+    floor_post)
+        # The POSTs of proxy_post and first, through the byte relay.
+        run_wrk "$round" floor_post "$connections" "$floor_url" fresh.lua "fp-$run_id-$round" ;;
+    floor_first)
+        run_wrk "$round" floor_first "$connections" "http://127.0.0.1:$floor_first_port/pay/first" \
+            fresh.lua "ff-$run_id-$round" ;;
     nginx) run_wrk "$round" nginx "$connections" "$nginx_url" ;;
     proxy) run_wrk "$round" proxy "$connections" "$proxy_url" ;;
     nginx_tls) run_wrk "$round" nginx_tls "$connections" "$nginx_tls_url" ;;
