@@ -95,6 +95,8 @@ struct exchange_state {
     std::string fingerprint;
     const hex_id owner_id = random_hex_chars();              ///< fencing token of this attempt
     std::optional<upstream::forward_result> upstream_result; ///< set once the call ends
+    /// The upstream call, paused at the engine's wake-up until resumed beside the driver.
+    std::unique_ptr<upstream::paused_forward> paused_call;
     /// An upstream outcome the fsm has not heard of yet (the call's, or a streamed body's end),
     /// and when it happened.
     std::optional<core::upstream_event> upstream_due;
@@ -218,9 +220,31 @@ void exchange_state::upstream_ended(core::upstream_event ev, clock::time_point a
     wake(*this);
 }
 
+/// The upstream call's outcome: timed, counted in the buffer budget, and handed to the driver.
+void upstream_answered(exchange_state& s, upstream::forward_result&& r) {
+    const auto ended = clock::now();
+    const auto took = ended - s.upstream_started;
+    s.report.upstream_ms = std::chrono::duration<double, std::milli>(took).count();
+    s.metrics().histogram(metrics::family::upstream_duration).observe(took);
+    if (r.status == upstream::forward_status::ok) {
+        // Once, here: both the record and the client response carry end-to-end headers only.
+        strip_hop_by_hop(r.res);
+        // Counted, never refused: the upstream has acted, its answer must get through.
+        if (s.held) {
+            s.held->force_grow_to(s.held->bytes() + r.res.body().size());
+        }
+    }
+    const auto ev = to_upstream_event(r, s.grpc_call);
+    s.upstream_result = std::move(r);
+    s.upstream_ended(ev, ended);
+}
+
 /// `deadline`: the bound on the call instead of the upstream's timeout (late answers).
+/// `checkpoint`: when the call pauses if its answer is not in yet (pausable upstreams); it is
+/// then left in paused_call, for resume_upstream.
 net::awaitable<void> call_upstream(std::shared_ptr<exchange_state> s,
-                                   std::optional<std::chrono::milliseconds> deadline) {
+                                   std::optional<std::chrono::milliseconds> deadline,
+                                   std::optional<clock::time_point> checkpoint) {
     // A body longer than max_record_bytes is not held: it cannot be replayed anyway, so it
     // streams to the client instead (issue 8).
     const auto hold = s->target.client.whole_answer
@@ -236,22 +260,18 @@ net::awaitable<void> call_upstream(std::shared_ptr<exchange_state> s,
         max_response = s->env.cfg->limits.max_response_bytes; // held whole: bounded
     }
     auto r = co_await s->env.fwd->async_forward(s->route.upstream_index, s->req, max_response, hold,
-                                                deadline);
-    const auto ended = clock::now();
-    const auto took = ended - s->upstream_started;
-    s->report.upstream_ms = std::chrono::duration<double, std::milli>(took).count();
-    s->metrics().histogram(metrics::family::upstream_duration).observe(took);
-    if (r.status == upstream::forward_status::ok) {
-        // Once, here: both the record and the client response carry end-to-end headers only.
-        strip_hop_by_hop(r.res);
-        // Counted, never refused: the upstream has acted, its answer must get through.
-        if (s->held) {
-            s->held->force_grow_to(s->held->bytes() + r.res.body().size());
-        }
+                                                deadline, checkpoint);
+    if (r.paused) {
+        s->paused_call = std::move(r.paused);
+        co_return;
     }
-    const auto ev = to_upstream_event(r, s->grpc_call);
-    s->upstream_result = std::move(r);
-    s->upstream_ended(ev, ended);
+    upstream_answered(*s, std::move(r));
+}
+
+/// The paused upstream call, gone on with beside the driver until its answer.
+net::awaitable<void> resume_upstream(std::shared_ptr<exchange_state> s) {
+    auto r = co_await s->env.fwd->async_resume(std::move(s->paused_call), s->req);
+    upstream_answered(*s, std::move(r));
 }
 
 /// When the record being written stops being replayed, as the IMF-fixdate its answers state:
@@ -410,45 +430,79 @@ void start_stream(const std::shared_ptr<exchange_state>& s, core::idempotency_st
         side_task_end(s, "stream relay"));
 }
 
-/// forward: the upstream call runs beside the driver, which goes on ticking the lease. With
-/// late answers on, the call is bounded by late_answer_timeout: the engine itself answers the
-/// client's 504 at the upstream's timeout and waits on for the call (issue 26).
-void start_forward(const std::shared_ptr<exchange_state>& s) {
-    s->upstream_started = s->last_event; // forwarded as the engine decided
-    std::optional<std::chrono::milliseconds> deadline;
-    const auto& up = s->env.fwd->upstream(s->route.upstream_index);
-    if (s->fsm.awaits_late_answers()) {
-        deadline = up.late_answer_timeout;
-    } else if (s->client_deadline.count() > 0 && s->client_deadline < up.timeout) {
-        deadline = s->client_deadline; // the client waits no longer (grpc-timeout)
+/// The bound on the upstream call. With late answers on, the call is bounded by
+/// late_answer_timeout: the engine itself answers the client's 504 at the upstream's timeout
+/// and waits on for the call (issue 26).
+std::optional<std::chrono::milliseconds> call_deadline(const exchange_state& s) {
+    const auto& up = s.env.fwd->upstream(s.route.upstream_index);
+    if (s.fsm.awaits_late_answers()) {
+        return up.late_answer_timeout;
     }
-    net::co_spawn(s->executor, call_upstream(s, deadline), side_task_end(s, "upstream call"));
+    if (s.client_deadline.count() > 0 && s.client_deadline < up.timeout) {
+        return s.client_deadline; // the client waits no longer (grpc-timeout)
+    }
+    return std::nullopt;
+}
+
+/// The engine's next action on an upstream outcome it has not heard of yet, if one is due.
+/// Only a finished upstream call cuts a wait short. Any other wait (completion retry backoff
+/// after the upstream answered, re-claim backoff) must sleep: an early tick returns the same
+/// wait_until, so skipping the timer there spins the worker thread until the lease ends.
+std::optional<core::action> upstream_outcome(exchange_state& s) {
+    if (!s.upstream_due || s.fsm.current_state() != core::state::forwarding) {
+        return std::nullopt;
+    }
+    const auto ev = *s.upstream_due;
+    s.upstream_due.reset();
+    s.last_event = s.upstream_due_at; // the engine hears of it when it happened
+    return s.fsm.on_upstream(ev, s.last_event);
 }
 
 /// forward, wait_until: sleeps until `wake_at` unless the upstream call ends first.
 net::awaitable<core::action> do_wait(exchange_state& s, core::action a) {
-    // Only a finished upstream call the fsm has not heard of yet cuts the wait short. Any other
-    // wait (completion retry backoff after the upstream answered, re-claim backoff) must sleep:
-    // an early tick returns the same wait_until, so skipping the timer there spins the worker
-    // thread until the lease ends.
-    const auto upstream_outcome_due = [&] {
-        return s.upstream_due && s.fsm.current_state() == core::state::forwarding;
-    };
-    if (!upstream_outcome_due()) {
-        if (!s.timer) {
-            s.timer.emplace(s.executor);
-        }
-        s.timer->expires_at(a.wake_at);
-        co_await s.timer->async_wait(use_tuple);
+    if (auto next = upstream_outcome(s)) {
+        co_return *next;
     }
-    if (upstream_outcome_due()) {
-        const auto ev = *s.upstream_due;
-        s.upstream_due.reset();
-        s.last_event = s.upstream_due_at; // the engine hears of it when it happened
-        co_return s.fsm.on_upstream(ev, s.last_event);
+    if (!s.timer) {
+        s.timer.emplace(s.executor);
+    }
+    s.timer->expires_at(a.wake_at);
+    co_await s.timer->async_wait(use_tuple);
+    if (auto next = upstream_outcome(s)) {
+        co_return *next;
     }
     s.last_event = clock::now();
     co_return s.fsm.on_tick(s.last_event);
+}
+
+/// forward: the upstream call, while the driver goes on ticking the lease. On a pausable
+/// upstream the call is awaited here until its answer or the engine's next wake-up (a lease
+/// extension, the client's 504), where it pauses and goes on beside the driver: a call answered
+/// before then needs neither a task of its own nor a timer. Other calls run beside the driver
+/// from the start.
+net::awaitable<core::action> do_forward(std::shared_ptr<exchange_state> s, core::action a) {
+    s->upstream_started = s->last_event; // forwarded as the engine decided
+    const auto deadline = call_deadline(*s);
+    if (!s->env.fwd->pausable(s->route.upstream_index)) {
+        net::co_spawn(s->executor, call_upstream(s, deadline, std::nullopt),
+                      side_task_end(s, "upstream call"));
+        co_return co_await do_wait(*s, a);
+    }
+    std::exception_ptr failed;
+    try {
+        co_await call_upstream(s, deadline, a.wake_at);
+    } catch (...) {
+        failed = std::current_exception();
+    }
+    if (failed) {
+        side_task_end(s, "upstream call")(failed); // as if the call had run beside the driver
+    } else if (s->paused_call) {
+        net::co_spawn(s->executor, resume_upstream(s), side_task_end(s, "upstream call"));
+    }
+    if (auto next = upstream_outcome(*s)) {
+        co_return *next; // answered before the engine's wake-up: no wait
+    }
+    co_return co_await do_wait(*s, a);
 }
 
 net::awaitable<core::action> do_extend(exchange_state& s, core::action a) {
@@ -569,7 +623,7 @@ response do_replay(exchange_state& s) {
 /// passthrough (fail-open, or an optional route without a key): forward unprotected.
 net::awaitable<response> do_passthrough(std::shared_ptr<exchange_state> s) {
     s->upstream_started = clock::now();
-    co_await call_upstream(s, std::nullopt);
+    co_await call_upstream(s, std::nullopt, std::nullopt);
     if (s->upstream_result->status == upstream::forward_status::ok) {
         co_return co_await do_respond(*s, core::idempotency_status::none);
     }
@@ -586,8 +640,7 @@ net::awaitable<std::optional<response>> drive(std::shared_ptr<exchange_state> s,
             a = co_await do_claim(*s, a);
             break;
         case core::action_kind::forward:
-            start_forward(s);
-            a = co_await do_wait(*s, a);
+            a = co_await do_forward(s, a);
             break;
         case core::action_kind::stream:
             start_stream(s, a.status_header);

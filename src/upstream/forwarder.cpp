@@ -68,6 +68,13 @@ bool unusable_status(unsigned code) {
 
 } // namespace
 
+/// How far forwarder::impl::run_call took a call.
+enum class call_step {
+    done,   ///< `out` holds how it ended
+    retry,  ///< a pooled connection turned out closed before a byte was written: take another
+    paused, ///< the checkpoint came first: the call's state is as run_call left it
+};
+
 struct forwarder::impl {
     /// Shared by the forwarders of successive configs (reloads) while the upstream's settings
     /// stay the same; used from the one worker executor only.
@@ -144,6 +151,11 @@ struct forwarder::impl {
     std::shared_ptr<const config::config> cfg;
     wire::deadline_watch& watch;
     std::vector<std::shared_ptr<pool>> pools; ///< index = upstream index in `cfg`
+
+    /// Writes what is left of `call`'s request and reads its answer, until the answer (in
+    /// `out`), a failure, or `checkpoint` (a plain connection only; `call` keeps its state).
+    net::awaitable<call_step> run_call(paused_forward& call, request& req, forward_result& out,
+                                       std::optional<clock::time_point> checkpoint);
 
     void give_back(pool& p, std::unique_ptr<connection> c, bool reusable) {
         if (c->tunnel) {
@@ -388,118 +400,207 @@ void forwarder::close_idle() {
     }
 }
 
+namespace {
+
+/// A result that says only how the call ended.
+forward_result ended(forward_status s) {
+    forward_result r;
+    r.status = s;
+    return r;
+}
+
+/// What is left to write of a request whose first `written` bytes (head, then body) went out.
+std::array<net::const_buffer, 2> unwritten(const std::string& head, const std::string& body,
+                                           std::size_t written) {
+    if (written < head.size()) {
+        return {net::buffer(head.data() + written, head.size() - written), net::buffer(body)};
+    }
+    const auto in_body = std::min(written - head.size(), body.size());
+    return {net::const_buffer(), net::buffer(body.data() + in_body, body.size() - in_body)};
+}
+
+/// A new parser for the next answer of `call` (the first, or the final one after an interim).
+void start_answer(paused_forward& call) {
+    auto& parser = call.parser.emplace();
+    parser.header_limit(static_cast<std::uint32_t>(wire::max_header_section));
+    parser.trailer_limit(wire::max_header_section);
+    parser.body_limit(call.max_response ? boost::optional<std::uint64_t>(*call.max_response)
+                                        : boost::none);
+    parser.skip(call.head_request);
+    // The answer is re-framed (and may be recorded): a coding such as gzip could not be passed
+    // on, and dropping it would hand the client coded bytes as plain ones.
+    parser.refuse_transfer_codings();
+    if (call.hold) {
+        // One byte more than `hold` tells a body that fits from one that does not.
+        parser.stream_body(*call.hold + 1);
+    }
+}
+
+} // namespace
+
+net::awaitable<call_step> forwarder::impl::run_call(paused_forward& call, request& req,
+                                                    forward_result& out,
+                                                    std::optional<clock::time_point> checkpoint) {
+    auto& p = *pools.at(call.upstream_index);
+    auto& c = *call.conn;
+    // A checkpoint is a deadline that pauses instead of failing: the watch cancels the
+    // socket's operation, which loses nothing on a plain connection.
+    const bool pausing = checkpoint && *checkpoint < call.deadline && !c.stream.is_tls();
+    c.dl.expires_at(pausing ? *checkpoint : call.deadline);
+    const auto paused = [&] {
+        return pausing && c.dl.fired() && wire::coarse_now() < call.deadline;
+    };
+    if (!call.parser) {
+        if (call.written == 0) {
+            wire::serialize_head(req, c.head);
+        }
+        auto [wec, n] = co_await net::async_write(
+            c.stream, unwritten(c.head, req.body(), call.written), use_tuple);
+        call.written += n;
+        if (wec && paused()) {
+            co_return call_step::paused;
+        }
+        if (wec) {
+            const bool timed_out = c.dl.fired(); // read before give_back frees the connection
+            const bool refused = !call.reused && tls_refused(c, wec);
+            give_back(p, std::move(call.conn), false);
+            if (refused) {
+                out = ended(forward_status::tls_failed);
+            } else if (call.written == 0) {
+                // Nothing of the request left this process: a pooled connection that turned out
+                // closed gets one fresh replacement; a fresh connection failing counts as down.
+                if (call.replaceable) {
+                    co_return call_step::retry;
+                }
+                out = ended(forward_status::connect_failed);
+            } else {
+                out = ended(timed_out ? forward_status::timeout_after_send
+                                      : forward_status::reset_after_send);
+            }
+            co_return call_step::done;
+        }
+        start_answer(call);
+    }
+    for (;;) {
+        auto& parser = *call.parser;
+        const auto rec = co_await wire::async_read(c.stream, c.buffer, parser,
+                                                   wire::read_until::message, /*answer=*/true);
+        if (rec == http::error::need_buffer) {
+            if (unusable_status(parser.get().result_int())) {
+                give_back(p, std::move(call.conn), false);
+                out = ended(forward_status::bad_response);
+                co_return call_step::done;
+            }
+            // The body outgrew `hold`: the caller reads the rest from the connection.
+            c.dl.expires_at(call.deadline); // the rest is read under the call's own deadline
+            out = ended(forward_status::ok);
+            auto& m = parser.get();
+            out.res.base() = std::move(m.base());
+            out.res.body() = std::move(m.body());
+            m.body().clear();
+            out.rest = std::make_unique<unread_body>(std::move(call.conn), std::move(parser));
+            co_return call_step::done;
+        }
+        if (rec && paused()) {
+            co_return call_step::paused;
+        }
+        if (rec) {
+            const bool timed_out = c.dl.fired(); // read before give_back frees the connection
+            const bool refused = !call.reused && tls_refused(c, rec);
+            give_back(p, std::move(call.conn), false);
+            forward_status s = forward_status::reset_after_send;
+            if (refused) {
+                s = forward_status::tls_failed;
+            } else if (timed_out) {
+                s = forward_status::timeout_after_send;
+            } else if (rec == http::error::body_limit) {
+                s = forward_status::response_too_large;
+            } else if (rec != http::error::end_of_stream &&
+                       rec.category() ==
+                           http::make_error_code(http::error::bad_version).category()) {
+                s = forward_status::bad_response;
+            }
+            out = ended(s);
+            co_return call_step::done;
+        }
+        const unsigned code = parser.get().result_int();
+        if (code == 101) {
+            // No upgrade was asked for (Upgrade is hop-by-hop, never forwarded here): what
+            // follows on the connection is not HTTP, so it never goes back to the pool.
+            give_back(p, std::move(call.conn), false);
+            out = ended(forward_status::bad_response);
+            co_return call_step::done;
+        }
+        if (code >= 100 && code < 200) {
+            start_answer(call); // interim response (RFC 9110 §15.2): the final one follows
+            continue;
+        }
+        if (unusable_status(code)) {
+            give_back(p, std::move(call.conn), false);
+            out = ended(forward_status::bad_response);
+            co_return call_step::done;
+        }
+        const bool reusable = parser.keep_alive() && !parser.need_eof();
+        // Trailer fields stay behind in the parser: the client gets the body re-framed with a
+        // Content-Length, which carries none (RFC 9112 §7.1.2).
+        out = ended(forward_status::ok);
+        out.res = parser.release();
+        give_back(p, std::move(call.conn), reusable);
+        co_return call_step::done;
+    }
+}
+
 net::awaitable<forward_result>
 forwarder::async_forward(std::size_t upstream_index, request& req,
                          std::optional<std::size_t> max_response, std::optional<std::size_t> hold,
-                         std::optional<std::chrono::milliseconds> deadline) {
+                         std::optional<std::chrono::milliseconds> deadline,
+                         std::optional<clock::time_point> checkpoint) {
     auto& p = *impl_->pools.at(upstream_index);
     if (p.h2) {
         co_return co_await p.h2->async_forward(
             req, max_response, wire::coarse_now() + deadline.value_or(p.cfg.timeout));
     }
-    const bool head = req.method() == http::verb::head;
     for (int attempt = 0;; ++attempt) {
         auto a = co_await impl_->acquire(p);
         if (!a.conn) {
-            co_return forward_result{a.failure, {}, nullptr, {}};
+            co_return ended(a.failure);
         }
-        auto& c = *a.conn;
-        c.dl.expires_after(deadline.value_or(p.cfg.timeout)); // the whole exchange
-        wire::serialize_head(req, c.head);
-        const std::array<net::const_buffer, 2> wire{net::buffer(c.head), net::buffer(req.body())};
-        auto [wec, written] = co_await net::async_write(c.stream, wire, use_tuple);
-        if (wec) {
-            const bool timed_out = c.dl.fired(); // read before give_back frees the connection
-            const bool refused = !a.reused && tls_refused(c, wec);
-            impl_->give_back(p, std::move(a.conn), false);
-            if (refused) {
-                co_return forward_result{forward_status::tls_failed, {}, nullptr, {}};
-            }
-            if (written == 0) {
-                // Nothing of the request left this process: a pooled connection that turned out
-                // closed gets one fresh replacement; a fresh connection failing counts as down.
-                if (a.reused && attempt == 0) {
-                    continue;
-                }
-                co_return forward_result{forward_status::connect_failed, {}, nullptr, {}};
-            }
-            co_return forward_result{timed_out ? forward_status::timeout_after_send
-                                               : forward_status::reset_after_send,
-                                     {},
-                                     nullptr,
-                                     {}};
-        }
-        for (;;) {
-            wire::response_parser parser;
-            parser.header_limit(static_cast<std::uint32_t>(wire::max_header_section));
-            parser.trailer_limit(wire::max_header_section);
-            parser.body_limit(max_response ? boost::optional<std::uint64_t>(*max_response)
-                                           : boost::none);
-            parser.skip(head);
-            // The answer is re-framed (and may be recorded): a coding such as gzip could not be
-            // passed on, and dropping it would hand the client coded bytes as plain ones.
-            parser.refuse_transfer_codings();
-            if (hold) {
-                // One byte more than `hold` tells a body that fits from one that does not.
-                parser.stream_body(*hold + 1);
-            }
-            const auto rec =
-                co_await wire::async_read(c.stream, c.buffer, parser, wire::read_until::message,
-                                          /*answer=*/true);
-            if (rec == http::error::need_buffer) {
-                if (unusable_status(parser.get().result_int())) {
-                    impl_->give_back(p, std::move(a.conn), false);
-                    co_return forward_result{forward_status::bad_response, {}, nullptr, {}};
-                }
-                // The body outgrew `hold`: the caller reads the rest from the connection.
-                forward_result out{forward_status::ok, {}, nullptr, {}};
-                auto& m = parser.get();
-                out.res.base() = std::move(m.base());
-                out.res.body() = std::move(m.body());
-                m.body().clear();
-                out.rest = std::make_unique<unread_body>(std::move(a.conn), std::move(parser));
-                co_return out;
-            }
-            if (rec) {
-                const bool timed_out = c.dl.fired(); // read before give_back frees the connection
-                const bool refused = !a.reused && tls_refused(c, rec);
-                impl_->give_back(p, std::move(a.conn), false);
-                forward_status s = forward_status::reset_after_send;
-                if (refused) {
-                    s = forward_status::tls_failed;
-                } else if (timed_out) {
-                    s = forward_status::timeout_after_send;
-                } else if (rec == http::error::body_limit) {
-                    s = forward_status::response_too_large;
-                } else if (rec != http::error::end_of_stream &&
-                           rec.category() ==
-                               http::make_error_code(http::error::bad_version).category()) {
-                    s = forward_status::bad_response;
-                }
-                co_return forward_result{s, {}, nullptr, {}};
-            }
-            const unsigned code = parser.get().result_int();
-            if (code == 101) {
-                // No upgrade was asked for (Upgrade is hop-by-hop, never forwarded here): what
-                // follows on the connection is not HTTP, so it never goes back to the pool.
-                impl_->give_back(p, std::move(a.conn), false);
-                co_return forward_result{forward_status::bad_response, {}, nullptr, {}};
-            }
-            if (code >= 100 && code < 200) {
-                continue; // interim response (RFC 9110 §15.2): the final one follows
-            }
-            if (unusable_status(code)) {
-                impl_->give_back(p, std::move(a.conn), false);
-                co_return forward_result{forward_status::bad_response, {}, nullptr, {}};
-            }
-            const bool reusable = parser.keep_alive() && !parser.need_eof();
-            // Trailer fields stay behind in the parser: the client gets the body re-framed with
-            // a Content-Length, which carries none (RFC 9112 §7.1.2).
-            forward_result out{forward_status::ok, parser.release(), nullptr, {}};
-            impl_->give_back(p, std::move(a.conn), reusable);
+        paused_forward call;
+        call.upstream_index = upstream_index;
+        call.conn = std::move(a.conn);
+        call.reused = a.reused;
+        call.replaceable = a.reused && attempt == 0; // one fresh replacement at most
+        call.head_request = req.method() == http::verb::head;
+        call.max_response = max_response;
+        call.hold = hold;
+        call.deadline = wire::coarse_now() + deadline.value_or(p.cfg.timeout); // the whole call
+        forward_result out;
+        switch (co_await impl_->run_call(call, req, out, checkpoint)) {
+        case call_step::done:
+            co_return out;
+        case call_step::retry:
+            continue;
+        case call_step::paused:
+            out.paused = std::make_unique<paused_forward>(std::move(call));
             co_return out;
         }
     }
+}
+
+net::awaitable<forward_result> forwarder::async_resume(std::unique_ptr<paused_forward> call,
+                                                       request& req) {
+    call->replaceable = false; // no replacement once paused: a failure now is the call's own
+    forward_result out;
+    const auto step = co_await impl_->run_call(*call, req, out, std::nullopt);
+    if (step != call_step::done) {
+        out = ended(forward_status::connect_failed); // not reached: no checkpoint, no reuse
+    }
+    co_return out;
+}
+
+bool forwarder::pausable(std::size_t upstream_index) const {
+    const auto& p = *impl_->pools.at(upstream_index);
+    return !p.h2 && !p.cfg.tls;
 }
 
 } // namespace onceproxy::upstream

@@ -407,6 +407,28 @@ TEST_SUITE("idempotency") {
         CHECK(s.upstream.count(key) == 1);
     }
 
+    TEST_CASE("an answer slower than lease/3: the lease is extended while it is awaited; the "
+              "answer is stored once and replayed") {
+        // The call pauses at the engine's wake-up (lease/3 = 1s here), the lease is extended,
+        // and the same call goes on reading: the upstream runs the request once.
+        auto& s = shared();
+        const auto key = unique_key("slower-than-renewal");
+        const std::string ops = R"(onceproxy_store_duration_seconds_count{route="payments"})";
+        const auto ops_before = s.proxy.metric(ops);
+        const auto start = clock_type::now();
+        const auto first = post(s.proxy.port, "/v1/payments", key, {{"X-Test-Delay-Ms", "1500"}});
+        CHECK(clock_type::now() - start >= 1500ms);
+        CHECK(first.status == 200);
+        CHECK(first.header("Idempotency-Status") == "stored");
+        // Claim, one extension at 1s, completion.
+        CHECK(s.proxy.metric(ops) == ops_before + 3);
+        const auto retry = post(s.proxy.port, "/v1/payments", key);
+        CHECK(retry.status == 200);
+        CHECK(retry.header("Idempotency-Status") == "replayed");
+        CHECK(retry.body == first.body);
+        CHECK(s.upstream.count(key) == 1);
+    }
+
     TEST_CASE("a full memory store answers 503 idempotency.store_unavailable + Retry-After") {
         auto& s = shared();
         proxy_config c;

@@ -102,6 +102,25 @@ struct unread_body {
     wire::response_parser parser;
 };
 
+/// A call to a plain HTTP/1.1 upstream that reached its checkpoint (async_forward's
+/// `checkpoint`) before the answer was whole: the request is on its way, part of it or all
+/// written, and nothing read of the answer is lost. forwarder::async_resume goes on with it.
+/// Only the forwarder looks inside.
+struct paused_forward {
+    std::size_t upstream_index = 0;
+    std::unique_ptr<connection> conn;
+    bool reused = false; ///< taken from the idle pool
+    /// A reused connection found closed before any byte was written may be replaced (once).
+    bool replaceable = false;
+    std::size_t written = 0; ///< bytes of the request (head, then body) written so far
+    bool head_request = false;
+    std::optional<std::size_t> max_response;
+    std::optional<std::size_t> hold;
+    std::chrono::steady_clock::time_point deadline; ///< of the whole call
+    /// The answer being read, once the whole request is written.
+    std::optional<wire::response_parser> parser;
+};
+
 struct forward_result {
     forward_status status = forward_status::ok;
     /// Valid when status == ok: the whole answer, or with `rest`, its head and the body bytes
@@ -110,6 +129,8 @@ struct forward_result {
     std::unique_ptr<unread_body> rest; ///< the body did not fit the hold limit
     /// The answer's trailer fields, from an HTTP/2 upstream (a gRPC call's grpc-status ...).
     boost::beast::http::fields trailers;
+    /// Set (with status ok and nothing else) when the call reached its checkpoint first.
+    std::unique_ptr<paused_forward> paused;
 };
 
 /// A streamed body (a slow download or upload) that has gone on this long gives its ordinary
@@ -142,10 +163,24 @@ public:
     /// `timeout` (a guarded request reading a late answer, issue 26).
     /// A final status the request did not ask for, 101 Switching Protocols (the forwarder never
     /// asks for an upgrade), or outside 100-599 is a bad_response (RFC 9110 §15, issue 26).
+    /// `checkpoint` (pausable upstreams only): when it passes before the answer is whole, the
+    /// call returns forward_result::paused instead, to be resumed (async_resume). It is a pause,
+    /// not a deadline: the request is never sent again, nothing of the answer is lost.
     boost::asio::awaitable<forward_result>
     async_forward(std::size_t upstream_index, request& req, std::optional<std::size_t> max_response,
                   std::optional<std::size_t> hold = std::nullopt,
-                  std::optional<std::chrono::milliseconds> deadline = std::nullopt);
+                  std::optional<std::chrono::milliseconds> deadline = std::nullopt,
+                  std::optional<std::chrono::steady_clock::time_point> checkpoint = std::nullopt);
+
+    /// Goes on with a paused call (`req` is the request it was sending) until its answer or
+    /// its deadline, as if it had never paused.
+    boost::asio::awaitable<forward_result> async_resume(std::unique_ptr<paused_forward> call,
+                                                        request& req);
+
+    /// True when a call to upstream `upstream_index` can pause at a checkpoint: a plain
+    /// HTTP/1.1 upstream. A TLS read cancelled mid-record could not be taken up again, and an
+    /// HTTP/2 stream is read by its connection, not by the call.
+    bool pausable(std::size_t upstream_index) const;
 
     /// Lends a connection of upstream `upstream_index` (pooled or new, within connect_timeout
     /// and max_connections) for a streamed exchange. A pooled connection is first checked for
