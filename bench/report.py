@@ -511,6 +511,7 @@ def cpu_targets(med: dict, fig: dict) -> None:
         mark = "met" if v <= target else "NOT met"
         print(f"    {label:<40} {v:6.2f}{unit:<3} [<= {target}{unit.strip()}] {mark}")
     floor_budget(med, fig)
+    first_floor_budget(med, fig)
 
 
 def floor_budget(med: dict, fig: dict) -> None:
@@ -526,7 +527,6 @@ def floor_budget(med: dict, fig: dict) -> None:
     print(f"  the floor (byte relay, no HTTP): {floor:.1f} us per request, {floor / nginx:.2f}x "
           f"nginx's CPU; above it nginx spends {nginx - floor:.1f} us, onceproxy "
           f"{proxy - floor:.1f} us; 0.8x nginx would leave {0.8 * nginx - floor:.1f} us")
-    first_floor_budget(med, fig)
 
 
 def first_floor_budget(med: dict, fig: dict) -> None:
