@@ -99,31 +99,35 @@ start_upstream() {
     wait_tcp "$upstream_port" $! "test upstream"
 }
 
-# start_floor: starts the floor row's byte relay (floor_proxy.cpp) in front of the test
-# upstream; sets floor_port and floor_pid.
-start_floor() {
-    "$floor_bin" --upstream "$upstream_port" --port-file "$work_dir/floor.port" \
-        >"$work_dir/floor.log" 2>&1 &
-    floor_pid=$!
-    started_pids+=("$floor_pid")
-    started_names[$floor_pid]="the floor relay"
-    wait_file "$work_dir/floor.port" $floor_pid "the floor relay"
-    floor_port=$(cat "$work_dir/floor.port")
-    wait_tcp "$floor_port" $floor_pid "the floor relay"
+# start_floor_as NAME WHAT [ARG...]: starts floor_proxy.cpp in front of the test upstream with
+# ARG (its log and port file NAME.*, WHAT in messages); sets started_floor_pid and
+# started_floor_port.
+start_floor_as() {
+    local name=$1 what=$2
+    shift 2
+    "$floor_bin" --upstream "$upstream_port" "$@" --port-file "$work_dir/$name.port" \
+        >"$work_dir/$name.log" 2>&1 &
+    started_floor_pid=$!
+    started_pids+=("$started_floor_pid")
+    started_names[$started_floor_pid]=$what
+    wait_file "$work_dir/$name.port" $started_floor_pid "$what"
+    started_floor_port=$(cat "$work_dir/$name.port")
+    wait_tcp "$started_floor_port" $started_floor_pid "$what"
 }
 
-# start_floor_first: starts the floor of a first execution (floor_proxy.cpp --redis: the relay
-# plus the hashes, the claim and the record through the Redis of start_redis); sets
-# floor_first_port and floor_first_pid.
+# start_floor: the floor row's byte relay; sets floor_port and floor_pid.
+start_floor() {
+    start_floor_as floor "the floor relay"
+    floor_pid=$started_floor_pid
+    floor_port=$started_floor_port
+}
+
+# start_floor_first: the floor of a first execution (the relay plus the hashes, the claim and
+# the record through the Redis of start_redis); sets floor_first_port and floor_first_pid.
 start_floor_first() {
-    "$floor_bin" --upstream "$upstream_port" --redis "$redis_port" \
-        --port-file "$work_dir/floor-first.port" >"$work_dir/floor-first.log" 2>&1 &
-    floor_first_pid=$!
-    started_pids+=("$floor_first_pid")
-    started_names[$floor_first_pid]="the first execution's floor"
-    wait_file "$work_dir/floor-first.port" $floor_first_pid "the first execution's floor"
-    floor_first_port=$(cat "$work_dir/floor-first.port")
-    wait_tcp "$floor_first_port" $floor_first_pid "the first execution's floor"
+    start_floor_as floor-first "the first execution's floor" --redis "$redis_port"
+    floor_first_pid=$started_floor_pid
+    floor_first_port=$started_floor_port
 }
 
 # write_grpc_files: the gRPC rows' fixed bytes. The answer the h2c upstream nginx gives every
