@@ -153,7 +153,8 @@ struct forwarder::impl {
     std::vector<std::shared_ptr<pool>> pools; ///< index = upstream index in `cfg`
 
     /// Writes what is left of `call`'s request and reads its answer, until the answer (in
-    /// `out`), a failure, or `checkpoint` (a plain connection only; `call` keeps its state).
+    /// `out`, as it was made: only what the outcome needs is set), a failure, or `checkpoint`
+    /// (a plain connection only; `call` keeps its state).
     net::awaitable<call_step> run_call(paused_forward& call, request& req, forward_result& out,
                                        std::optional<clock::time_point> checkpoint);
 
@@ -465,17 +466,17 @@ net::awaitable<call_step> forwarder::impl::run_call(paused_forward& call, reques
             const bool refused = !call.reused && tls_refused(c, wec);
             give_back(p, std::move(call.conn), false);
             if (refused) {
-                out = ended(forward_status::tls_failed);
+                out.status = forward_status::tls_failed;
             } else if (call.written == 0) {
                 // Nothing of the request left this process: a pooled connection that turned out
                 // closed gets one fresh replacement; a fresh connection failing counts as down.
                 if (call.replaceable) {
                     co_return call_step::retry;
                 }
-                out = ended(forward_status::connect_failed);
+                out.status = forward_status::connect_failed;
             } else {
-                out = ended(timed_out ? forward_status::timeout_after_send
-                                      : forward_status::reset_after_send);
+                out.status = timed_out ? forward_status::timeout_after_send
+                                       : forward_status::reset_after_send;
             }
             co_return call_step::done;
         }
@@ -488,12 +489,12 @@ net::awaitable<call_step> forwarder::impl::run_call(paused_forward& call, reques
         if (rec == http::error::need_buffer) {
             if (unusable_status(parser.get().result_int())) {
                 give_back(p, std::move(call.conn), false);
-                out = ended(forward_status::bad_response);
+                out.status = forward_status::bad_response;
                 co_return call_step::done;
             }
             // The body outgrew `hold`: the caller reads the rest from the connection.
             c.dl.expires_at(call.deadline); // the rest is read under the call's own deadline
-            out = ended(forward_status::ok);
+            out.status = forward_status::ok;
             auto& m = parser.get();
             out.res.base() = std::move(m.base());
             out.res.body() = std::move(m.body());
@@ -520,7 +521,7 @@ net::awaitable<call_step> forwarder::impl::run_call(paused_forward& call, reques
                            http::make_error_code(http::error::bad_version).category()) {
                 s = forward_status::bad_response;
             }
-            out = ended(s);
+            out.status = s;
             co_return call_step::done;
         }
         const unsigned code = parser.get().result_int();
@@ -528,7 +529,7 @@ net::awaitable<call_step> forwarder::impl::run_call(paused_forward& call, reques
             // No upgrade was asked for (Upgrade is hop-by-hop, never forwarded here): what
             // follows on the connection is not HTTP, so it never goes back to the pool.
             give_back(p, std::move(call.conn), false);
-            out = ended(forward_status::bad_response);
+            out.status = forward_status::bad_response;
             co_return call_step::done;
         }
         if (code >= 100 && code < 200) {
@@ -537,13 +538,13 @@ net::awaitable<call_step> forwarder::impl::run_call(paused_forward& call, reques
         }
         if (unusable_status(code)) {
             give_back(p, std::move(call.conn), false);
-            out = ended(forward_status::bad_response);
+            out.status = forward_status::bad_response;
             co_return call_step::done;
         }
         const bool reusable = parser.keep_alive() && !parser.need_eof();
         // Trailer fields stay behind in the parser: the client gets the body re-framed with a
         // Content-Length, which carries none (RFC 9112 §7.1.2).
-        out = ended(forward_status::ok);
+        out.status = forward_status::ok;
         out.res = parser.release();
         give_back(p, std::move(call.conn), reusable);
         co_return call_step::done;
@@ -593,7 +594,7 @@ net::awaitable<forward_result> forwarder::async_resume(std::unique_ptr<paused_fo
     forward_result out;
     const auto step = co_await impl_->run_call(*call, req, out, std::nullopt);
     if (step != call_step::done) {
-        out = ended(forward_status::connect_failed); // not reached: no checkpoint, no reuse
+        out.status = forward_status::connect_failed; // not reached: no checkpoint, no reuse
     }
     co_return out;
 }
