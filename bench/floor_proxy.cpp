@@ -190,7 +190,8 @@ struct guard {
         out.clear();
     }
 
-    /// Replies read: each goes to the request it answers. `peer`: a client's upstream.
+    /// Replies read, each matched to the command it answers: send_to(client, step, bytes)
+    /// passes the held request on (a claim's reply) or the held answer back (a completion's).
     template <class Send>
     void on_replies(std::string_view bytes, Send&& send_to) {
         in.append(bytes);

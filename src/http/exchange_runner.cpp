@@ -411,9 +411,10 @@ auto side_task_end(std::shared_ptr<exchange_state> s, const char* what) {
         report_exception(e, what, s->env.reg.counter(metrics::family::internal_errors));
         if (!s->upstream_due) {
             s->upstream_ended(to_upstream_event(upstream::forward_status::reset_after_send, 0, 0),
-                              clock::now());
+                              clock::now()); // wakes the driver
+        } else {
+            wake(*s);
         }
-        wake(*s);
     };
 }
 
