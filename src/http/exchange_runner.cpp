@@ -95,6 +95,9 @@ struct exchange_state {
     std::string fingerprint;
     const hex_id owner_id = random_hex_chars();              ///< fencing token of this attempt
     std::optional<upstream::forward_result> upstream_result; ///< set once the call ends
+    /// The upstream answer's header fields as received (upstream_result->raw_fields): an
+    /// HTTP/1.1 client's answer and the record are written from them, never looked up.
+    wire::raw_header_store answer_fields;
     /// The upstream call, paused at the engine's wake-up until resumed beside the driver.
     std::unique_ptr<upstream::paused_forward> paused_call;
     /// An upstream outcome the fsm has not heard of yet (the call's, or a streamed body's end),
@@ -227,8 +230,11 @@ void upstream_answered(exchange_state& s, upstream::forward_result&& r) {
     s.report.upstream_ms = std::chrono::duration<double, std::milli>(took).count();
     s.metrics().histogram(metrics::family::upstream_duration).observe(took);
     if (r.status == upstream::forward_status::ok) {
-        // Once, here: both the record and the client response carry end-to-end headers only.
-        strip_hop_by_hop(r.res);
+        // Once, here: both the record and the client response carry end-to-end headers only
+        // (fields kept as received are filtered as they are written).
+        if (!r.raw_fields) {
+            strip_hop_by_hop(r.res);
+        }
         // Counted, never refused: the upstream has acted, its answer must get through.
         if (s.held) {
             s.held->force_grow_to(s.held->bytes() + r.res.body().size());
@@ -237,6 +243,11 @@ void upstream_answered(exchange_state& s, upstream::forward_result&& r) {
     const auto ev = to_upstream_event(r, s.grpc_call);
     s.upstream_result = std::move(r);
     s.upstream_ended(ev, ended);
+}
+
+/// The upstream answer's fields as received, when they were kept so (else its `res` has them).
+const wire::raw_header_store* raw_fields_of(const exchange_state& s) {
+    return s.upstream_result && s.upstream_result->raw_fields ? &s.answer_fields : nullptr;
 }
 
 /// `deadline`: the bound on the call instead of the upstream's timeout (late answers).
@@ -259,8 +270,12 @@ net::awaitable<void> call_upstream(std::shared_ptr<exchange_state> s,
     if (s->target.client.whole_answer && !max_response) {
         max_response = s->env.cfg->limits.max_response_bytes; // held whole: bounded
     }
+    // An HTTP/1.1 client's answer is written from the fields as received; an HTTP/2 stream's
+    // and a gRPC call's are looked up (answer_whole, grpc_status_of).
+    auto* const fields =
+        s->target.client.whole_answer || s->grpc_call ? nullptr : &s->answer_fields;
     auto r = co_await s->env.fwd->async_forward(s->route.upstream_index, s->req, max_response, hold,
-                                                deadline, checkpoint);
+                                                deadline, checkpoint, fields);
     if (r.paused) {
         s->paused_call = std::move(r.paused);
         co_return;
@@ -337,7 +352,8 @@ net::awaitable<bool> write_answer_start(exchange_state& s, core::idempotency_sta
     // Only a head that says `stored` speaks for a record (one released or unrecorded does not).
     const std::string_view expires =
         st == core::idempotency_status::stored ? std::string_view(record_expiry(s)) : "";
-    serialize_answer_head(res, st, expires, f.rechunk, std::nullopt, f.keep, client.scratch);
+    serialize_answer_head(res, st, expires, f.rechunk, std::nullopt, f.keep, client.scratch,
+                          raw_fields_of(s));
     s.streamed = true;
     s.report.streamed_status = res.result_int();
     const gather first(client.scratch, f.no_body ? std::string_view() : res.body(), f.rechunk, {});
@@ -518,7 +534,8 @@ net::awaitable<core::action> do_complete(exchange_state& s, core::action a) {
         const response* res = s.upstream_result ? &s.upstream_result->res : nullptr;
         s.payload = record_payload(a, res, s.route.idempotency, record_expiry(s),
                                    s.env.cipher.get(), {s.store_key, s.fingerprint, s.created_ms},
-                                   res != nullptr ? &s.upstream_result->trailers : nullptr);
+                                   res != nullptr ? &s.upstream_result->trailers : nullptr,
+                                   raw_fields_of(s));
         s.payload_kind = record_kind_of(a, res);
     }
     store_op op(s);
@@ -572,7 +589,7 @@ net::awaitable<response> do_respond(exchange_state& s, core::idempotency_status 
                                   client_may_keep(s.target));
     serialize_answer_head(res, st, st == core::idempotency_status::stored ? s.expires : "", false,
                           f.no_body ? std::nullopt : std::optional(res.body().size()), f.keep,
-                          s.target.client.scratch);
+                          s.target.client.scratch, raw_fields_of(s));
     s.pending = exchange_state::pending_answer{status, res.body(), f.keep};
     co_return response{};
 }

@@ -2,6 +2,7 @@
 
 #include "http/http_date.hpp"
 #include "onceproxy/core/grpc.hpp"
+#include "onceproxy/http/raw_response_head.hpp"
 #include "onceproxy/store/error.hpp"
 #include "onceproxy/wire/head_writer.hpp"
 
@@ -51,8 +52,8 @@ core::upstream_event to_upstream_event(const upstream::forward_result& r, bool g
 
 unsigned grpc_status_of(const response& res, const bhttp::fields& trailers) noexcept {
     // In the trailers; in the head of a trailers-only answer.
-    for (const auto* fields : {&trailers, static_cast<const bhttp::fields*>(&res.base())}) {
-        if (const auto it = fields->find("grpc-status"); it != fields->end()) {
+    for (const auto* in : {&trailers, static_cast<const bhttp::fields*>(&res.base())}) {
+        if (const auto it = in->find("grpc-status"); it != in->end()) {
             return core::parse_grpc_status(it->value())
                 .value_or(static_cast<unsigned>(core::grpc_status::unknown));
         }
@@ -179,17 +180,28 @@ bool excluded_from_record(const config::idempotency_config& policy, boost::beast
 
 namespace {
 
-/// record_of's parts as views into `res`.
-core::response_record_view
-record_view_of(const response& res, const config::idempotency_config& policy, bool replayable) {
+/// record_of's parts as views into `res`, its fields from `raw` when given (hop-by-hop ones
+/// left out).
+core::response_record_view record_view_of(const response& res,
+                                          const config::idempotency_config& policy, bool replayable,
+                                          const wire::raw_header_store* raw = nullptr) {
     core::response_record_view rec;
     rec.status = res.result_int();
     rec.replayable = replayable;
     // One allocation: every field, and the Idempotency-Expires record_payload adds.
-    rec.headers.reserve(static_cast<std::size_t>(std::distance(res.begin(), res.end())) + 1);
-    for (const auto& f : res) {
-        if (!excluded_from_record(policy, f.name(), f.name_string())) {
-            rec.headers.emplace_back(f.name_string(), f.value());
+    if (raw != nullptr) {
+        rec.headers.reserve(raw->size() + 1);
+        for_each_end_to_end(*raw, [&](const wire::raw_header_store::field_line& f) {
+            if (!excluded_from_record(policy, f.name, f.name_string)) {
+                rec.headers.emplace_back(f.name_string, f.value);
+            }
+        });
+    } else {
+        rec.headers.reserve(static_cast<std::size_t>(std::distance(res.begin(), res.end())) + 1);
+        for (const auto& f : res) {
+            if (!excluded_from_record(policy, f.name(), f.name_string())) {
+                rec.headers.emplace_back(f.name_string(), f.value());
+            }
         }
     }
     if (replayable) {
@@ -217,7 +229,8 @@ core::response_record record_of(const response& res, const config::idempotency_c
 std::string record_payload(const core::action& a, const response* upstream,
                            const config::idempotency_config& policy, std::string_view expires,
                            const core::record_cipher* cipher, const core::record_binding& bound,
-                           const bhttp::fields* trailers) {
+                           const bhttp::fields* trailers,
+                           const wire::raw_header_store* raw_fields) {
     // The record's parts are views into the response they come from (a problem is made here
     // and kept until encoded).
     std::optional<response> made;
@@ -234,7 +247,7 @@ std::string record_payload(const core::action& a, const response* upstream,
     if (made) {
         from = &*made;
     }
-    auto rec = record_view_of(*from, policy, replayable);
+    auto rec = record_view_of(*from, policy, replayable, from == upstream ? raw_fields : nullptr);
     if (!expires.empty()) {
         // Kept as a recorded header rather than a new field of the encoding: a replay then
         // states it with no further work, and a replica still on the previous version (which
@@ -378,37 +391,46 @@ std::string_view serialize_replay_head(const core::response_record_view& rec, bo
 
 void serialize_answer_head(const response& upstream_head, core::idempotency_status st,
                            std::string_view expires, bool chunked,
-                           std::optional<std::size_t> length, bool keep, std::string& out) {
+                           std::optional<std::size_t> length, bool keep, std::string& out,
+                           const wire::raw_header_store* raw_fields) {
     out.clear();
-    wire::append_status_line(11, upstream_head.result_int(), upstream_head.reason(), out);
     const bool stated = st != core::idempotency_status::none;
     bool has_length = false;
-    for (const auto& f : upstream_head) {
-        const auto name = f.name_string();
-        switch (f.name()) {
+    // Every field but those the proxy states itself. Hop-by-hop fields are gone from a Beast
+    // head (strip_hop_by_hop) and left out of raw ones.
+    const auto passed_on = [&](bhttp::field code, std::string_view name) {
+        switch (code) {
         case bhttp::field::content_length:
             has_length = true;
             break;
         case bhttp::field::transfer_encoding:
-            if (chunked) {
-                continue; // stated below
-            }
-            break;
+            return !chunked; // else stated below
         case bhttp::field::connection:
-            if (!keep) {
-                continue;
-            }
-            break;
+            return keep;
         case bhttp::field::unknown:
-            if (boost::beast::iequals(name, idempotency_expires) ||
-                (stated && boost::beast::iequals(name, "Idempotency-Status"))) {
-                continue; // the proxy's to state
-            }
-            break;
+            // The proxy's to state.
+            return !boost::beast::iequals(name, idempotency_expires) &&
+                   !(stated && boost::beast::iequals(name, "Idempotency-Status"));
         default:
             break;
         }
-        out.append(name).append(": ").append(f.value()).append("\r\n");
+        return true;
+    };
+    if (raw_fields != nullptr) {
+        out.reserve(128 + raw_fields->lines().size() + expires.size());
+        wire::append_status_line(11, upstream_head.result_int(), raw_fields->reason(), out);
+        for_each_end_to_end(*raw_fields, [&](const wire::raw_header_store::field_line& f) {
+            if (passed_on(f.name, f.name_string)) {
+                out += f.line;
+            }
+        });
+    } else {
+        wire::append_status_line(11, upstream_head.result_int(), upstream_head.reason(), out);
+        for (const auto& f : upstream_head) {
+            if (passed_on(f.name(), f.name_string())) {
+                out.append(f.name_string()).append(": ").append(f.value()).append("\r\n");
+            }
+        }
     }
     if (stated) {
         out.append("Idempotency-Status: ").append(core::to_string(st)).append("\r\n");

@@ -11,6 +11,7 @@
 #include "onceproxy/metrics/registry.hpp"
 #include "onceproxy/store/store.hpp"
 #include "onceproxy/upstream/forwarder.hpp"
+#include "onceproxy/wire/raw_header_store.hpp"
 
 #include <optional>
 #include <string>
@@ -94,12 +95,15 @@ record_of(const response& res, const config::idempotency_config& policy, bool re
 /// record_kind::upstream_response) or the upstream.outcome_unknown problem, with `expires` (an
 /// IMF-fixdate; none when empty) recorded as its Idempotency-Expires header, and the upstream
 /// answer's `trailers`; sealed by `cipher`, bound to `bound`, when encryption at rest is on.
+/// `raw_fields`: the upstream answer's header fields as received (forward_result::raw_fields),
+/// its hop-by-hop ones left out here; null: `upstream`'s own fields, already stripped.
 [[nodiscard]] std::string record_payload(const core::action& a, const response* upstream,
                                          const config::idempotency_config& policy,
                                          std::string_view expires,
                                          const core::record_cipher* cipher = nullptr,
                                          const core::record_binding& bound = {},
-                                         const boost::beast::http::fields* trailers = nullptr);
+                                         const boost::beast::http::fields* trailers = nullptr,
+                                         const wire::raw_header_store* raw_fields = nullptr);
 
 /// How the store may treat the record of complete action `a`: evictable for an upstream answer
 /// outside 2xx; kept for a 2xx answer and for an uncertain outcome (a retry must not run it).
@@ -143,10 +147,12 @@ void set_idempotency_status(response& res, core::idempotency_status st);
 /// Content-Length `length` when given and the head states none, and Connection: close unless
 /// `keep` (`chunked` and `length` are never both given). The head set_idempotency_status,
 /// set_idempotency_expires and the server's write step would give it, without editing a copy
-/// of the header map.
+/// of the header map. `raw_fields`: the answer's fields and reason phrase as received
+/// (forward_result::raw_fields), its hop-by-hop ones left out here; null: `upstream_head`'s.
 void serialize_answer_head(const response& upstream_head, core::idempotency_status st,
                            std::string_view expires, bool chunked,
-                           std::optional<std::size_t> length, bool keep, std::string& out);
+                           std::optional<std::size_t> length, bool keep, std::string& out,
+                           const wire::raw_header_store* raw_fields = nullptr);
 
 /// The problem answer of a reject action. `upstream`: how the upstream call ended, when there
 /// was one (a reset after sending says so in the detail, a full pool names `upstream_name`).

@@ -43,9 +43,17 @@ bool is_hop_by_hop(bhttp::field name, std::string_view name_string) noexcept {
     case bhttp::field::trailer:
     case bhttp::field::transfer_encoding:
     case bhttp::field::upgrade:
+    case bhttp::field::proxy_authenticate:
+    case bhttp::field::proxy_authentication_info:
+    case bhttp::field::proxy_authorization:
+    case bhttp::field::proxy_connection:
+    case bhttp::field::proxy_features:
+    case bhttp::field::proxy_instruction:
         return true;
-    default:
+    case bhttp::field::unknown:
         return starts_with_icase(name_string, "proxy-");
+    default:
+        return false; // a name Beast knows, none of the above: not Proxy-*
     }
 }
 

@@ -12,10 +12,7 @@ namespace onceproxy::http {
 namespace bhttp = boost::beast::http;
 namespace beast = boost::beast;
 
-namespace {
-
-/// True when a Connection line of `raw` names `name` (RFC 9110 §7.6.1: it is hop-by-hop then).
-bool named_by_connection(const wire::raw_header_store& raw, std::string_view name) {
+bool named_by_connection(const wire::raw_header_store& raw, std::string_view name) noexcept {
     for (std::size_t i = 0; i < raw.size(); ++i) {
         const auto line = raw[i];
         if (line.name != bhttp::field::connection) {
@@ -30,25 +27,26 @@ bool named_by_connection(const wire::raw_header_store& raw, std::string_view nam
     return false;
 }
 
+bool has_hop_by_hop(const wire::raw_header_store& raw) noexcept {
+    for (std::size_t i = 0; i < raw.size(); ++i) {
+        const auto line = raw[i];
+        if (is_hop_by_hop(line.name, line.name_string)) {
+            return true;
+        }
+    }
+    return false;
+}
+
+namespace {
+
 /// Appends the end-to-end lines of `raw`: the whole block in one copy when no field is
 /// hop-by-hop (most answers), otherwise line by line without them.
 void append_end_to_end(const wire::raw_header_store& raw, std::string& out) {
-    bool any_hop_by_hop = false;
-    for (std::size_t i = 0; i < raw.size() && !any_hop_by_hop; ++i) {
-        const auto line = raw[i];
-        any_hop_by_hop = is_hop_by_hop(line.name, line.name_string);
-    }
-    if (!any_hop_by_hop) {
+    if (!has_hop_by_hop(raw)) {
         out += raw.lines();
         return;
     }
-    for (std::size_t i = 0; i < raw.size(); ++i) {
-        const auto line = raw[i];
-        if (!is_hop_by_hop(line.name, line.name_string) &&
-            !named_by_connection(raw, line.name_string)) {
-            out += line.line;
-        }
-    }
+    for_each_end_to_end(raw, [&out](const auto& line) { out += line.line; });
 }
 
 } // namespace

@@ -431,6 +431,7 @@ void start_answer(paused_forward& call) {
     // The answer is re-framed (and may be recorded): a coding such as gzip could not be passed
     // on, and dropping it would hand the client coded bytes as plain ones.
     parser.refuse_transfer_codings();
+    parser.keep_raw_fields(call.answer_fields);
     if (call.hold) {
         // One byte more than `hold` tells a body that fits from one that does not.
         parser.stream_body(*call.hold + 1);
@@ -495,6 +496,7 @@ net::awaitable<call_step> forwarder::impl::run_call(paused_forward& call, reques
             // The body outgrew `hold`: the caller reads the rest from the connection.
             c.dl.expires_at(call.deadline); // the rest is read under the call's own deadline
             out.status = forward_status::ok;
+            out.raw_fields = call.answer_fields != nullptr;
             auto& m = parser.get();
             out.res.base() = std::move(m.base());
             out.res.body() = std::move(m.body());
@@ -545,17 +547,17 @@ net::awaitable<call_step> forwarder::impl::run_call(paused_forward& call, reques
         // Trailer fields stay behind in the parser: the client gets the body re-framed with a
         // Content-Length, which carries none (RFC 9112 §7.1.2).
         out.status = forward_status::ok;
+        out.raw_fields = call.answer_fields != nullptr;
         out.res = parser.release();
         give_back(p, std::move(call.conn), reusable);
         co_return call_step::done;
     }
 }
 
-net::awaitable<forward_result>
-forwarder::async_forward(std::size_t upstream_index, request& req,
-                         std::optional<std::size_t> max_response, std::optional<std::size_t> hold,
-                         std::optional<std::chrono::milliseconds> deadline,
-                         std::optional<clock::time_point> checkpoint) {
+net::awaitable<forward_result> forwarder::async_forward(
+    std::size_t upstream_index, request& req, std::optional<std::size_t> max_response,
+    std::optional<std::size_t> hold, std::optional<std::chrono::milliseconds> deadline,
+    std::optional<clock::time_point> checkpoint, wire::raw_header_store* answer_fields) {
     auto& p = *impl_->pools.at(upstream_index);
     if (p.h2) {
         co_return co_await p.h2->async_forward(
@@ -575,6 +577,7 @@ forwarder::async_forward(std::size_t upstream_index, request& req,
         call.max_response = max_response;
         call.hold = hold;
         call.deadline = wire::coarse_now() + deadline.value_or(p.cfg.timeout); // the whole call
+        call.answer_fields = answer_fields;
         forward_result out;
         switch (co_await impl_->run_call(call, req, out, checkpoint)) {
         case call_step::done:

@@ -683,6 +683,31 @@ TEST_SUITE("idempotency") {
         CHECK(s.upstream.count(key) == 1);
     }
 
+    TEST_CASE("an answer's hop-by-hop fields reach neither the client nor the record") {
+        auto& s = shared();
+        const auto key = unique_key("hop");
+        // Keep-Alive and Proxy-* are hop-by-hop by name, X-Hop because Connection names it.
+        const header_list h{{"X-Test-Status", "201"},
+                            {"X-Test-Header", "Keep-Alive: timeout=99"},
+                            {"X-Test-Header", "Connection: X-Hop"},
+                            {"X-Test-Header", "X-Hop: secret"},
+                            {"X-Test-Header", "Proxy-Note: p"},
+                            {"X-Test-Header", "X-Order: ord_2"}};
+        const auto first = post(s.proxy.port, "/v1/payments", key, h);
+        const auto replay = post(s.proxy.port, "/v1/payments", key, h);
+        for (const auto* r : {&first, &replay}) {
+            CHECK(r->status == 201);
+            CHECK(r->header("X-Order") == "ord_2");
+            CHECK_FALSE(r->has_header("Keep-Alive"));
+            CHECK_FALSE(r->has_header("X-Hop"));
+            CHECK_FALSE(r->has_header("Proxy-Note"));
+            CHECK(r->header("Connection").find("X-Hop") == std::string::npos);
+        }
+        CHECK(first.header("Idempotency-Status") == "stored");
+        CHECK(replay.header("Idempotency-Status") == "replayed");
+        CHECK(s.upstream.count(key) == 1);
+    }
+
     TEST_CASE("Idempotency-Expires: the first answer and every replay state the record's "
               "expiry, ttl after the first request, unchanged by later replays") {
         auto& s = shared();

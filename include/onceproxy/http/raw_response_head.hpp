@@ -3,6 +3,7 @@
 // a Beast `fields` in between: the hop-by-hop fields are left out in the copy itself, with the
 // rules of strip_hop_by_hop, and the proxy's own fields go after the rest.
 
+#include "onceproxy/http/headers.hpp"
 #include "onceproxy/wire/raw_header_store.hpp"
 
 #include <span>
@@ -16,6 +17,26 @@ struct added_field {
     std::string_view name;
     std::string_view value;
 };
+
+/// True when a field of `raw` is hop-by-hop (is_hop_by_hop). Most answers carry none.
+bool has_hop_by_hop(const wire::raw_header_store& raw) noexcept;
+
+/// True when a Connection line of `raw` names `name` (RFC 9110 §7.6.1: it is hop-by-hop then).
+bool named_by_connection(const wire::raw_header_store& raw, std::string_view name) noexcept;
+
+/// Calls `f(line)` for each field of `raw` that strip_hop_by_hop (with nothing kept) would
+/// leave, in the order received: the fields a proxy passes on or records.
+template <class F>
+void for_each_end_to_end(const wire::raw_header_store& raw, F&& f) {
+    const bool nominates = raw.contains(boost::beast::http::field::connection);
+    for (std::size_t i = 0; i < raw.size(); ++i) {
+        const auto line = raw[i];
+        if (!is_hop_by_hop(line.name, line.name_string) &&
+            !(nominates && named_by_connection(raw, line.name_string))) {
+            f(line);
+        }
+    }
+}
 
 /// Writes into `out` (replacing what it held) the head a client gets for an answer whose
 /// fields are in `raw`: "HTTP/1.x code reason\r\n" (`version` as Beast counts it, 11 for 1.1;

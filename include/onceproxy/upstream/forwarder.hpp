@@ -117,6 +117,9 @@ struct paused_forward {
     std::optional<std::size_t> max_response;
     std::optional<std::size_t> hold;
     std::chrono::steady_clock::time_point deadline; ///< of the whole call
+    /// Where the answer's header fields go instead of forward_result::res (async_forward's
+    /// `answer_fields`), or null.
+    wire::raw_header_store* answer_fields = nullptr;
     /// The answer being read, once the whole request is written.
     std::optional<wire::response_parser> parser;
 };
@@ -124,8 +127,11 @@ struct paused_forward {
 struct forward_result {
     forward_status status = forward_status::ok;
     /// Valid when status == ok: the whole answer, or with `rest`, its head and the body bytes
-    /// held so far (more than the hold limit).
+    /// held so far (more than the hold limit). Without its header fields when `raw_fields`.
     response res;
+    /// The answer's header fields (and reason phrase) went to async_forward's `answer_fields`,
+    /// as received, hop-by-hop ones included; `res` holds its status, version and body.
+    bool raw_fields = false;
     std::unique_ptr<unread_body> rest; ///< the body did not fit the hold limit
     /// The answer's trailer fields, from an HTTP/2 upstream (a gRPC call's grpc-status ...).
     boost::beast::http::fields trailers;
@@ -166,11 +172,15 @@ public:
     /// `checkpoint` (pausable upstreams only): when it passes before the answer is whole, the
     /// call returns forward_result::paused instead, to be resumed (async_resume). It is a pause,
     /// not a deadline: the request is never sent again, nothing of the answer is lost.
+    /// `answer_fields` (HTTP/1.1 upstreams; ignored for HTTP/2): the answer's header fields go
+    /// there, as received, instead of into `res` (forward_result::raw_fields), for a caller
+    /// that passes them on rather than looks them up. It must outlive the call, resumed or not.
     boost::asio::awaitable<forward_result>
     async_forward(std::size_t upstream_index, request& req, std::optional<std::size_t> max_response,
                   std::optional<std::size_t> hold = std::nullopt,
                   std::optional<std::chrono::milliseconds> deadline = std::nullopt,
-                  std::optional<std::chrono::steady_clock::time_point> checkpoint = std::nullopt);
+                  std::optional<std::chrono::steady_clock::time_point> checkpoint = std::nullopt,
+                  wire::raw_header_store* answer_fields = nullptr);
 
     /// Goes on with a paused call (`req` is the request it was sending) until its answer or
     /// its deadline, as if it had never paused.

@@ -45,6 +45,16 @@ public:
     /// Every field's line, in the order received: the header block without its final CRLF.
     std::string_view lines() const noexcept { return bytes_; }
 
+    /// True when a field `name` is held.
+    bool contains(boost::beast::http::field name) const noexcept {
+        for (const auto& e : lines_) {
+            if (e.name == name) {
+                return true;
+            }
+        }
+        return false;
+    }
+
     /// The value of the first field `name` (empty when there is none), as Beast's
     /// `fields::operator[]` answers.
     std::string_view value_of(boost::beast::http::field name) const noexcept;

@@ -43,6 +43,22 @@ response upstream_answer() {
     return res;
 }
 
+/// The fields of `res` as the forwarder keeps them on the HTTP/1.1 path, with hop-by-hop ones
+/// an upstream may send (Keep-Alive, Proxy-*, and X-Hop because Connection names it) among
+/// them.
+onceproxy::wire::raw_header_store as_received(const response& res) {
+    onceproxy::wire::raw_header_store raw;
+    raw.reason(res.reason());
+    raw.append(bhttp::field::keep_alive, "Keep-Alive", "timeout=5");
+    for (const auto& f : res) {
+        raw.append(f.name(), f.name_string(), f.value());
+        raw.append(bhttp::field::unknown, "X-Hop", "1");
+    }
+    raw.append(bhttp::field::connection, "Connection", "X-Hop");
+    raw.append(bhttp::field::unknown, "Proxy-Note", "p");
+    return raw;
+}
+
 core::action reject_of(core::problem_code c, unsigned status, std::chrono::seconds retry = {}) {
     core::action a;
     a.kind = core::action_kind::reject;
@@ -207,6 +223,16 @@ TEST_SUITE("exchange translation") {
         REQUIRE(rec);
         CHECK(rec->status == 201);
         CHECK(rec->body == up.body());
+
+        // Fields as received: the same record, without the hop-by-hop ones.
+        const auto raw = as_received(up);
+        const response bare{up.result(), 11, up.body()};
+        const auto from_raw =
+            core::decode_record(record_payload(a, &bare, p, "", nullptr, {}, nullptr, &raw));
+        REQUIRE(from_raw);
+        CHECK(from_raw->status == 201);
+        CHECK(from_raw->body == up.body());
+        CHECK(from_raw->headers == rec->headers);
 
         a.replayable = false;
         rec = core::decode_record(record_payload(a, &up, p, ""));
@@ -415,6 +441,14 @@ TEST_SUITE("exchange translation") {
                             onceproxy::wire::serialize_head(ref, expected);
                             std::string head = "left over";
                             serialize_answer_head(up, status, expires, chunked, length, keep, head);
+                            CHECK(head == expected);
+                            // The same fields as received, hop-by-hop ones among them: the
+                            // same head.
+                            const auto raw = as_received(up);
+                            const response bare{up.result(), 11};
+                            head = "left over";
+                            serialize_answer_head(bare, status, expires, chunked, length, keep,
+                                                  head, &raw);
                             CHECK(head == expected);
                         }
                     }
