@@ -7,10 +7,15 @@
 #include "onceproxy/wire/stream.hpp"
 #include "redis/redis_multiplexer.hpp"
 
+#include <boost/asio/any_completion_handler.hpp>
+#include <boost/asio/async_result.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/detached.hpp>
+#include <boost/asio/execution/context.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/query.hpp>
 #include <boost/asio/ssl/context.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -23,6 +28,8 @@
 #include <optional>
 #include <random>
 #include <span>
+#include <utility>
+#include <vector>
 
 // GCC 12 reports a false -Wmismatched-new-delete on Asio's awaitable frames once it inlines
 // their recycling allocator (operator new and delete do match: thread_info_base).
@@ -48,13 +55,138 @@ std::chrono::milliseconds jittered(std::chrono::milliseconds cap) {
     return std::chrono::milliseconds(dist(rng));
 }
 
-// One request of the shell: the multiplexer's request plus the timer its issuer waits on,
-// which doubles as the completion signal (cancelled when the request is done).
-struct pending : redis_request {
-    explicit pending(const net::any_io_executor& ex) : timer(ex) {}
-    net::steady_timer timer;
-    bool deadline_set = false; // a shared WAIT: its deadline is set by the first to join it
+struct pending;
+
+// The coroutines of one event loop waiting for Redis replies, as a service of that loop. A
+// waiting coroutine is a completion handler kept in its request (pending::waiter), woken when the
+// request is done. Listed here so that the loop's shutdown reaches the handlers of requests that
+// were never done (a loop torn down with its connection still open): their coroutines, and what
+// they hold, are destroyed with the loop, as a timer's waiters would be.
+class parked_replies final : public net::execution_context::service {
+public:
+    static net::execution_context::id id;
+
+    explicit parked_replies(net::execution_context& ctx) : net::execution_context::service(ctx) {}
+
+    void park(pending& p) noexcept;
+    void unpark(pending& p) noexcept;
+
+    // An executor of the loop, where woken waiters resume (set by the first client on it).
+    net::any_io_executor executor;
+
+private:
+    void shutdown() override;
+
+    pending* first_ = nullptr;
 };
+
+net::execution_context::id parked_replies::id;
+
+// One request of the shell: the multiplexer's request, its deadline and who waits for it.
+struct pending : redis_request {
+    using waiter_type = net::any_completion_handler<void()>;
+
+    explicit pending(parked_replies& p) : parking(&p) {
+        on_done = [this] { wake(); };
+    }
+    ~pending() {
+        if (parked) {
+            parking->unpark(*this);
+        }
+    }
+    pending(const pending&) = delete;
+    pending& operator=(const pending&) = delete;
+
+    // Parks `handler` until the request is done. The wake-up is posted: it never runs inside
+    // the reply reader that completed the request.
+    void wait(waiter_type handler) {
+        if (!waiter) {
+            waiter.swap(handler); // not a move assignment: Asio 1.81's copies (see resumption)
+        } else {
+            more_waiters.push_back(std::move(handler)); // a shared WAIT's other joiners
+        }
+        if (!parked) {
+            parking->park(*this);
+        }
+    }
+
+    // The request is done: every waiter resumes (on its own executor, after this returns).
+    void wake() {
+        if (parked) {
+            parking->unpark(*this);
+        }
+        if (waiter) {
+            resume(std::move(waiter));
+        }
+        for (auto& w : std::exchange(more_waiters, {})) {
+            resume(std::move(w));
+        }
+    }
+
+    // Posted as a move-only function object: Asio 1.81's any_completion_handler wraps an lvalue
+    // of itself in a new one (its move assignment does too), endlessly.
+    struct resumption {
+        explicit resumption(waiter_type h) : w(std::move(h)) {}
+        resumption(resumption&&) noexcept = default;
+        resumption(const resumption&) = delete;
+        resumption& operator=(const resumption&) = delete;
+        resumption& operator=(resumption&&) = delete;
+        ~resumption() = default;
+        void operator()() { std::move(w)(); }
+        waiter_type w;
+    };
+
+    void resume(waiter_type w) { net::post(parking->executor, resumption(std::move(w))); }
+
+    parked_replies* parking;
+    // When its reply is due at the latest (the link's deadline check); max: none of its own
+    // (an ASKING, whose command right behind it carries the deadline).
+    std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
+    bool deadline_set = false; // a shared WAIT: its deadline is set by the first to join it
+    waiter_type waiter;
+    std::vector<waiter_type> more_waiters;
+    // parked_replies' list.
+    bool parked = false;
+    pending* prev = nullptr;
+    pending* next = nullptr;
+};
+
+void parked_replies::park(pending& p) noexcept {
+    p.parked = true;
+    p.prev = nullptr;
+    p.next = first_;
+    if (first_ != nullptr) {
+        first_->prev = &p;
+    }
+    first_ = &p;
+}
+
+void parked_replies::unpark(pending& p) noexcept {
+    (p.prev != nullptr ? p.prev->next : first_) = p.next;
+    if (p.next != nullptr) {
+        p.next->prev = p.prev;
+    }
+    p.parked = false;
+    p.prev = p.next = nullptr;
+}
+
+void parked_replies::shutdown() {
+    while (first_ != nullptr) {
+        auto& p = *first_;
+        unpark(p);
+        // Destroyed at the end of this iteration, coroutine frames and all; that may end `p`
+        // (and unpark others), so nothing of it is used after.
+        auto waiter = std::move(p.waiter);
+        auto more = std::move(p.more_waiters);
+    }
+}
+
+// Waits until `p` is done: its reply, or its failure (its deadline, a lost connection). Not
+// cancellable: the request ends by its deadline anyway.
+net::awaitable<void> done(pending& p) {
+    return net::async_initiate<const net::use_awaitable_t<>, void()>(
+        [&p](auto handler) { p.wait(std::move(handler)); }, net::use_awaitable);
+}
 
 // One established (or being established) connection. A new link per attempt: the coroutines
 // of an old link only ever touch their own link, so a late completion cannot hit a new socket.
@@ -64,7 +196,7 @@ struct link : std::enable_shared_from_this<link> {
     link(const net::any_io_executor& ex, std::shared_ptr<ssl::context> ctx)
         : stream(ctx ? wire::stream(tcp::socket(ex), std::move(ctx))
                      : wire::stream(tcp::socket(ex))),
-          write_signal(ex), closed_signal(ex), health_timer(ex) {
+          write_signal(ex), closed_signal(ex), health_timer(ex), deadline_timer(ex) {
         write_signal.expires_at(net::steady_timer::time_point::max());
         closed_signal.expires_at(net::steady_timer::time_point::max());
     }
@@ -74,7 +206,6 @@ struct link : std::enable_shared_from_this<link> {
     // Queues one command; false (and `p` failed) when the link is closed or it cannot be
     // encoded.
     bool enqueue(const std::shared_ptr<pending>& p, redis_args args) {
-        p->on_done = [raw = p.get()] { raw->timer.cancel(); };
         if (closed || !mux.add(p, args)) {
             if (!p->done()) {
                 p->st = redis_request::state::done;
@@ -99,6 +230,7 @@ struct link : std::enable_shared_from_this<link> {
         write_signal.cancel();
         closed_signal.cancel();
         health_timer.cancel();
+        deadline_timer.cancel();
         mux.close(errc::unavailable);
     }
 
@@ -106,6 +238,9 @@ struct link : std::enable_shared_from_this<link> {
     net::steady_timer write_signal;
     net::steady_timer closed_signal;
     net::steady_timer health_timer; // cancelled by close(), so no timer outlives the link
+    // Due at the earliest deadline of its requests, or later (see watch_deadline).
+    net::steady_timer deadline_timer;
+    bool deadline_armed = false;
     redis_multiplexer mux;
     bool closed = false;
     error_code close_reason;
@@ -114,6 +249,48 @@ struct link : std::enable_shared_from_this<link> {
     std::chrono::steady_clock::time_point ready_at{};  // when it was declared ready
     std::chrono::steady_clock::time_point closed_at{}; // when close() ran
 };
+
+// Makes sure `l` checks its requests' deadlines by `at` (a request's deadline). One timer per
+// connection rather than one per request: when it fires, the first request past its deadline
+// fails the connection (replies can no longer be matched safely on this pipeline), as its own
+// timer did; with none, it is set again for the earliest deadline still open. Deadlines are
+// set at coarse_now() + a timeout, so it usually runs once per timeout under load.
+void watch_deadline(link& l, std::chrono::steady_clock::time_point at) {
+    if (l.deadline_armed || l.closed) {
+        return;
+    }
+    l.deadline_armed = true;
+    l.deadline_timer.expires_at(at);
+    l.deadline_timer.async_wait([w = l.weak_from_this()](const error_code& ec) {
+        const auto self = w.lock();
+        if (!self) {
+            return;
+        }
+        self->deadline_armed = false;
+        if (ec || self->closed) {
+            return;
+        }
+        const auto now = std::chrono::steady_clock::now();
+        std::shared_ptr<redis_request> overdue;
+        auto next = std::chrono::steady_clock::time_point::max();
+        self->mux.for_each_open([&](const std::shared_ptr<redis_request>& r) {
+            const auto due = static_cast<const pending&>(*r).deadline; // every request is one
+            if (due <= now) {
+                if (!overdue) {
+                    overdue = r;
+                }
+            } else {
+                next = std::min(next, due);
+            }
+        });
+        if (overdue) {
+            self->mux.on_timeout(overdue);
+            self->close(errc::timeout);
+        } else if (next != std::chrono::steady_clock::time_point::max()) {
+            watch_deadline(*self, next);
+        }
+    });
+}
 
 net::awaitable<void> write_loop(std::shared_ptr<link> l) {
     std::string out;
@@ -158,7 +335,12 @@ net::awaitable<void> read_loop(std::shared_ptr<link> l) {
 
 struct redis_client::impl : std::enable_shared_from_this<redis_client::impl> {
     impl(net::any_io_executor executor, redis_client_options opts)
-        : ex(std::move(executor)), options(std::move(opts)), backoff_timer(ex) {
+        : ex(std::move(executor)), options(std::move(opts)),
+          parking(&net::use_service<parked_replies>(net::query(ex, net::execution::context))),
+          backoff_timer(ex) {
+        if (!parking->executor) {
+            parking->executor = ex;
+        }
         if (options.url.tls) {
             ssl_ctx = std::make_shared<ssl::context>(ssl::context::tls_client);
             ssl_ctx->set_verify_mode(ssl::verify_peer);
@@ -199,7 +381,7 @@ struct redis_client::impl : std::enable_shared_from_this<redis_client::impl> {
         std::shared_ptr<pending> last;
         std::shared_ptr<pending> before; // ASKING: the one command ahead of `last`
         for (const auto& args : commands) {
-            auto p = std::make_shared<pending>(ex);
+            auto p = std::make_shared<pending>(*parking);
             if (!l.enqueue(p, args)) {
                 if (last) {
                     l.mux.abandon(last, errc::protocol);
@@ -216,25 +398,23 @@ struct redis_client::impl : std::enable_shared_from_this<redis_client::impl> {
         return last;
     }
 
-    // Waits for the reply of `p` (queued on `l` by enqueue) until the deadline set on its timer;
+    // Sets `p`'s deadline, `after` from now, and has `l` check it.
+    static void set_deadline(link& l, pending& p, std::chrono::milliseconds after) {
+        // A command timeout needs no precision: the coarse clock (never earlier) spares a
+        // precise read per command.
+        p.deadline = wire::coarse_now() + after;
+        watch_deadline(l, p.deadline);
+    }
+
+    // Waits for the reply of `p` (queued on `l` by enqueue, its deadline set) or its failure;
     // the result is that command's (an earlier one of the same batch that failed took the
     // connection, hence `p`, down).
     static net::awaitable<redis_exec_result> await_reply(std::shared_ptr<link> l,
                                                          std::shared_ptr<pending> p) {
         if (!p->done()) {
-            auto [ec] = co_await p->timer.async_wait(use_tuple);
-            if (!p->done()) {
-                if (!ec) {
-                    // Deadline: replies can no longer be matched safely on this pipeline.
-                    l->mux.on_timeout(p);
-                    l->close(errc::timeout);
-                } else {
-                    // The caller's coroutine was cancelled; the reply (if any) is dropped.
-                    l->mux.abandon(p, ec);
-                }
-            }
+            co_await done(*p);
         }
-        if (p->done() && p->reply.is_error("READONLY")) {
+        if (p->reply.is_error("READONLY")) {
             // A demoted master: find the new one. Behind Sentinel the sentinels are asked again;
             // with a plain URL the reconnect resolves its name again (a managed primary
             // endpoint or a Service that now points at the new master).
@@ -257,11 +437,7 @@ struct redis_client::impl : std::enable_shared_from_this<redis_client::impl> {
         if (l.closed) {
             return nullptr;
         }
-        auto r = l.mux.join_wait(wait, [this] {
-            auto p = std::make_shared<pending>(ex);
-            p->on_done = [raw = p.get()] { raw->timer.cancel(); };
-            return p;
-        });
+        auto r = l.mux.join_wait(wait, [this] { return std::make_shared<pending>(*parking); });
         auto p = std::static_pointer_cast<pending>(std::move(r)); // every request is a pending
         if (!p) {
             return nullptr;
@@ -269,31 +445,21 @@ struct redis_client::impl : std::enable_shared_from_this<redis_client::impl> {
         if (!p->deadline_set) {
             p->deadline_set = true;
             const auto held = p->st == redis_request::state::held;
-            p->timer.expires_at(wire::coarse_now() +
-                                (held ? 2 * options.command_timeout : options.command_timeout));
+            set_deadline(l, *p, held ? 2 * options.command_timeout : options.command_timeout);
         }
         l.write_signal.cancel();
         return p;
     }
 
-    // Waits for the reply of a shared WAIT `p` (join_wait), until its deadline, which closes
-    // the connection as await_reply's does. A caller cancelled meanwhile stops waiting; the
-    // WAIT stays for the others.
+    // Waits for the reply of a shared WAIT `p` (join_wait) on `l` or its failure (its deadline
+    // closes the connection as await_reply's does). The WAIT's other joiners read it too.
     static net::awaitable<redis_exec_result> await_shared(std::shared_ptr<link> l,
                                                           std::shared_ptr<pending> p) {
-        redis_exec_result out;
+        (void)l; // held while waiting, as await_reply holds its link
         if (!p->done()) {
-            auto [ec] = co_await p->timer.async_wait(use_tuple);
-            if (!p->done()) {
-                if (ec) {
-                    out.ec = ec;
-                    out.written = p->written;
-                    co_return out;
-                }
-                l->mux.on_timeout(p);
-                l->close(errc::timeout);
-            }
+            co_await done(*p);
         }
+        redis_exec_result out;
         out.ec = p->ec;
         out.written = p->written;
         out.reply = p->reply; // a copy: the others read it too
@@ -319,9 +485,7 @@ struct redis_client::impl : std::enable_shared_from_this<redis_client::impl> {
         if (!p) {
             return failed(ec);
         }
-        // A command timeout needs no precision: the coarse clock (never earlier) spares a
-        // precise read per command.
-        p->timer.expires_at(wire::coarse_now() + options.command_timeout);
+        set_deadline(*l, *p, options.command_timeout);
         return await_reply(l, std::move(p));
     }
 
@@ -687,6 +851,7 @@ struct redis_client::impl : std::enable_shared_from_this<redis_client::impl> {
 
     net::any_io_executor ex;
     redis_client_options options;
+    parked_replies* parking;               // of ex's loop
     std::shared_ptr<ssl::context> ssl_ctx; // rediss:// only
     std::string ca_error;
     net::steady_timer backoff_timer;
@@ -844,7 +1009,7 @@ redis_client::async_exec_replicated(redis_args args, redis_args wait) {
         co_return out;
     }
     auto w = self->join_wait(*l, wait); // joined after `args` was queued: it covers `args`
-    p->timer.expires_at(wire::coarse_now() + self->options.command_timeout);
+    impl::set_deadline(*l, *p, self->options.command_timeout);
     out.first = co_await impl::await_reply(l, std::move(p));
     if (w && !out.first.ec && !out.first.reply.is_error()) {
         // Nothing to wait for after a failure or an error reply (a NOSCRIPT is retried at once);

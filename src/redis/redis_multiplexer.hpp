@@ -28,7 +28,7 @@
 //   whole group, and while replicas lag a connection spends one wait timeout per group rather
 //   than one per command.
 //
-// Single-threaded, no clock reads: deadlines are the caller's timers.
+// Single-threaded, no clock reads: deadlines are the caller's (for_each_open, on_timeout).
 
 #include "onceproxy/redis/redis_args.hpp"
 #include "onceproxy/redis/redis_reply.hpp"
@@ -124,6 +124,21 @@ public:
     void close(boost::system::error_code why);
 
     bool closed() const noexcept { return closed_; }
+
+    /// Calls `f(request)` for every request not done yet, in wire order, a held WAIT last: for
+    /// the I/O shell's deadline checks.
+    template <class F>
+    void for_each_open(F&& f) const {
+        for (const auto& r : fifo_) {
+            if (!r->done()) {
+                f(r);
+            }
+        }
+        if (wait_held_ && !wait_held_->done()) {
+            f(wait_held_);
+        }
+    }
+
     /// Requests whose reply has not been read yet (abandoned ones included).
     std::size_t in_flight() const noexcept { return fifo_.size(); }
     /// The requests of in_flight() that are still in the write buffer.

@@ -23,6 +23,7 @@
 
 #include <unistd.h>
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -189,6 +190,47 @@ TEST_CASE("redis client: a command not answered in time fails with timeout, then
     auto pong = run(ioc, client.async_exec({"PING"}));
     CHECK(!pong.ec);
     CHECK(pong.reply.str == "PONG");
+}
+
+TEST_CASE("redis client: a loop torn down while a command waits for its reply ends the waiting "
+          "coroutine and what it holds") {
+    // The coroutine holds the only reference to the client, whose connection holds the waiting
+    // request: only the loop's shutdown can end them (LeakSanitizer fails the test otherwise).
+    auto ended = std::make_shared<bool>(false);
+    {
+        net::io_context ioc;
+        redis::redis_client_options o;
+        o.url = *redis::parse_redis_url(shared_server().url());
+        o.command_timeout = 60s;
+        auto client = std::make_shared<redis_client>(ioc.get_executor(), o);
+        client->start();
+        REQUIRE(run(ioc, client->async_wait_ready(5s)));
+        struct on_exit {
+            std::shared_ptr<bool> flag;
+            on_exit(std::shared_ptr<bool> f) : flag(std::move(f)) {}
+            on_exit(on_exit&&) = default;
+            ~on_exit() {
+                if (flag) {
+                    *flag = true;
+                }
+            }
+        };
+        const auto waits = [](std::shared_ptr<redis_client> c, on_exit guard,
+                              std::string list) -> net::awaitable<void> {
+            (void)guard;
+            std::array<std::string_view, 3> blpop;
+            blpop[0] = "BLPOP";
+            blpop[1] = list;
+            blpop[2] = "0";
+            co_await c->async_exec(blpop); // never answered
+        };
+        on_exit guard(ended);
+        net::co_spawn(ioc, waits(std::move(client), std::move(guard), unique("never")),
+                      net::detached);
+        ioc.run_for(200ms);
+        CHECK_FALSE(*ended);
+    }
+    CHECK(*ended);
 }
 
 TEST_CASE("redis client: a lost stable connection is re-opened at once, and a command issued "
