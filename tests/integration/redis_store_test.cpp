@@ -192,45 +192,65 @@ TEST_CASE("redis client: a command not answered in time fails with timeout, then
     CHECK(pong.reply.str == "PONG");
 }
 
-TEST_CASE("redis client: a loop torn down while a command waits for its reply ends the waiting "
-          "coroutine and what it holds") {
-    // The coroutine holds the only reference to the client, whose connection holds the waiting
-    // request: only the loop's shutdown can end them (LeakSanitizer fails the test otherwise).
-    auto ended = std::make_shared<bool>(false);
-    {
-        net::io_context ioc;
-        redis::redis_client_options o;
-        o.url = *redis::parse_redis_url(shared_server().url());
-        o.command_timeout = 60s;
-        auto client = std::make_shared<redis_client>(ioc.get_executor(), o);
-        client->start();
-        REQUIRE(run(ioc, client->async_wait_ready(5s)));
-        struct on_exit {
-            std::shared_ptr<bool> flag;
-            on_exit(std::shared_ptr<bool> f) : flag(std::move(f)) {}
-            on_exit(on_exit&&) = default;
-            ~on_exit() {
-                if (flag) {
-                    *flag = true;
-                }
-            }
-        };
-        const auto waits = [](std::shared_ptr<redis_client> c, on_exit guard,
-                              std::string list) -> net::awaitable<void> {
-            (void)guard;
-            std::array<std::string_view, 3> blpop;
-            blpop[0] = "BLPOP";
-            blpop[1] = list;
-            blpop[2] = "0";
-            co_await c->async_exec(blpop); // never answered
-        };
-        on_exit guard(ended);
-        net::co_spawn(ioc, waits(std::move(client), std::move(guard), unique("never")),
-                      net::detached);
-        ioc.run_for(200ms);
-        CHECK_FALSE(*ended);
+namespace {
+
+/// An io_context whose shutdown can run before it is destroyed, as the runtime's event loops do.
+struct stoppable_loop : net::io_context {
+    using net::io_context::shutdown;
+};
+
+/// Sets its flag when destroyed: whether a coroutine's frame is gone.
+struct frame_guard {
+    explicit frame_guard(std::shared_ptr<bool> f) : flag(std::move(f)) {}
+    frame_guard(frame_guard&&) = default;
+    frame_guard(const frame_guard&) = delete;
+    frame_guard& operator=(const frame_guard&) = delete;
+    frame_guard& operator=(frame_guard&&) = delete;
+    ~frame_guard() {
+        if (flag) {
+            *flag = true;
+        }
     }
+    std::shared_ptr<bool> flag;
+};
+
+/// Waits for a reply that never comes (BLPOP on an empty list, no timeout).
+net::awaitable<void> wait_forever(redis_client& c, frame_guard guard, std::string list,
+                                  std::shared_ptr<bool> sent) {
+    (void)guard;
+    std::array<std::string_view, 3> blpop;
+    blpop[0] = "BLPOP";
+    blpop[1] = list;
+    blpop[2] = "0";
+    auto reply = c.async_exec(blpop); // queued now
+    *sent = true;
+    co_await std::move(reply);
+}
+
+} // namespace
+
+TEST_CASE("redis client: a loop shut down while a command waits for its reply ends the waiting "
+          "coroutine, though the client lives on") {
+    // As the runtime stops its worker loops before it lets the store go: the frame waiting for
+    // the reply (which may hold the last reference to the store) must go with the loop.
+    auto ended = std::make_shared<bool>(false);
+    stoppable_loop ioc;
+    redis::redis_client_options o;
+    o.url = *redis::parse_redis_url(shared_server().url());
+    o.command_timeout = 60s;
+    auto client = std::make_unique<redis_client>(ioc.get_executor(), o);
+    client->start();
+    REQUIRE(run(ioc, client->async_wait_ready(5s)));
+    auto waiting = std::make_shared<bool>(false);
+    net::co_spawn(ioc, wait_forever(*client, frame_guard(ended), unique("never"), waiting),
+                  net::detached);
+    ioc.restart(); // run() stopped it
+    ioc.run_for(200ms);
+    REQUIRE(*waiting); // sent, and waiting for the reply
+    CHECK_FALSE(*ended);
+    ioc.shutdown();
     CHECK(*ended);
+    client.reset(); // its connection closes on a loop that is shut down but still there
 }
 
 TEST_CASE("redis client: a lost stable connection is re-opened at once, and a command issued "
