@@ -241,6 +241,8 @@ struct link : std::enable_shared_from_this<link> {
     // Due at the earliest deadline of its requests, or later (see watch_deadline).
     net::steady_timer deadline_timer;
     bool deadline_armed = false;
+    std::chrono::steady_clock::time_point deadline_at{}; // when armed
+
     redis_multiplexer mux;
     bool closed = false;
     error_code close_reason;
@@ -256,18 +258,19 @@ struct link : std::enable_shared_from_this<link> {
 // timer did; with none, it is set again for the earliest deadline still open. Deadlines are
 // set at coarse_now() + a timeout, so it usually runs once per timeout under load.
 void watch_deadline(link& l, std::chrono::steady_clock::time_point at) {
-    if (l.deadline_armed || l.closed) {
+    if (l.closed || (l.deadline_armed && l.deadline_at <= at)) {
         return;
     }
     l.deadline_armed = true;
-    l.deadline_timer.expires_at(at);
+    l.deadline_at = at;
+    l.deadline_timer.expires_at(at); // a wait for a later time ends, aborted
     l.deadline_timer.async_wait([w = l.weak_from_this()](const error_code& ec) {
         const auto self = w.lock();
-        if (!self) {
-            return;
+        if (ec || !self) {
+            return; // set again for an earlier deadline, or the connection closed
         }
         self->deadline_armed = false;
-        if (ec || self->closed) {
+        if (self->closed) {
             return;
         }
         const auto now = std::chrono::steady_clock::now();
