@@ -27,6 +27,9 @@ bool named_by_connection(const wire::raw_header_store& raw, std::string_view nam
     return false;
 }
 
+namespace {
+
+/// True when a field of `raw` is hop-by-hop (is_hop_by_hop). Most answers carry none.
 bool has_hop_by_hop(const wire::raw_header_store& raw) noexcept {
     for (std::size_t i = 0; i < raw.size(); ++i) {
         const auto line = raw[i];
@@ -36,8 +39,6 @@ bool has_hop_by_hop(const wire::raw_header_store& raw) noexcept {
     }
     return false;
 }
-
-namespace {
 
 /// Appends the end-to-end lines of `raw`: the whole block in one copy when no field is
 /// hop-by-hop (most answers), otherwise line by line without them.

@@ -139,10 +139,10 @@ struct pending : redis_request {
     void resume(waiter_type w) { net::post(parking->executor, resumption(std::move(w))); }
 
     parked_replies* parking;
-    // When its reply is due at the latest (the link's deadline check); max: none of its own
-    // (an ASKING, whose command right behind it carries the deadline).
+    // When its reply is due at the latest (the link's deadline check); max: none (yet) of its
+    // own: an ASKING, whose command right behind it carries the deadline, or a shared WAIT
+    // before the first to join it sets one.
     std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
-    bool deadline_set = false; // a shared WAIT: its deadline is set by the first to join it
     waiter_type waiter;
     std::vector<waiter_type> more_waiters;
     // parked_replies' list.
@@ -445,8 +445,7 @@ struct redis_client::impl : std::enable_shared_from_this<redis_client::impl> {
         if (!p) {
             return nullptr;
         }
-        if (!p->deadline_set) {
-            p->deadline_set = true;
+        if (p->deadline == std::chrono::steady_clock::time_point::max()) {
             const auto held = p->st == redis_request::state::held;
             set_deadline(l, *p, held ? 2 * options.command_timeout : options.command_timeout);
         }

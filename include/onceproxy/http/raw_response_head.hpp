@@ -18,9 +18,6 @@ struct added_field {
     std::string_view value;
 };
 
-/// True when a field of `raw` is hop-by-hop (is_hop_by_hop). Most answers carry none.
-bool has_hop_by_hop(const wire::raw_header_store& raw) noexcept;
-
 /// True when a Connection line of `raw` names `name` (RFC 9110 §7.6.1: it is hop-by-hop then).
 bool named_by_connection(const wire::raw_header_store& raw, std::string_view name) noexcept;
 
