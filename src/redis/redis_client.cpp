@@ -57,6 +57,21 @@ std::chrono::milliseconds jittered(std::chrono::milliseconds cap) {
 
 struct pending;
 
+using waiter_type = net::any_completion_handler<void()>;
+
+// Runs a waiter as a move-only function object: Asio 1.81's any_completion_handler wraps an
+// lvalue of itself in a new one (its move assignment does too), endlessly.
+struct resumption {
+    explicit resumption(waiter_type h) : w(std::move(h)) {}
+    resumption(resumption&&) noexcept = default;
+    resumption(const resumption&) = delete;
+    resumption& operator=(const resumption&) = delete;
+    resumption& operator=(resumption&&) = delete;
+    ~resumption() = default;
+    void operator()() { std::move(w)(); }
+    waiter_type w;
+};
+
 // The coroutines of one event loop waiting for Redis replies, as a service of that loop. A
 // waiting coroutine is a completion handler kept in its request (pending::waiter), woken when the
 // request is done. Listed here so that the loop's shutdown reaches the handlers of requests that
@@ -71,6 +86,43 @@ public:
     void park(pending& p) noexcept;
     void unpark(pending& p) noexcept;
 
+    // Resumes `w` in the loop, never inside the caller (a reply reader, a connection's close):
+    // held for the reader of a batch of replies to run once the batch is read (batch), else
+    // posted.
+    void resume(waiter_type w) {
+        if (reading_) {
+            woken_.push_back(std::move(w));
+        } else {
+            net::post(executor, resumption(std::move(w)));
+        }
+    }
+
+    // Runs `read` (which hands a batch of replies to the multiplexer), then resumes at once, in
+    // their order, the waiters whose replies it read: a batch's wake-ups need no trip through
+    // the loop's queue (two per first execution). The caller's state must be consistent
+    // around `read` (the resumed coroutines issue commands, close the connection).
+    template <class F>
+    auto batch(F&& read) {
+        struct reading {
+            bool& on;
+            explicit reading(bool& b) : on(b) { on = true; }
+            ~reading() { on = false; }
+            reading(const reading&) = delete;
+            reading& operator=(const reading&) = delete;
+        };
+        auto out = [&] {
+            const reading r(reading_);
+            return std::forward<F>(read)();
+        }();
+        auto woken = std::exchange(woken_, {});
+        for (auto& w : woken) { // none is added meanwhile (resume posts outside a batch)
+            resumption(std::move(w))();
+        }
+        woken.clear();
+        woken_.swap(woken); // its capacity, for the next batch
+        return out;
+    }
+
     // An executor of the loop, where woken waiters resume (set by the first client on it).
     net::any_io_executor executor;
 
@@ -78,14 +130,14 @@ private:
     void shutdown() override;
 
     pending* first_ = nullptr;
+    bool reading_ = false;
+    std::vector<waiter_type> woken_; // during a batch
 };
 
 net::execution_context::id parked_replies::id;
 
 // One request of the shell: the multiplexer's request, its deadline and who waits for it.
 struct pending : redis_request {
-    using waiter_type = net::any_completion_handler<void()>;
-
     explicit pending(parked_replies& p) : parking(&p) {
         on_done = [this] { wake(); };
     }
@@ -97,8 +149,8 @@ struct pending : redis_request {
     pending(const pending&) = delete;
     pending& operator=(const pending&) = delete;
 
-    // Parks `handler` until the request is done. The wake-up is posted: it never runs inside
-    // the reply reader that completed the request.
+    // Parks `handler` until the request is done. It never resumes inside the reply reader
+    // that completed the request (parked_replies::resume).
     void wait(waiter_type handler) {
         if (!waiter) {
             waiter.swap(handler); // not a move assignment: Asio 1.81's copies (see resumption)
@@ -123,20 +175,7 @@ struct pending : redis_request {
         }
     }
 
-    // Posted as a move-only function object: Asio 1.81's any_completion_handler wraps an lvalue
-    // of itself in a new one (its move assignment does too), endlessly.
-    struct resumption {
-        explicit resumption(waiter_type h) : w(std::move(h)) {}
-        resumption(resumption&&) noexcept = default;
-        resumption(const resumption&) = delete;
-        resumption& operator=(const resumption&) = delete;
-        resumption& operator=(resumption&&) = delete;
-        ~resumption() = default;
-        void operator()() { std::move(w)(); }
-        waiter_type w;
-    };
-
-    void resume(waiter_type w) { net::post(parking->executor, resumption(std::move(w))); }
+    void resume(waiter_type w) { parking->resume(std::move(w)); }
 
     parked_replies* parking;
     // When its reply is due at the latest (the link's deadline check); max: none (yet) of its
@@ -247,6 +286,7 @@ struct link : std::enable_shared_from_this<link> {
     bool closed = false;
     error_code close_reason;
     std::uint64_t* write_counter = nullptr; // the owning client's statistic (same thread)
+    parked_replies* parking = nullptr;      // where its replies' waiters wait (its loop's)
     bool readonly = false;                  // closed on a -READONLY reply (a demoted master)
     std::chrono::steady_clock::time_point ready_at{};  // when it was declared ready
     std::chrono::steady_clock::time_point closed_at{}; // when close() ran
@@ -322,7 +362,8 @@ net::awaitable<void> read_loop(std::shared_ptr<link> l) {
             l->close(errc::unavailable);
             co_return;
         }
-        if (l->mux.on_read(buf.data(), n) != redis_multiplexer::read_status::ok) {
+        const auto read = l->parking->batch([&] { return l->mux.on_read(buf.data(), n); });
+        if (read != redis_multiplexer::read_status::ok) {
             // Malformed or unmatched: the multiplexer failed everything; only a new
             // connection helps.
             l->close(errc::protocol);
@@ -704,6 +745,7 @@ struct redis_client::impl : std::enable_shared_from_this<redis_client::impl> {
     net::awaitable<redis_connect_report> connect_once() {
         auto self = shared_from_this();
         auto l = std::make_shared<link>(ex, ssl_ctx);
+        l->parking = parking;
         attempt = l;
         ++attempts;
         connecting = true;
