@@ -116,7 +116,12 @@ public:
         }();
         auto woken = std::exchange(woken_, {});
         for (auto& w : woken) { // none is added meanwhile (resume posts outside a batch)
-            resumption(std::move(w))();
+            try {
+                resumption(std::move(w))();
+            } catch (...) {
+                // Out of the loop's run(), as from a posted wake-up; the reader goes on.
+                net::post(executor, [e = std::current_exception()] { std::rethrow_exception(e); });
+            }
         }
         woken.clear();
         woken_.swap(woken); // its capacity, for the next batch
