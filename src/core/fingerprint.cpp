@@ -245,19 +245,10 @@ std::string compute_fingerprint(const fingerprint_input& input) {
 }
 
 std::string principal_hash(std::span<const header_view> headers) {
-    const auto hash = [](std::span<const header_view> named) {
-        hasher h;
-        h.field("onceproxy principal v1");
-        hash_headers(h, named);
-        return as_string(h.finish());
-    };
-    if (headers.empty()) {
-        // Nobody named (no scope configured, or none of its headers sent): one hash for every
-        // such request, computed once.
-        static const std::string nobody = hash({});
-        return nobody;
-    }
-    return hash(headers);
+    hasher h;
+    h.field("onceproxy principal v1");
+    hash_headers(h, headers);
+    return as_string(h.finish());
 }
 
 std::string store_key(std::string_view prefix, std::string_view route,

@@ -124,7 +124,14 @@ derived_request derive_request_facts(const config::idempotency_config& policy,
     }
     const std::string_view skip = unforwarded_key_header(policy);
     const auto scope = scope_of(policy, req);
-    const std::string principal = principal_hash(scope);
+    // Nobody named (no scope configured, or none of its headers sent): the same hash for every
+    // such request, computed once.
+    static const std::string nobody = principal_hash({});
+    std::string named;
+    if (!scope.empty()) {
+        named = principal_hash(scope);
+    }
+    const std::string& principal = scope.empty() ? nobody : named;
     out.store_key = store_key("", route_name, principal, *key);
     out.holder =
         anonymous(policy, req, scope) ? tagged('a', req.client_address) : tagged('p', principal);
