@@ -98,7 +98,7 @@ net::awaitable<bool> write_piece(wire::stream& s, wire::deadline_watch::slot& dl
                                  bool chunked) {
     const gather g({}, data, chunked, {});
     dl.expires_after(timeout);
-    auto [ec, n] = co_await net::async_write(s, g.buffers(), use_tuple);
+    auto [ec, n] = co_await wire::async_write_all(s, g.buffers());
     (void)n;
     co_return !ec;
 }

@@ -334,7 +334,7 @@ net::awaitable<void> write_pending_answer(exchange_state& s) {
     client.dl.expires_after(s.env.cfg->limits.idle_timeout);
     const std::array<net::const_buffer, 2> answer{net::buffer(client.scratch),
                                                   net::buffer(a.body.data(), a.body.size())};
-    auto [ec, n] = co_await net::async_write(client.sock, answer, use_tuple);
+    auto [ec, n] = co_await wire::async_write_all(client.sock, answer);
     (void)n;
     if (ec) {
         client.sock.mark_cut();
@@ -358,7 +358,7 @@ net::awaitable<bool> write_answer_start(exchange_state& s, core::idempotency_sta
     s.report.streamed_status = res.result_int();
     const gather first(client.scratch, f.no_body ? std::string_view() : res.body(), f.rechunk, {});
     client.dl.expires_after(s.env.cfg->limits.idle_timeout);
-    auto [ec, n] = co_await net::async_write(client.sock, first.buffers(), use_tuple);
+    auto [ec, n] = co_await wire::async_write_all(client.sock, first.buffers());
     (void)n;
     res.body() = std::string();
     if (ec) {

@@ -205,7 +205,7 @@ struct plain_relay::exchange {
         wire::serialize_head(res, client.scratch);
         const std::array<net::const_buffer, 2> wire{net::buffer(client.scratch),
                                                     net::buffer(res.body())};
-        auto [ec, n] = co_await net::async_write(client.sock, wire, use_tuple);
+        auto [ec, n] = co_await wire::async_write_all(client.sock, wire);
         (void)n;
         finish(res.result_int());
         co_return keep && !ec;
@@ -325,7 +325,7 @@ struct plain_relay::exchange {
                    : std::string();
         outgoing.emplace(conn->head, staged, chunked, tail);
         conn->dl.expires_after(up.timeout);
-        return net::async_write(conn->stream, outgoing->buffers(), use_tuple);
+        return wire::async_write_all(conn->stream, outgoing->buffers());
     }
 
     /// True when send_body has anything to do: a 100 Continue to give, or body bytes (or the
@@ -572,7 +572,7 @@ struct plain_relay::exchange {
         response_started = true;
         outgoing.emplace(client.scratch, rp.get().body(), rechunk, tail);
         client.dl.expires_after(limits().idle_timeout);
-        return net::async_write(client.sock, outgoing->buffers(), use_tuple);
+        return wire::async_write_all(client.sock, outgoing->buffers());
     }
 
     /// The rest of the answer's body, piece by piece, then its end when rechunked. False when

@@ -345,7 +345,7 @@ struct server::impl::connection {
         wire::serialize_head(res, wire_head);
         const std::array<net::const_buffer, 2> wire{net::buffer(wire_head),
                                                     net::buffer(res.body())};
-        auto [ec, n] = co_await net::async_write(stream, wire, use_tuple);
+        auto [ec, n] = co_await wire::async_write_all(stream, wire);
         (void)n;
         co_return !ec && keep;
     }

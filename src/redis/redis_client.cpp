@@ -351,7 +351,7 @@ net::awaitable<void> write_loop(std::shared_ptr<link> l) {
         if (l->write_counter != nullptr) {
             ++*l->write_counter;
         }
-        auto [ec, n] = co_await net::async_write(l->stream, net::buffer(out), use_tuple);
+        auto [ec, n] = co_await wire::async_write_all(l->stream, net::buffer(out));
         (void)n;
         if (ec) {
             l->close(errc::unavailable);

@@ -456,8 +456,8 @@ net::awaitable<call_step> forwarder::impl::run_call(paused_forward& call, reques
         if (call.written == 0) {
             wire::serialize_head(req, c.head);
         }
-        auto [wec, n] = co_await net::async_write(
-            c.stream, unwritten(c.head, req.body(), call.written), use_tuple);
+        auto [wec, n] =
+            co_await wire::async_write_all(c.stream, unwritten(c.head, req.body(), call.written));
         call.written += n;
         if (wec && paused()) {
             co_return call_step::paused;

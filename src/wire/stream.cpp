@@ -19,6 +19,7 @@
 #include <openssl/x509.h>
 
 #include <sys/socket.h>
+#include <sys/uio.h>
 
 #include <array>
 #include <cerrno>
@@ -140,6 +141,40 @@ void stream::plain_read(net::mutable_buffer b, bool next, read_handler h) {
     op->skip_first = next && drained_;
     reactor_->start_op(ad::reactor::read_op, impl.socket_, impl.reactor_data_, op, false, true);
     op->skip_first = false;
+}
+
+std::size_t stream::try_write(std::span<const net::const_buffer> buffers,
+                              boost::system::error_code& ec) noexcept {
+    ec = {};
+    if (tls_ != nullptr || !sock_.is_open()) {
+        return 0;
+    }
+    std::array<::iovec, 16> iov{};
+    std::size_t n = 0;
+    for (const auto& b : buffers) {
+        if (b.size() != 0 && n < iov.size()) {
+            iov[n++] = {const_cast<void*>(b.data()), b.size()};
+        }
+    }
+    if (n == 0) {
+        return 0;
+    }
+    ::msghdr msg{};
+    msg.msg_iov = iov.data();
+    msg.msg_iovlen = n;
+    for (;;) {
+        const auto sent = ::sendmsg(sock_.native_handle(), &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (sent >= 0) {
+            return static_cast<std::size_t>(sent);
+        }
+        if (errno == EINTR) {
+            continue;
+        }
+        if (errno != EAGAIN && errno != EWOULDBLOCK) {
+            ec = boost::system::error_code(errno, net::error::get_system_category());
+        }
+        return 0;
+    }
 }
 
 stream::stream(net::ip::tcp::socket sock) : sock_(std::move(sock)) {}
