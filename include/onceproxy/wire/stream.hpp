@@ -12,13 +12,13 @@
 // upstream connections and Redis links end). A connection whose answer was cut (mark_cut) never
 // sends it.
 
+#include "onceproxy/asio/use_tuple.hpp"
+
 #include <boost/asio/any_completion_handler.hpp>
-#include <boost/asio/as_tuple.hpp>
 #include <boost/asio/async_result.hpp>
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/buffer.hpp>
 #include <boost/asio/ip/tcp.hpp>
-#include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
 
 #include <algorithm>
@@ -233,29 +233,26 @@ async_write_all(stream& s, ConstBuffers buffers) {
     std::size_t total = 0;
     for (auto it = boost::asio::buffer_sequence_begin(buffers);
          it != boost::asio::buffer_sequence_end(buffers); ++it) {
-        const boost::asio::const_buffer b(*it);
         if (count == pieces.size()) {
-            co_return co_await boost::asio::async_write(
-                s, buffers, boost::asio::as_tuple(boost::asio::use_awaitable));
+            co_return co_await boost::asio::async_write(s, buffers, use_tuple);
         }
-        pieces[count++] = b;
-        total += b.size();
+        pieces[count] = boost::asio::const_buffer(*it);
+        total += pieces[count++].size();
     }
     const std::span<boost::asio::const_buffer> all(pieces.data(), count);
     boost::system::error_code ec;
-    auto sent = s.try_write(all, ec);
-    if (ec || sent == total) {
-        co_return std::tuple(ec, sent);
+    const auto taken = s.try_write(all, ec);
+    if (ec || taken == total) {
+        co_return std::tuple(ec, taken);
     }
+    auto skip = taken;
     for (auto& b : all) { // what the socket did not take at once
-        const auto part = std::min(sent, b.size());
+        const auto part = std::min(skip, b.size());
         b += part;
-        sent -= part;
+        skip -= part;
     }
-    sent = total - boost::asio::buffer_size(all);
-    auto [wec, n] = co_await boost::asio::async_write(
-        s, all, boost::asio::as_tuple(boost::asio::use_awaitable));
-    co_return std::tuple(wec, sent + n);
+    auto [wec, n] = co_await boost::asio::async_write(s, all, use_tuple);
+    co_return std::tuple(wec, taken + n);
 }
 
 } // namespace onceproxy::wire
