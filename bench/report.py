@@ -420,6 +420,36 @@ def syscall_table(meta: dict, runs: dict) -> None:
               f" {sum(per.values()):>6.2f}")
 
 
+def spread_share(f: pathlib.Path) -> dict:
+    """With more than one worker: the client connections each worker held halfway through the
+    load (run.sh sample_spread), worker after worker; empty when not sampled."""
+    sf = f.with_name(f.name + ".spread")
+    if not sf.exists():
+        return {}
+    counts = [int(x) for x in sf.read_text().split() if x.isdigit()]
+    return {"spread": counts} if counts else {}
+
+
+def spread_table(meta: dict, runs: dict) -> None:
+    """How the kernel spread the load's connections over the workers (SO_REUSEPORT listeners,
+    one per worker, in onceproxy and in nginx alike), one figure per round."""
+    rows = [(n, label) for n, label in SCENARIOS if n in runs and any("spread" in r for r in runs[n])]
+    if not rows:
+        return
+    print()
+    print("client connections per worker halfway through the load, each round (busiest first; "
+          "the kernel spreads them over the workers' SO_REUSEPORT listeners)")
+    for name, label in rows:
+        workers = int(meta["nginx_workers"] if name == "nginx" else
+                      meta["workers"] if str(meta["workers"]).isdigit() else meta["nginx_workers"])
+        rounds = []
+        for r in runs[name]:
+            counts = sorted(r.get("spread", []), reverse=True)
+            counts += [0] * max(0, workers - len(counts))  # a worker ss listed none for
+            rounds.append("/".join(str(c) for c in counts))
+        print(f"{label:<40} {', '.join(rounds)}")
+
+
 def syscall_cost_line(d: pathlib.Path) -> None:
     """What one system call costs on this machine (bench/onceproxy_syscall_cost)."""
     f = d / "syscall-cost.json"
@@ -776,6 +806,7 @@ def main() -> int:
             parsed.update(machine_share(f, parsed["requests"]))
             parsed.update(split_share(f, parsed["requests"], m.group(2)))
             parsed.update(syscall_share(f, parsed["requests"]))
+            parsed.update(spread_share(f))
             parsed["round"] = int(m.group(1))
             runs.setdefault(m.group(2), []).append(parsed)
         except ValueError as e:
@@ -834,6 +865,7 @@ def main() -> int:
             print(f"{label:<40} {'engine not available':>10}")
     split_table(meta, med)
     syscall_table(meta, runs)
+    spread_table(meta, runs)
 
     summary: dict = {"meta": meta, "median": med, "engine": engine, "figures": {}}
     fig = summary["figures"]

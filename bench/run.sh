@@ -557,6 +557,27 @@ run_grpc() {
         --message-bytes "$grpc_message_bytes" "$@"
 }
 
+# sample_spread NAME FILE: with more than one worker, the client connections each worker holds
+# halfway through NAME's load, worker after worker on one line: onceproxy's
+# onceproxy_worker_connections{worker} (the plain-port rows), nginx's established connections on
+# its port by worker process (ss). Nothing for other rows, or without curl or ss.
+sample_spread() {
+    local name=$1 file=$2
+    sleep "$(awk -v s="$seconds" 'BEGIN { print s / 2 }')"
+    case "$name" in
+    nginx)
+        command -v ss >/dev/null || return 0
+        ss -Htnp state established "( sport = :$nginx_port )" 2>/dev/null |
+            grep -o 'pid=[0-9]*' | sort | uniq -c | awk '{ printf "%s ", $1 } END { print "" }' \
+            >"$file" ;;
+    *)
+        [ "$(measured_pids "$name")" = "$proxy_pid" ] || return 0
+        curl -s --max-time 5 "http://127.0.0.1:$admin_port/metrics" |
+            awk '/^onceproxy_worker_connections\{/ { printf "%s ", $2 } END { print "" }' \
+            >"$file" ;;
+    esac
+}
+
 # run_load ROUND NAME COMMAND...: runs the load generator COMMAND, bounded in time, with the
 # CPU time of the processes under test (measured_pids NAME), of Redis, of the upstream
 # (upstream_pids_of NAME) and of the load generator itself taken around it; the proxy's, the
@@ -600,9 +621,15 @@ run_load() {
             2>/dev/null &
         perf_pid=$!
     fi
+    local spread_pid=""
+    if [ "$workers" != 1 ] && [ "$round" != warmup ]; then
+        sample_spread "$name" "$out.spread" &
+        spread_pid=$!
+    fi
     if ! (timeout $((seconds + 30)) "${cmd[@]}" >"$out" 2>&1 && times >"$out.wrk-times"); then
         log "${cmd[0]} failed for $name (round $round): $(tail -n1 "$out")"
     fi
+    [ -z "$spread_pid" ] || wait "$spread_pid" 2>/dev/null || true
     if [ -n "$perf_pid" ]; then
         kill -INT "$perf_pid" 2>/dev/null || true
         wait "$perf_pid" 2>/dev/null || true

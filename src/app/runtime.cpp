@@ -57,20 +57,21 @@ struct event_loop : net::io_context {
 
 /// One event loop with everything a connection needs; a connection never leaves its worker.
 struct worker {
-    worker(net::io_context& c, const std::shared_ptr<const config::config>& cfg,
+    /// `index`: the worker's number (0, 1 ...), its label in the per-worker metrics.
+    worker(std::size_t index, net::io_context& c, const std::shared_ptr<const config::config>& cfg,
            std::shared_ptr<store::store> st, metrics::registry& reg,
            std::shared_ptr<http::tls_source> tls, std::shared_ptr<egress::upstream_guards> g)
         : ioc(c), guard(net::make_work_guard(ioc)), watch(ioc.get_executor()),
           fwd(std::make_shared<upstream::forwarder>(ioc.get_executor(), cfg, watch)),
-          srv(ioc, cfg, std::make_shared<http::handler>(cfg, fwd, st, reg, tracker), reg, watch,
-              tracker, std::move(tls)),
+          srv(ioc, cfg, std::make_shared<http::handler>(cfg, fwd, st, reg, tracker), {reg, index},
+              watch, tracker, std::move(tls)),
           guards(std::move(g)) {
         if (cfg->egress) {
             const auto view = config::egress_view(*cfg);
             egress_srv.emplace(
                 ioc, view,
                 std::make_shared<http::handler>(view, fwd, std::move(st), reg, tracker, guards),
-                reg, watch, tracker, nullptr);
+                http::server::counted{reg, index}, watch, tracker, nullptr);
         }
     }
 
@@ -306,8 +307,8 @@ public:
         upstream_tls_seen_ = upstream_tls_stamps_of(*current_);
         try {
             for (auto& l : loops_) {
-                workers_.push_back(
-                    std::make_unique<worker>(*l, current_, st_, reg_, tls_, egress_guards_));
+                workers_.push_back(std::make_unique<worker>(workers_.size(), *l, current_, st_,
+                                                            reg_, tls_, egress_guards_));
                 workers_.back()->srv.listen(port_, tls_port_);
                 port_ = workers_.back()->srv.port();
                 tls_port_ = workers_.back()->srv.tls_port();

@@ -85,15 +85,15 @@ struct read_verdict {
 
 struct server::impl : std::enable_shared_from_this<impl> {
     impl(net::io_context& c, std::shared_ptr<const config::config> cf, std::shared_ptr<handler> hd,
-         metrics::registry& r, wire::deadline_watch& w, task_tracker& t,
-         std::shared_ptr<tls_source> ts)
-        : ioc(c), cfg(std::move(cf)), h(std::move(hd)), reg(r), watch(w), tracker(t), acceptor(c),
-          tls_acceptor(c), tls(std::move(ts)) {}
+         counted m, wire::deadline_watch& w, task_tracker& t, std::shared_ptr<tls_source> ts)
+        : ioc(c), cfg(std::move(cf)), h(std::move(hd)), reg(m.reg), worker(m.worker), watch(w),
+          tracker(t), acceptor(c), tls_acceptor(c), tls(std::move(ts)) {}
 
     net::io_context& ioc;
     std::shared_ptr<const config::config> cfg; ///< the start config: the listen address
     std::shared_ptr<handler> h;                ///< the current config's request path
     metrics::registry& reg;
+    std::size_t worker; ///< the worker this server runs on (family::worker_connections)
     wire::deadline_watch& watch;
     task_tracker& tracker;           ///< every session is joined by the worker's drain
     tcp::acceptor acceptor;          ///< `listen`: plain, or TLS when tls.listen is unset
@@ -191,6 +191,7 @@ struct server::impl::connection {
           buffer(wire::read_buffer_limit(s.h->config().limits.max_header_bytes)),
           listed(s.connections.insert(s.connections.end(), this)) {
         srv.reg.gauge(metrics::family::open_connections).inc();
+        srv.reg.worker_connections_add(srv.worker, 1);
         boost::system::error_code ec;
         auto ep = stream.socket().remote_endpoint(ec);
         ctx.client_ip = ec ? "unknown" : ep.address().to_string();
@@ -202,6 +203,7 @@ struct server::impl::connection {
         stream.socket().shutdown(tcp::socket::shutdown_send, ignored);
         srv.connections.erase(listed);
         srv.reg.gauge(metrics::family::open_connections).dec();
+        srv.reg.worker_connections_add(srv.worker, -1);
     }
     connection(const connection&) = delete;
     connection& operator=(const connection&) = delete;
@@ -512,9 +514,9 @@ net::awaitable<void> server::impl::session(tcp::socket sock,
 }
 
 server::server(net::io_context& ioc, std::shared_ptr<const config::config> cfg,
-               std::shared_ptr<handler> h, metrics::registry& reg, wire::deadline_watch& watch,
+               std::shared_ptr<handler> h, counted metrics, wire::deadline_watch& watch,
                task_tracker& tracker, std::shared_ptr<tls_source> tls)
-    : impl_(std::make_shared<impl>(ioc, std::move(cfg), std::move(h), reg, watch, tracker,
+    : impl_(std::make_shared<impl>(ioc, std::move(cfg), std::move(h), metrics, watch, tracker,
                                    std::move(tls))) {}
 
 server::~server() = default;

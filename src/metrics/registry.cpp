@@ -65,7 +65,7 @@ registry::registry(const std::vector<std::string>& route_names) {
 }
 
 void registry::set_workers(std::size_t workers) {
-    event_loop_ticks_ = std::make_unique<event_loop_tick[]>(workers);
+    worker_cells_ = std::make_unique<worker_cells[]>(workers);
     workers_ = workers;
 }
 
@@ -83,7 +83,7 @@ void registry::set_event_loop_tick(std::size_t worker,
     if (worker >= workers_) {
         return;
     }
-    auto& t = event_loop_ticks_[worker];
+    auto& t = worker_cells_[worker];
     if (window_worst) {
         t.worst_us.store(window_worst->count(), std::memory_order_relaxed);
     }
@@ -96,10 +96,21 @@ registry::event_loop_lag(std::size_t worker,
     if (worker >= workers_) {
         return {};
     }
-    const auto& t = event_loop_ticks_[worker];
+    const auto& t = worker_cells_[worker];
     const auto due = t.next_due_us.load(std::memory_order_relaxed);
     const std::int64_t overdue = due == 0 ? 0 : steady_micros(now) - due;
     return std::chrono::microseconds(std::max(t.worst_us.load(std::memory_order_relaxed), overdue));
+}
+
+void registry::worker_connections_add(std::size_t worker, std::int64_t delta) noexcept {
+    if (worker < workers_) {
+        worker_cells_[worker].connections.fetch_add(delta, std::memory_order_relaxed);
+    }
+}
+
+std::int64_t registry::worker_connections(std::size_t worker) const noexcept {
+    return worker < workers_ ? worker_cells_[worker].connections.load(std::memory_order_relaxed)
+                             : 0;
 }
 
 route_metrics& registry::route(std::size_t index) noexcept {
@@ -239,6 +250,11 @@ void registry::render_process(std::string& out, const family_info& f,
         }
         return;
     }
+    case source::worker_connections:
+        for (std::size_t w = 0; w < workers_; ++w) {
+            series(std::to_string(w), std::to_string(worker_connections(w)));
+        }
+        return;
     }
 }
 

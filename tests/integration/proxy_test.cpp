@@ -19,6 +19,7 @@
 #include <chrono>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <set>
 #include <sstream>
 #include <string>
@@ -687,6 +688,29 @@ TEST_SUITE("proxy") {
         CHECK(m.body.find("onceproxy_requests_total{route=\"everything-else\"") !=
               std::string::npos);
         CHECK(p.proxy.admin("/nope").status == 404);
+    }
+
+    TEST_CASE("admin: the client connections open on each worker add up to the open total") {
+        proxied p; // two workers, each with its SO_REUSEPORT listener
+        std::vector<std::unique_ptr<http_client>> clients;
+        for (int i = 0; i < 12; ++i) {
+            clients.push_back(std::make_unique<http_client>(p.proxy.port));
+            REQUIRE(clients.back()->request("GET", "/spread").status == 200);
+        }
+        const auto on = [&](int worker) {
+            return p.proxy.metric("onceproxy_worker_connections{worker=\"" +
+                                  std::to_string(worker) + "\"}");
+        };
+        CHECK(eventually([&] { return p.proxy.metric("onceproxy_open_connections") == 12; }));
+        const auto first = on(0);
+        const auto second = on(1);
+        INFO("worker 0: " << first << ", worker 1: " << second);
+        CHECK(first >= 0);
+        CHECK(second >= 0);
+        CHECK(first + second == 12);
+        CHECK(on(2) == -1); // one series per worker, no more
+        clients.clear();
+        CHECK(eventually([&] { return on(0) == 0 && on(1) == 0; }));
     }
 
     TEST_CASE("no matching route: 404 route.not_found") {

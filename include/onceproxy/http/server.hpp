@@ -12,6 +12,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 
+#include <cstddef>
 #include <memory>
 
 namespace onceproxy::http {
@@ -19,12 +20,19 @@ namespace onceproxy::http {
 /// One worker's listener and sessions. Created, run and drained on the worker's io_context.
 class server {
 public:
+    /// Where a server counts: the registry, and the worker it runs on (the `worker` label of
+    /// the per-worker series).
+    struct counted {
+        metrics::registry& reg;
+        std::size_t worker = 0;
+    };
+
     /// `cfg`: the start config (listen). `h`: the request path of the config to serve.
     /// `watch`: the worker's coarse deadline clock (client read and write deadlines).
     /// `tracker`: the worker's tracked coroutines; each session holds a token of it.
     /// `tls`: the certificate TLS connections are served with (config `tls`); null: no TLS.
     server(boost::asio::io_context& ioc, std::shared_ptr<const config::config> cfg,
-           std::shared_ptr<handler> h, metrics::registry& reg, wire::deadline_watch& watch,
+           std::shared_ptr<handler> h, counted metrics, wire::deadline_watch& watch,
            task_tracker& tracker, std::shared_ptr<tls_source> tls = nullptr);
     ~server();
 

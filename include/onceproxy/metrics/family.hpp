@@ -53,6 +53,7 @@ enum class family : std::uint8_t {
     config_loaded_at,          ///< gauge, seconds since the epoch
     upstream_tls_reloads,      ///< {result}: file_reload
     event_loop_lag,            ///< gauge {worker}, computed when rendered
+    worker_connections,        ///< gauge {worker}, kept per worker
     tls_certificate_reloads,   ///< {result}: file_reload (inbound TLS only)
     tls_certificate_expiry,    ///< gauge, seconds since the epoch (inbound TLS only)
     tls_handshake_failures,    ///< (inbound TLS only)
@@ -143,9 +144,10 @@ enum class shown : std::uint8_t {
 
 /// Where the value of a series comes from when it is not a plain cell of the registry.
 enum class source : std::uint8_t {
-    cells,          ///< counters and gauges the code updates (one cell per label value)
-    config_digest,  ///< the label value is the config digest, the value is 1
-    event_loop_lag, ///< computed from each worker's ticks when rendered (seconds, 6 decimals)
+    cells,              ///< counters and gauges the code updates (one cell per label value)
+    config_digest,      ///< the label value is the config digest, the value is 1
+    event_loop_lag,     ///< computed from each worker's ticks when rendered (seconds, 6 decimals)
+    worker_connections, ///< each worker's count of open client connections
 };
 
 /// The values of a family's label (other than `route`): listed in the row, or the names of a
@@ -418,6 +420,17 @@ inline constexpr std::array<family_info, family_count> family_table{{
      "blocked now).",
      shown::workers,
      source::event_loop_lag},
+    {family::worker_connections,
+     "onceproxy_worker_connections",
+     kind::gauge,
+     scope::process,
+     "worker",
+     {},
+     "Client connections open now on each worker (proxy, TLS and egress listeners): how the "
+     "kernel spread them over the workers' SO_REUSEPORT listeners. A connection stays on the "
+     "worker that accepted it; the sum is onceproxy_open_connections.",
+     shown::workers,
+     source::worker_connections},
     {family::tls_certificate_reloads, "onceproxy_tls_certificate_reloads_total", kind::counter,
      scope::process, "result", listed("success", "failure"),
      "Inbound TLS certificate reloads (a changed cert/key/CA file, or SIGHUP) by result: "

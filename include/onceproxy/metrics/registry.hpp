@@ -219,7 +219,8 @@ public:
     /// then at each successful reload). Any thread.
     void set_config(std::string digest, std::int64_t loaded_at_seconds);
 
-    /// Event-loop lag (family::event_loop_lag): `workers` series, all 0.
+    /// The per-worker series (family::event_loop_lag, family::worker_connections): `workers`
+    /// series each, all 0.
     /// Call once, before the workers run.
     void set_workers(std::size_t workers);
     /// Worker `worker`'s periodic tick: when the next one is due, and (once a second) the
@@ -231,6 +232,11 @@ public:
     /// long its next tick is overdue if that is more (a loop blocked right now).
     std::chrono::microseconds
     event_loop_lag(std::size_t worker, std::chrono::steady_clock::time_point now) const noexcept;
+    /// A client connection opened (+1) or closed (-1) on worker `worker`
+    /// (family::worker_connections); ignored for a worker set_workers did not count.
+    void worker_connections_add(std::size_t worker, std::int64_t delta) noexcept;
+    /// Client connections open now on worker `worker` (0 for one set_workers did not count).
+    std::int64_t worker_connections(std::size_t worker) const noexcept;
 
     /// Prometheus text exposition format 0.0.4: every family of family_table, in its order.
     std::string render() const;
@@ -263,11 +269,13 @@ private:
     std::array<std::atomic<std::int64_t>, process_cells.gauges> gauges_{};
     std::string config_digest_;
     std::size_t workers_ = 0;
-    struct event_loop_tick {
+    /// What each worker reports of itself: its loop's ticks, its open connections.
+    struct worker_cells {
         std::atomic<std::int64_t> worst_us{0};    // the last second's largest lateness
         std::atomic<std::int64_t> next_due_us{0}; // steady clock; 0: not ticking yet
+        std::atomic<std::int64_t> connections{0};
     };
-    std::unique_ptr<event_loop_tick[]> event_loop_ticks_;
+    std::unique_ptr<worker_cells[]> worker_cells_;
 };
 
 } // namespace onceproxy::metrics

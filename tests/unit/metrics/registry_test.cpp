@@ -266,6 +266,25 @@ TEST_CASE("metrics: event-loop lag per worker, the last second's worst or an ove
     CHECK(text.find("onceproxy_event_loop_lag_seconds{worker=\"1\"} 3.") != std::string::npos);
 }
 
+TEST_CASE("metrics: client connections open per worker") {
+    registry reg({"payments"});
+    CHECK(reg.render().find("onceproxy_worker_connections") == std::string::npos);
+    reg.set_workers(2);
+    reg.worker_connections_add(0, 1);
+    reg.worker_connections_add(0, 1);
+    reg.worker_connections_add(1, 1);
+    reg.worker_connections_add(0, -1);
+    reg.worker_connections_add(5, 1); // out of range: nothing, no crash
+    CHECK(reg.worker_connections(0) == 1);
+    CHECK(reg.worker_connections(1) == 1);
+    CHECK(reg.worker_connections(5) == 0);
+    const auto text = reg.render();
+    CHECK(text.find("# TYPE onceproxy_worker_connections gauge\n") != std::string::npos);
+    CHECK(text.find("onceproxy_worker_connections{worker=\"0\"} 1\n") != std::string::npos);
+    CHECK(text.find("onceproxy_worker_connections{worker=\"1\"} 1\n") != std::string::npos);
+    CHECK(text.find("onceproxy_worker_connections{worker=\"2\"}") == std::string::npos);
+}
+
 namespace {
 /// Label values by index, as egress::attempt_result and egress::breaker_state give them.
 enum class third : std::uint8_t { first, second, third };
