@@ -572,12 +572,13 @@ response answer_whole(exchange_state& s, core::idempotency_status st) {
 /// already streamed (the stream action): nothing left to write then. An HTTP/1.1 client's
 /// answer held whole is left pending, its head serialised from the upstream's (no edits of its
 /// header map) and its body sent from where it is held; an HTTP/2 stream gets answer_whole's.
-net::awaitable<response> do_respond(exchange_state& s, core::idempotency_status st) {
+/// Nullopt: the exchange writes (or wrote) the answer itself.
+net::awaitable<std::optional<response>> do_respond(exchange_state& s, core::idempotency_status st) {
     if (!s.streamed && s.upstream_result->rest) {
         co_await relay_answer(s, st);
     }
     if (s.streamed) {
-        co_return response{};
+        co_return std::nullopt;
     }
     if (s.target.client.whole_answer) {
         co_return answer_whole(s, st);
@@ -591,7 +592,7 @@ net::awaitable<response> do_respond(exchange_state& s, core::idempotency_status 
                           f.no_body ? std::nullopt : std::optional(res.body().size()), f.keep,
                           s.target.client.scratch, raw_fields_of(s));
     s.pending = exchange_state::pending_answer{status, res.body(), f.keep};
-    co_return response{};
+    co_return std::nullopt;
 }
 
 /// reject: the problem answer. One that speaks for a record carries its expiry too: the
@@ -619,10 +620,10 @@ std::string_view replay_date() {
 }
 
 /// replay: the record's answer. An HTTP/1.1 client's is left pending, its head serialised from
-/// the record and its body sent from where the record keeps it (the server has nothing left to
-/// write); an HTTP/2 stream gets replay_response's, as does a record that does not decode (its
-/// problem answer).
-response do_replay(exchange_state& s) {
+/// the record and its body sent from where the record keeps it (nullopt: the server has nothing
+/// left to write); an HTTP/2 stream gets replay_response's, as does a record that does not
+/// decode (its problem answer).
+std::optional<response> do_replay(exchange_state& s) {
     const bool stripe = s.route.idempotency.stripe_compat;
     auto& t = s.target;
     if (t.client.whole_answer || !s.claimed_view) {
@@ -635,11 +636,11 @@ response do_replay(exchange_state& s) {
     const auto body =
         serialize_replay_head(rec, stripe, replay_date(), keep, t.head_request, t.client.scratch);
     s.pending = exchange_state::pending_answer{rec.status, body, keep};
-    return response{};
+    return std::nullopt;
 }
 
 /// passthrough (fail-open, or an optional route without a key): forward unprotected.
-net::awaitable<response> do_passthrough(std::shared_ptr<exchange_state> s) {
+net::awaitable<std::optional<response>> do_passthrough(std::shared_ptr<exchange_state> s) {
     s->upstream_started = clock::now();
     co_await call_upstream(s, std::nullopt, std::nullopt);
     if (s->upstream_result->status == upstream::forward_status::ok) {
@@ -648,10 +649,17 @@ net::awaitable<response> do_passthrough(std::shared_ptr<exchange_state> s) {
     co_return upstream_failure(s->upstream_result->status, s->env.reg, s->upstream_name());
 }
 
-/// Carries out the engine's actions until a client-facing one (returned as the response) or
-/// done (nullopt). After the client was answered only store actions remain (background
-/// completion retries), so the same loop serves both parts.
-net::awaitable<std::optional<response>> drive(std::shared_ptr<exchange_state> s, core::action a) {
+/// How drive ended: at a client-facing action (`answered`, with the response to write unless
+/// the exchange writes it itself: pending or streamed), or done.
+struct driven {
+    bool answered = false;
+    std::optional<response> res;
+};
+
+/// Carries out the engine's actions until a client-facing one or done. After the client was
+/// answered only store actions remain (background completion retries), so the same loop serves
+/// both parts.
+net::awaitable<driven> drive(std::shared_ptr<exchange_state> s, core::action a) {
     for (;;) {
         switch (a.kind) {
         case core::action_kind::claim:
@@ -677,18 +685,22 @@ net::awaitable<std::optional<response>> drive(std::shared_ptr<exchange_state> s,
             a = co_await do_release(*s);
             break;
         case core::action_kind::replay:
-            co_return do_replay(*s);
-        case core::action_kind::respond:
-            co_return co_await do_respond(*s, a.status_header);
+            co_return driven{true, do_replay(*s)};
+        case core::action_kind::respond: {
+            auto res = co_await do_respond(*s, a.status_header);
+            co_return driven{true, std::move(res)};
+        }
         case core::action_kind::reject:
             if (s->streamed) {
-                co_return response{}; // the body broke off: the cut connection says so
+                co_return driven{true, {}}; // the body broke off: the cut connection says so
             }
-            co_return reject_with_expiry(*s, a);
-        case core::action_kind::passthrough:
-            co_return co_await do_passthrough(s);
+            co_return driven{true, reject_with_expiry(*s, a)};
+        case core::action_kind::passthrough: {
+            auto res = co_await do_passthrough(s);
+            co_return driven{true, std::move(res)};
+        }
         case core::action_kind::done:
-            co_return std::nullopt;
+            co_return driven{};
         }
     }
 }
@@ -775,11 +787,10 @@ bool is_guarded(const config::route_config& route, std::string_view method,
     return std::find(streaming.begin(), streaming.end(), name) == streaming.end();
 }
 
-net::awaitable<response> async_run_exchange(std::shared_ptr<exchange_env> env,
-                                            const config::route_config& route,
-                                            std::size_t route_index, request& req,
-                                            exchange_report& report, stream_target target,
-                                            std::shared_ptr<buffer_reservation> held) {
+net::awaitable<std::optional<response>>
+async_run_exchange(std::shared_ptr<exchange_env> env, const config::route_config& route,
+                   std::size_t route_index, request& req, exchange_report& report,
+                   stream_target target, std::shared_ptr<buffer_reservation> held) {
     const auto& pol = route.idempotency;
     auto ex = co_await net::this_coro::executor;
     auto s = std::make_shared<exchange_state>(std::move(env), route, route_index, std::move(req),
@@ -813,13 +824,14 @@ net::awaitable<response> async_run_exchange(std::shared_ptr<exchange_env> env,
 
     s->last_event = clock::now();
     auto first = s->fsm.start(derived.facts, s->last_event);
-    auto res = co_await drive(s, first);
+    auto ended = co_await drive(s, first);
+    auto& res = ended.res;
     note_observation(*s);
     s->report.streamed = s->streamed;
-    if (!res && s->streamed) {
-        res.emplace(); // the client hung up mid-stream and the record is done: nothing to write
-    } else if (!res) {
-        res = no_answer_problem();
+    if (!ended.answered) {
+        if (!s->streamed) { // else the client hung up mid-stream and the record is done
+            res = no_answer_problem();
+        }
     } else if (auto next = s->fsm.on_responded(clock::now());
                next.kind != core::action_kind::done) {
         // Answered (e.g. unrecorded); completion retries go on without the client, and the
@@ -832,12 +844,12 @@ net::awaitable<response> async_run_exchange(std::shared_ptr<exchange_env> env,
                              : core::outcome::store_error;
         auto token = s->env.tracker.enter();
         net::co_spawn(ex, drive_background(s, next, std::move(token)), net::detached);
-        co_return std::move(*res);
+        co_return std::move(res);
     }
     finish(*s);
     co_await write_pending_answer(*s); // counted first: a scrape after the answer sees it
     report = std::move(s->report);
-    co_return std::move(*res);
+    co_return std::move(res);
 }
 
 } // namespace onceproxy::http

@@ -15,6 +15,7 @@
 #include <boost/asio/awaitable.hpp>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -56,15 +57,15 @@ struct exchange_report {
 /// Runs the exchange for `req` on `route` and returns the response for the client. Background
 /// work (completion retries) continues in a detached coroutine on the current executor after
 /// this returns. `req` has already been rewritten for the upstream (hop-by-hop removed,
-/// X-Forwarded-* added). An upstream answer whose body outgrows max_record_bytes is streamed
-/// to `target` instead (issue 8): then `report.streamed` is set and the response returned is
-/// empty, not to be written. `held` (the request body's share of limits.max_buffered_bytes)
-/// is kept while the exchange runs and grows by the upstream answer it holds.
-boost::asio::awaitable<response> async_run_exchange(std::shared_ptr<exchange_env> env,
-                                                    const config::route_config& route,
-                                                    std::size_t route_index, request& req,
-                                                    exchange_report& report, stream_target target,
-                                                    std::shared_ptr<buffer_reservation> held);
+/// X-Forwarded-* added). An HTTP/1.1 client's answer is written by the exchange itself (held
+/// whole, replayed, or, when its body outgrows max_record_bytes, streamed to `target`, issue
+/// 8): then `report.streamed` is set and nothing is returned. `held` (the request body's share
+/// of limits.max_buffered_bytes) is kept while the exchange runs and grows by the upstream
+/// answer it holds.
+boost::asio::awaitable<std::optional<response>>
+async_run_exchange(std::shared_ptr<exchange_env> env, const config::route_config& route,
+                   std::size_t route_index, request& req, exchange_report& report,
+                   stream_target target, std::shared_ptr<buffer_reservation> held);
 
 /// True when requests with this method (and path: a gRPC method declared streaming is not
 /// guarded) on this route go through the exchange.

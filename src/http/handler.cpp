@@ -3,6 +3,7 @@
 #include "http/access_log.hpp"
 #include "http/egress_runner.hpp"
 #include "http/exchange_runner.hpp"
+#include "http/exchange_translation.hpp"
 #include "http/grpc_answer.hpp"
 #include "http/plain_relay.hpp"
 #include "onceproxy/config/route_table.hpp"
@@ -252,7 +253,7 @@ net::awaitable<handled> handler::async_handle(request& req, const config::route_
     }
 
     exchange_report report;
-    response res;
+    std::optional<response> res;
     if (!guarded) {
         // A plain request the caller could not stream (an HTTP/2 upstream): forwarded whole.
         const auto& lim = route->limits.max_response_bytes;
@@ -271,10 +272,13 @@ net::awaitable<handled> handler::async_handle(request& req, const config::route_
     } else {
         res = co_await async_run_exchange(m.env, *route, route_index, req, report, sink,
                                           std::move(held));
+        if (!res && !report.streamed) {
+            res = no_answer_problem(); // never: the exchange answers one way or the other
+        }
     }
     rm.histogram(metrics::family::request_duration).observe(clock::now() - ctx.received);
     if (m.cfg->access_log) {
-        log.status = report.streamed ? report.streamed_status : res.result_int();
+        log.status = report.streamed ? report.streamed_status : res->result_int();
         log.outcome = report.outcome;
         log.request_id = request_id;
         log.key_hash = report.key_hash;

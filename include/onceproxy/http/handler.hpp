@@ -30,9 +30,12 @@ class h2_stream;
 
 /// What handler::async_handle did with a request.
 struct handled {
-    response res;          ///< the answer to write, unless `streamed`
-    bool streamed = false; ///< the answer already went to the client, streamed (too large to hold)
-    bool keep = false;     ///< streamed: the client connection may carry the next request
+    /// The answer to write; none when `streamed`.
+    std::optional<response> res;
+    /// The answer already went to the client: written by the exchange (an HTTP/1.1 client's
+    /// held or replayed answer) or streamed (too large to hold).
+    bool streamed = false;
+    bool keep = false; ///< streamed: the client connection may carry the next request
     /// Its trailer fields (a gRPC call's grpc-status ...): an HTTP/2 client gets them after
     /// the body; HTTP/1.1 answers written whole carry none.
     boost::beast::http::fields trailers = {};
