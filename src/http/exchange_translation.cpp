@@ -10,7 +10,6 @@
 #include <boost/beast/http/field.hpp>
 
 #include <charconv>
-#include <cstring>
 #include <iterator>
 #include <optional>
 
@@ -372,31 +371,14 @@ std::string_view serialize_replay_head(const core::response_record_view& rec, bo
     constexpr std::string_view stripe_name = "Idempotent-Replayed";
     out.clear();
     wire::append_status_line(11, rec.status, {}, out);
-    // Sized first, then copied: one resize for all the record's field lines rather than four
-    // appends (each a capacity check and a call) per line.
-    std::size_t n = 0;
-    for (const auto& [name, value] : rec.headers) {
-        n += name.size() + value.size() + 4;
-    }
-    const auto at = out.size();
-    out.resize(at + n);
-    char* p = out.data() + at;
-    const auto put = [&p](std::string_view s) {
-        std::memcpy(p, s.data(), s.size());
-        p += s.size();
-    };
     for (const auto& [name, value] : rec.headers) {
         // Stated afresh below, as replay_response's `set`s replace them.
         if (boost::beast::iequals(name, status_name) ||
             (stripe_compat && boost::beast::iequals(name, stripe_name))) {
             continue;
         }
-        put(name);
-        put(": ");
-        put(value);
-        put("\r\n");
+        out.append(name).append(": ").append(value).append("\r\n");
     }
-    out.resize(static_cast<std::size_t>(p - out.data()));
     out.append("Date: ").append(date).append("\r\n");
     out.append(status_name).append(": replayed\r\n");
     if (stripe_compat) {
