@@ -440,8 +440,9 @@ def spread_table(meta: dict, runs: dict) -> None:
     print("client connections per worker halfway through the load, each round (busiest first; "
           "the kernel spreads them over the workers' SO_REUSEPORT listeners)")
     for name, label in rows:
-        workers = int(meta["nginx_workers"] if name == "nginx" else
-                      meta["workers"] if str(meta["workers"]).isdigit() else meta["nginx_workers"])
+        # --workers auto: one per CPU, as nginx's count is then.
+        ours = int(meta["workers"]) if str(meta["workers"]).isdigit() else int(meta["nginx_workers"])
+        workers = int(meta["nginx_workers"]) if name == "nginx" else ours
         rounds = []
         for r in runs[name]:
             counts = sorted(r.get("spread", []), reverse=True)

@@ -1,7 +1,6 @@
 #include "http/h2_connection.hpp"
 
 #include "http/buffer_budget.hpp"
-#include "http/exchange_translation.hpp"
 #include "http/grpc_answer.hpp"
 #include "http/h2_stream.hpp"
 #include "onceproxy/asio/use_tuple.hpp"
@@ -482,9 +481,8 @@ net::awaitable<void> h2_connection::impl::serve(std::shared_ptr<impl> /*self: ke
     beast::flat_buffer unused;
     client_side cs{stream, unused, dl, scratch, draining, false, true};
     auto handled = co_await h->async_handle(req, a.route, a.route_index, rc, cs, held);
-    // A stream's answer is always returned whole (its client_side asks for it).
-    auto res = handled.res ? std::move(*handled.res) : no_answer_problem();
-    co_await answer(*st, std::move(res), head_request, handled.trailers);
+    // A stream's answer is always returned whole (its client_side asks for it): never streamed.
+    co_await answer(*st, std::move(*handled.res), head_request, handled.trailers);
 }
 
 h2_connection::h2_connection(const std::shared_ptr<handler>& current, metrics::registry& reg,

@@ -439,8 +439,8 @@ struct server::impl::connection {
         auto out = co_await h->async_handle(
             req, route, route_index, ctx,
             client_side{stream, buffer, dl, wire_head, srv.draining, last()}, held);
-        if (out.streamed || !out.res) {
-            co_return out.streamed&& out.keep && !srv.draining; // written already
+        if (out.streamed) {
+            co_return out.keep && !srv.draining; // written already, by the exchange or the stream
         }
         co_return co_await write_response(*out.res, head, keep_alive && !srv.draining && !last());
     }

@@ -30,7 +30,7 @@ class h2_stream;
 
 /// What handler::async_handle did with a request.
 struct handled {
-    /// The answer to write; none when `streamed`.
+    /// The answer to write: set unless `streamed` (async_handle sees to it).
     std::optional<response> res;
     /// The answer already went to the client: written by the exchange (an HTTP/1.1 client's
     /// held or replayed answer) or streamed (too large to hold).
