@@ -15,7 +15,8 @@ postgres-settings.txt (the PostgreSQL rows: onceproxy on a private PostgreSQL se
 claim or lookup; their loads' .postgres-cpu and .postgres-counters files hold the server's CPU
 time and its next transaction id and WAL position before and after), the loads' .split,
 .redis-split, .postgres-split and .upstream-split files (user ticks, system ticks, minor page
-faults, ticks per second of the proxy, the store server and the upstream during the load),
+faults, voluntary context switches of their threads, ticks per second of the proxy, the store
+server and the upstream during the load),
 r<round>-bulk_<mode>_<target>.json (one large transfer each, from bulk.py)
 and, with --commandstats, commandstats-{first,replay}.txt (INFO commandstats
 after N sequential requests of each kind) or commandstats-unavailable.txt.
@@ -341,13 +342,16 @@ def cpu_us(f: pathlib.Path, requests: int) -> float:
 
 
 SPLIT_GROUPS = ("proxy", "store", "upstream")
-SPLIT_KEYS = tuple(f"{g}_{k}" for g in SPLIT_GROUPS for k in ("user_us", "sys_us", "minflt"))
+SPLIT_FIELDS = ("user_us", "sys_us", "minflt", "sleeps")
+SPLIT_KEYS = tuple(f"{g}_{k}" for g in SPLIT_GROUPS for k in SPLIT_FIELDS)
 
 
 def split_share(f: pathlib.Path, requests: int, name: str) -> dict:
-    """User and system CPU time per request, us, and minor page faults per request, of the proxy,
-    the store server (PostgreSQL for the pg_ rows, else Redis) and the upstream, from the
-    "<user ticks> <system ticks> <minor faults> <ticks per second>" files; NaN when missing."""
+    """User and system CPU time per request, us, minor page faults and sleeps (voluntary context
+    switches) per request, of the proxy, the store server (PostgreSQL for the pg_ rows, else
+    Redis) and the upstream, from the "<user ticks> <system ticks> <minor faults> <sleeps>
+    <ticks per second>" files (results from before the sleeps: four numbers); NaN when
+    missing."""
     out = dict.fromkeys(SPLIT_KEYS, float("nan"))
     store = "postgres" if name.startswith("pg_") else "redis"
     for group, suffix in (("proxy", ".split"), ("store", f".{store}-split"),
@@ -355,35 +359,42 @@ def split_share(f: pathlib.Path, requests: int, name: str) -> dict:
         sf = f.with_name(f.name + suffix)
         if requests <= 0 or not sf.exists():
             continue
-        user, system, faults, hz = (int(x) for x in sf.read_text().split())
+        values = [int(x) for x in sf.read_text().split()]
+        user, system, faults, hz = values[0], values[1], values[2], values[-1]
         out[f"{group}_user_us"] = user * 1e6 / hz / requests
         out[f"{group}_sys_us"] = system * 1e6 / hz / requests
         out[f"{group}_minflt"] = faults / requests
+        if len(values) == 5:
+            out[f"{group}_sleeps"] = values[3] / requests
     return out
 
 
 def split_table(meta: dict, med: dict) -> None:
-    """The second table: where each process's CPU time per request goes (user or system time)
-    and the minor page faults per request that part of the system time pays for."""
+    """The second table: where each process's CPU time per request goes (user or system time),
+    the minor page faults per request that part of the system time pays for, and how often per
+    request its threads went to sleep for want of work (each sleep ends in a wake-up that costs
+    whoever sends it the work: a process slower than its peers leaves them idle, and pays for
+    waking them)."""
     rows = [(n, label) for n, label in SCENARIOS + cluster_scenarios(meta) if n in med]
     if not any(not math.isnan(med[n]["proxy_user_us"]) for n, _ in rows):
         return  # a run without .split files
     print()
-    print("user and system CPU time per request, us, and minor page faults per request "
-          "(/proc/PID/stat utime, stime, minflt; median over rounds) of the proxy, the store "
-          "server and the upstream")
-    group_head = "".join(f"  {' ' + g + ' ':-^20}" for g in SPLIT_GROUPS)
+    print("user and system CPU time per request, us, minor page faults and sleeps per request "
+          "(/proc/PID/stat utime, stime, minflt; voluntary context switches of its threads; "
+          "median over rounds) of the proxy, the store server and the upstream")
+    group_head = "".join(f"  {' ' + g + ' ':-^27}" for g in SPLIT_GROUPS)
     print(f"{'':<40}{group_head}")
-    cols = "".join(f"  {'user':>6} {'sys':>6} {'minflt':>6}" for _ in SPLIT_GROUPS)
+    cols = "".join(f"  {'user':>6} {'sys':>6} {'minflt':>6} {'sleeps':>6}" for _ in SPLIT_GROUPS)
     print(f"{'scenario':<40}{cols}")
     for name, label in rows:
         r = med[name]
         cells = ""
         for g in SPLIT_GROUPS:
-            user, system, faults = (r[f"{g}_{k}"] for k in ("user_us", "sys_us", "minflt"))
+            user, system, faults, sleeps = (r[f"{g}_{k}"] for k in SPLIT_FIELDS)
             if g == "proxy" and name == "direct":
-                user = system = faults = float("nan")  # no proxy: that is the upstream
-            cells += f"  {fmt_us(user):>6} {fmt_us(system):>6} {fmt_flt(faults):>6}"
+                user = system = faults = sleeps = float("nan")  # no proxy: that is the upstream
+            cells += (f"  {fmt_us(user):>6} {fmt_us(system):>6} {fmt_flt(faults):>6}"
+                      f" {fmt_flt(sleeps):>6}")
         print(f"{label:<40}{cells}")
 
 

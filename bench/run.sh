@@ -441,27 +441,33 @@ engine_ok=0
 # CPU time (user+system clock ticks) of the process under test: a figure that the noise of a
 # shared machine disturbs much less than req/s. nginx counts its master and workers.
 #
-# proc_counters PID...: "USER_TICKS SYSTEM_TICKS MINOR_FAULTS" summed over the PIDs: fields 14,
-# 15 and 10 of /proc/PID/stat (with CHILDREN=1, the waited-for children's too: 16, 17 and 11).
+# proc_counters PID...: "USER_TICKS SYSTEM_TICKS MINOR_FAULTS SLEEPS" summed over the PIDs:
+# fields 14, 15 and 10 of /proc/PID/stat (with CHILDREN=1, the waited-for children's too: 16, 17
+# and 11), and the voluntary context switches of their threads (/proc/PID/task/*/status: each one
+# a thread that went to sleep for want of work, and had to be woken again; live threads only).
 proc_counters() {
     local pid
     for pid in "$@"; do
         [ -r "/proc/$pid/stat" ] || continue
         # Field N of /proc/PID/stat is $(N-2) after the parenthesised command name.
-        sed 's/^.*) //' "/proc/$pid/stat"
-    done | awk -v children="${CHILDREN:-0}" '{ u += $12; s += $13; f += $8
-        if (children) { u += $14; s += $15; f += $9 } } END { print u + 0, s + 0, f + 0 }'
+        echo "stat $(sed 's/^.*) //' "/proc/$pid/stat")"
+        awk '/^voluntary_ctxt_switches/{print "sleeps", $2}' /proc/"$pid"/task/*/status 2>/dev/null || true
+    done | awk -v children="${CHILDREN:-0}" '
+        $1 == "sleeps" { z += $2; next }
+        { u += $13; s += $14; f += $9
+          if (children) { u += $15; s += $16; f += $10 } }
+        END { print u + 0, s + 0, f + 0, z + 0 }'
 }
 # record_cpu OUT KIND BEFORE AFTER: from two proc_counters readings, OUT.KINDcpu ("TICKS
 # TICKS_PER_SECOND", user plus system: the figure of the main table) and OUT.KINDsplit
-# ("USER_TICKS SYSTEM_TICKS MINOR_FAULTS TICKS_PER_SECOND").
+# ("USER_TICKS SYSTEM_TICKS MINOR_FAULTS SLEEPS TICKS_PER_SECOND").
 record_cpu() {
-    local out=$1 kind=$2 u0 s0 f0 u1 s1 f1 hz
-    read -r u0 s0 f0 <<<"$3"
-    read -r u1 s1 f1 <<<"$4"
+    local out=$1 kind=$2 u0 s0 f0 z0 u1 s1 f1 z1 hz
+    read -r u0 s0 f0 z0 <<<"$3"
+    read -r u1 s1 f1 z1 <<<"$4"
     hz=$(getconf CLK_TCK)
     echo "$((u1 - u0 + s1 - s0)) $hz" >"$out.${kind}cpu"
-    echo "$((u1 - u0)) $((s1 - s0)) $((f1 - f0)) $hz" >"$out.${kind}split"
+    echo "$((u1 - u0)) $((s1 - s0)) $((f1 - f0)) $((z1 - z0)) $hz" >"$out.${kind}split"
 }
 # machine_ticks: "IDLE TOTAL" jiffies of all CPUs so far (/proc/stat; idle counts iowait too).
 machine_ticks() {
@@ -507,7 +513,7 @@ postgres_proc_counters() {
             # shellcheck disable=SC2046
             proc_counters $(pgrep -P "$pid" || true)
         done
-    } | awk '{ u += $1; s += $2; f += $3 } END { print u, s, f }'
+    } | awk '{ u += $1; s += $2; f += $3; z += $4 } END { print u, s, f, z }'
 }
 # postgres_counters: "NEXT_XID WAL_BYTES": the transaction id the server will assign next (one
 # per transaction that wrote) and the WAL written so far, in bytes.
