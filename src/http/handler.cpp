@@ -3,7 +3,6 @@
 #include "http/access_log.hpp"
 #include "http/egress_runner.hpp"
 #include "http/exchange_runner.hpp"
-#include "http/exchange_translation.hpp"
 #include "http/grpc_answer.hpp"
 #include "http/plain_relay.hpp"
 #include "onceproxy/config/route_table.hpp"
@@ -272,9 +271,6 @@ net::awaitable<handled> handler::async_handle(request& req, const config::route_
     } else {
         res = co_await async_run_exchange(m.env, *route, route_index, req, report, sink,
                                           std::move(held));
-        if (!res && !report.streamed) {
-            res = no_answer_problem(); // never: the exchange answers one way or the other
-        }
     }
     rm.histogram(metrics::family::request_duration).observe(clock::now() - ctx.received);
     if (m.cfg->access_log) {

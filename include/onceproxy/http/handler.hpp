@@ -30,7 +30,8 @@ class h2_stream;
 
 /// What handler::async_handle did with a request.
 struct handled {
-    /// The answer to write: set unless `streamed` (async_handle sees to it).
+    /// The answer to write: set unless `streamed` (async_run_exchange returns one unless it
+    /// wrote the answer itself).
     std::optional<response> res;
     /// The answer already went to the client: written by the exchange (an HTTP/1.1 client's
     /// held or replayed answer) or streamed (too large to hold).
